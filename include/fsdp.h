@@ -1,0 +1,370 @@
+/* fsdp.h — fully sharded data-parallel (ZeRO-3) training in C: the one public header.
+ *
+ * Tutorial (the whole life of one training step; error checks left out for brevity):
+ *
+ *   fsdp_comm_t *comm;                    // world 1 without a launcher, MPI under mpirun
+ *   fsdp_comm_config cc = fsdp_comm_config_default();
+ *   fsdp_comm_init(&comm, &cc, &argc, &argv);
+ *
+ *   fsdp_engine_t *eng;                   // holds the units, the policies and the communicator
+ *   fsdp_engine_config ec = fsdp_engine_config_default();
+ *   fsdp_engine_init(&eng, comm, &ec);
+ *
+ *   fsdp_tensor_spec specs[] = {          // one unit = one layer's parameters, flattened
+ *       {.name = "w", .ndim = 2, .shape = {out, in}, .init = FSDP_INIT_NORMAL, .std = 0.02f},
+ *       {.name = "b", .ndim = 1, .shape = {out}, .init = FSDP_INIT_ZEROS, .no_decay = 1},
+ *   };
+ *   fsdp_unit_t *u;
+ *   fsdp_engine_add_unit(eng, "layer0", specs, 2, NULL, &u);
+ *   fsdp_engine_init_params(eng);         // same values on any world size for one seed
+ *
+ *   fsdp_engine_begin_step(eng, n_micro); // zero the sharded gradients
+ *   for (int m = 0; m < n_micro; m++) {
+ *       fsdp_engine_begin_micro(eng, m);
+ *       fsdp_unit_pre_forward(u);         // all-gather: params now readable in compute dtype
+ *       void *w; fsdp_unit_param(u, 0, &w);
+ *       ... forward ...
+ *       fsdp_unit_post_forward(u);        // reshard (FULL_SHARD)
+ *       fsdp_unit_pre_backward(u);        // all-gather again; main_grad allocated, uninitialised
+ *       float *dw; int acc;
+ *       fsdp_unit_main_grad(u, 0, &dw, &acc);   // acc == 0: overwrite (GEMM beta 0), else beta 1
+ *       ... dW = dY^T X written into dw ...
+ *       fsdp_unit_post_backward(u);       // zero-fill untouched slices, reduce-scatter, free
+ *   }
+ *   float norm;
+ *   fsdp_engine_clip_grad_norm(eng, 1.0f, &norm);
+ *   fsdp_adamw_config oc = fsdp_adamw_config_default();
+ *   fsdp_engine_adamw_step(eng, &oc);
+ *
+ * Conventions: every library call returns an fsdp_status; on failure fsdp_last_error() holds a
+ * message (per thread) that says what failed, where and what to do. Counts are element counts with a
+ * dtype; `*_bytes` names hold bytes. Objects come in init/free pairs and free(NULL) is a no-op.
+ */
+#ifndef FSDP_H
+#define FSDP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define FSDP_VERSION_MAJOR 0
+#define FSDP_VERSION_MINOR 1
+
+/* ---------------------------------------------------------------- core: status */
+
+typedef enum {
+    FSDP_OK = 0,
+    FSDP_EINVAL,      /* bad argument or input value */
+    FSDP_ENOMEM,      /* allocation failed */
+    FSDP_ESTATE,      /* call not allowed in the object's current state (hook order, view window) */
+    FSDP_ECOMM,       /* communication failed (carries the backend's message) */
+    FSDP_ETIMEOUT,    /* a collective did not complete within the configured timeout */
+    FSDP_EIO,         /* file system error */
+    FSDP_EFORMAT,     /* a file or message is malformed (magic, version, size, checksum) */
+    FSDP_EUNSUPPORTED,/* valid request this build or machine cannot do */
+    FSDP_EINTERNAL    /* broken invariant: a bug in fsdp.c */
+} fsdp_status;
+
+const char *fsdp_strerror(fsdp_status s);
+/* Message of the last failure on this thread ("" if none). Valid until the next failing call. */
+const char *fsdp_last_error(void);
+/* Sets the calling thread's last-error message (printf format) and returns s. For code that
+ * embeds the library and wants one error path; the library itself uses it internally. */
+fsdp_status fsdp_set_error(fsdp_status s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void fsdp_clear_error(void);
+
+/* ---------------------------------------------------------------- core: dtypes */
+
+typedef enum { FSDP_F32 = 0, FSDP_BF16 = 1 } fsdp_dtype;
+typedef uint16_t fsdp_bf16; /* raw bfloat16 bits */
+
+size_t fsdp_dtype_size(fsdp_dtype t);
+const char *fsdp_dtype_name(fsdp_dtype t);
+
+/* f32 -> bf16 rounds to nearest, ties to even; NaN stays a quiet NaN with its sign; infinities,
+ * signed zeros and subnormals are kept (subnormals rounded like any other value). */
+fsdp_bf16 fsdp_f32_to_bf16(float x);
+float fsdp_bf16_to_f32(fsdp_bf16 x);
+
+/* Bulk forms; SIMD (AVX-512, AVX2) picked at run time, bit-identical to the scalar form.
+ * dst and src must not overlap. n may be 0. */
+void fsdp_f32_to_bf16_n(fsdp_bf16 *dst, const float *src, size_t n);
+void fsdp_bf16_to_f32_n(float *dst, const fsdp_bf16 *src, size_t n);
+/* One pass: dst[i] += (float)src[i] (fp32 add). */
+void fsdp_bf16_add_f32_n(float *dst, const fsdp_bf16 *src, size_t n);
+
+typedef enum { FSDP_SIMD_AUTO = 0, FSDP_SIMD_SCALAR, FSDP_SIMD_AVX2, FSDP_SIMD_AVX512 } fsdp_simd;
+/* Forces a code path (tests, benchmarks). FSDP_EUNSUPPORTED if the CPU lacks it. Process-wide. */
+fsdp_status fsdp_simd_force(fsdp_simd path);
+fsdp_simd fsdp_simd_active(void);
+const char *fsdp_simd_name(fsdp_simd path);
+
+/* ---------------------------------------------------------------- core: tracked allocator */
+
+typedef enum {
+    FSDP_MEM_MASTER = 0, /* fp32 master weight shards */
+    FSDP_MEM_OPTIM,      /* AdamW moments */
+    FSDP_MEM_GRAD_SHARD, /* fp32 sharded gradients */
+    FSDP_MEM_PARAM_FULL, /* unsharded parameters in compute dtype */
+    FSDP_MEM_MAIN_GRAD,  /* unsharded fp32 main_grad buffers */
+    FSDP_MEM_ACTIVATION,
+    FSDP_MEM_COMM, /* communication staging */
+    FSDP_MEM_OTHER,
+    FSDP_MEM_NCAT
+} fsdp_mem_cat;
+
+const char *fsdp_mem_cat_name(fsdp_mem_cat c); /* "master", "optim", ... */
+/* Parses a name back ("main_grad" -> FSDP_MEM_MAIN_GRAD); FSDP_EINVAL if unknown. */
+fsdp_status fsdp_mem_cat_parse(const char *name, fsdp_mem_cat *out);
+
+/* 64-byte aligned, uninitialised. bytes == 0 gives *out = NULL and FSDP_OK. Thread-safe.
+ * On failure: FSDP_ENOMEM with the size and category in the message, *out = NULL. */
+fsdp_status fsdp_mem_alloc(void **out, size_t bytes, fsdp_mem_cat cat);
+/* Same, zero-filled. */
+fsdp_status fsdp_mem_calloc(void **out, size_t bytes, fsdp_mem_cat cat);
+void fsdp_mem_free(void *p); /* NULL is a no-op */
+
+/* Accounting, in bytes requested (not counting the allocator's own header). */
+size_t fsdp_mem_current(fsdp_mem_cat c);
+size_t fsdp_mem_peak(fsdp_mem_cat c);
+size_t fsdp_mem_total_current(void);
+size_t fsdp_mem_total_peak(void); /* peak of the sum, not the sum of peaks */
+void fsdp_mem_reset_peaks(void);  /* peaks := current values */
+
+/* Optional timeline of allocation events for traces. */
+typedef struct {
+    double t_s;    /* seconds since the timeline was enabled (monotonic clock) */
+    fsdp_mem_cat cat;
+    int64_t delta; /* +bytes on alloc, -bytes on free */
+} fsdp_mem_event;
+void fsdp_mem_timeline_enable(int on); /* on: clears and starts recording */
+/* Copies out up to cap events (oldest first); returns the number recorded so far. */
+size_t fsdp_mem_timeline(fsdp_mem_event *out, size_t cap);
+
+/* Monotonic seconds. */
+double fsdp_time_s(void);
+
+/* ---------------------------------------------------------------- comm: communicator */
+
+typedef struct fsdp_comm fsdp_comm_t;
+typedef struct fsdp_comm_req fsdp_comm_req_t;
+
+typedef enum {
+    FSDP_COMM_AUTO = 0, /* MPI when started by a launcher (mpirun), else self */
+    FSDP_COMM_SELF,     /* world size 1, no MPI calls at all */
+    FSDP_COMM_MPI
+} fsdp_comm_backend;
+
+typedef enum { FSDP_SUM = 0, FSDP_AVG, FSDP_MAX } fsdp_reduce_op;
+
+typedef struct {
+    int version;            /* = 1 */
+    fsdp_comm_backend backend;
+    double timeout_s;       /* a collective not done after this long fails with FSDP_ETIMEOUT; <= 0: wait forever */
+} fsdp_comm_config;
+
+fsdp_comm_config fsdp_comm_config_default(void);
+/* argc/argv may be NULL. MPI is initialised here if the backend needs it and it is not yet. */
+fsdp_status fsdp_comm_init(fsdp_comm_t **out, const fsdp_comm_config *cfg, int *argc, char ***argv);
+void fsdp_comm_free(fsdp_comm_t *c); /* finalises MPI if fsdp_comm_init initialised it */
+int fsdp_comm_rank(const fsdp_comm_t *c);
+int fsdp_comm_size(const fsdp_comm_t *c);
+int fsdp_comm_local_size(const fsdp_comm_t *c); /* ranks on this node */
+const char *fsdp_comm_backend_name(const fsdp_comm_t *c);
+/* A label ("unit block3 / reduce-scatter") that timeout and error messages include. Copied. */
+void fsdp_comm_set_label(fsdp_comm_t *c, const char *label);
+/* Ends every rank of the job (MPI_Abort), or exits the process for self. Programs only. */
+void fsdp_comm_abort(fsdp_comm_t *c, int code);
+
+/* Every rank sends `count` elements; recv gets size*count, rank r's at recv + r*count.
+ * In place: send == recv + rank*count (elements) is allowed. */
+fsdp_status fsdp_comm_all_gather(fsdp_comm_t *c, const void *send, void *recv, size_t count, fsdp_dtype t);
+/* Every rank sends size*count elements; recv gets the reduction of block `rank` (count elements).
+ * In place: recv == send is allowed (result in the first count elements). BF16 is summed in fp32 per
+ * element over all ranks in rank order and rounded once. */
+fsdp_status fsdp_comm_reduce_scatter(fsdp_comm_t *c, const void *send, void *recv, size_t count, fsdp_dtype t,
+                                     fsdp_reduce_op op);
+/* In place: send == recv allowed. */
+fsdp_status fsdp_comm_all_reduce(fsdp_comm_t *c, const void *send, void *recv, size_t count, fsdp_dtype t,
+                                 fsdp_reduce_op op);
+fsdp_status fsdp_comm_broadcast(fsdp_comm_t *c, void *buf, size_t count, fsdp_dtype t, int root);
+fsdp_status fsdp_comm_barrier(fsdp_comm_t *c);
+
+/* Non-blocking forms; buffers must stay untouched until the request completes.
+ * fsdp_comm_wait frees the request (also on failure); fsdp_comm_test frees it once *done is 1. */
+fsdp_status fsdp_comm_iall_gather(fsdp_comm_t *c, const void *send, void *recv, size_t count, fsdp_dtype t,
+                                  fsdp_comm_req_t **req);
+fsdp_status fsdp_comm_ireduce_scatter(fsdp_comm_t *c, const void *send, void *recv, size_t count,
+                                      fsdp_dtype t, fsdp_reduce_op op, fsdp_comm_req_t **req);
+fsdp_status fsdp_comm_test(fsdp_comm_req_t *req, int *done);
+fsdp_status fsdp_comm_wait(fsdp_comm_req_t *req);
+
+/* ---------------------------------------------------------------- shard: flat parameters, units */
+
+/* The one place shard arithmetic lives: a flat buffer of padded_numel elements (a multiple of world)
+ * is split into world equal contiguous shards; rank r owns [*offset, *offset + *len). */
+void fsdp_shard_range(size_t padded_numel, int rank, int world, size_t *offset, size_t *len);
+
+typedef enum { FSDP_INIT_ZEROS = 0, FSDP_INIT_ONES, FSDP_INIT_NORMAL } fsdp_init_kind;
+
+#define FSDP_MAX_DIMS 4
+typedef struct {
+    const char *name;           /* unique within the unit; copied */
+    int ndim;                   /* 1..FSDP_MAX_DIMS */
+    int64_t shape[FSDP_MAX_DIMS];
+    fsdp_init_kind init;
+    float std;                  /* FSDP_INIT_NORMAL: mean 0, this standard deviation */
+    /* Tied tensor: name of an earlier tensor in the same unit ("wte"), or "unit.tensor" naming one in
+     * another unit (refused: FSDP_EINVAL naming both units). NULL: an ordinary tensor. An alias takes
+     * no space: it shares its target's view, main_grad slice and shard. */
+    const char *alias_of;
+    int no_decay;               /* AdamW skips weight decay for this tensor (biases, norm weights) */
+} fsdp_tensor_spec;
+
+typedef enum { FSDP_FULL_SHARD = 0, FSDP_SHARD_GRAD_OP, FSDP_NO_SHARD } fsdp_strategy;
+typedef enum { FSDP_MAIN_GRAD_LAZY = 0, FSDP_MAIN_GRAD_EAGER } fsdp_main_grad_policy;
+typedef enum { FSDP_ACCUM_SHARDED = 0, FSDP_ACCUM_NO_SYNC } fsdp_accum_mode;
+
+typedef struct {
+    int version;                     /* = 1 */
+    fsdp_strategy strategy;          /* FULL_SHARD */
+    fsdp_dtype compute_dtype;        /* dtype of unsharded params: F32 or BF16 (default BF16) */
+    fsdp_dtype reduce_dtype;         /* dtype on the wire for gradient reduction (default F32) */
+    fsdp_main_grad_policy main_grad; /* LAZY */
+    fsdp_accum_mode accum;           /* ACCUM_SHARDED */
+    uint64_t seed;                   /* parameter initialisation */
+    size_t align;                    /* tensor alignment in the flat buffer, elements (default 16) */
+} fsdp_engine_config;
+
+typedef struct {
+    int version;               /* = 1 */
+    int reshard_after_forward; /* -1: the strategy's default (FULL_SHARD yes, others no); 0; 1 */
+} fsdp_unit_config;
+
+typedef struct fsdp_engine fsdp_engine_t;
+typedef struct fsdp_unit fsdp_unit_t;
+
+fsdp_engine_config fsdp_engine_config_default(void);
+fsdp_unit_config fsdp_unit_config_default(void);
+
+fsdp_status fsdp_engine_init(fsdp_engine_t **out, fsdp_comm_t *comm, const fsdp_engine_config *cfg);
+void fsdp_engine_free(fsdp_engine_t *e); /* frees its units; not the communicator */
+/* Adds a unit (registration order = unit index). cfg NULL: defaults. The flat layout is computed
+ * here; master/grad shards and AdamW moments are allocated here (master uninitialised until
+ * fsdp_engine_init_params or a load). */
+fsdp_status fsdp_engine_add_unit(fsdp_engine_t *e, const char *name, const fsdp_tensor_spec *specs, int n,
+                                 const fsdp_unit_config *cfg, fsdp_unit_t **out);
+int fsdp_engine_num_units(const fsdp_engine_t *e);
+fsdp_unit_t *fsdp_engine_unit(fsdp_engine_t *e, int i);
+const fsdp_engine_config *fsdp_engine_get_config(const fsdp_engine_t *e);
+fsdp_comm_t *fsdp_engine_comm(fsdp_engine_t *e);
+
+/* Initialises every unit's master shard from cfg.seed, value by global element index: the same
+ * weights on any world size. */
+fsdp_status fsdp_engine_init_params(fsdp_engine_t *e);
+
+/* Unit introspection. */
+typedef struct {
+    const char *name;
+    int ndim;
+    int64_t shape[FSDP_MAX_DIMS];
+    size_t numel;
+    size_t offset;  /* element offset in the unit's flat buffer (an alias: its target's) */
+    int alias_of;   /* index of the target tensor, or -1 */
+    int no_decay;
+} fsdp_tensor_info;
+
+const char *fsdp_unit_name(const fsdp_unit_t *u);
+int fsdp_unit_index(const fsdp_unit_t *u);
+int fsdp_unit_num_tensors(const fsdp_unit_t *u);
+int fsdp_unit_find(const fsdp_unit_t *u, const char *name); /* -1 if absent */
+fsdp_status fsdp_unit_tensor_info(const fsdp_unit_t *u, int t, fsdp_tensor_info *out);
+size_t fsdp_unit_numel(const fsdp_unit_t *u);        /* unpadded sum of non-alias tensors incl. alignment gaps */
+size_t fsdp_unit_padded_numel(const fsdp_unit_t *u); /* flat buffer length, multiple of world */
+
+/* This rank's shard: fp32 master weights, fp32 sharded gradient, AdamW moments, all with the same
+ * offsets; [offset, offset+numel) of the flat buffer. Under NO_SHARD the "shard" is everything. */
+typedef struct {
+    float *master, *grad, *adam_m, *adam_v;
+    size_t offset, numel;
+} fsdp_shard_view;
+fsdp_status fsdp_unit_shard(fsdp_unit_t *u, fsdp_shard_view *out);
+
+/* Lifecycle hooks. Out-of-order calls return FSDP_ESTATE naming the unit, its state and the call.
+ * A forward inside backward (activation recompute: pre_forward/post_forward between pre_backward and
+ * post_backward) is allowed and keeps the parameters. A new pre_forward after post_forward without
+ * a backward (evaluation) is allowed and abandons that forward. */
+fsdp_status fsdp_unit_pre_forward(fsdp_unit_t *u);
+fsdp_status fsdp_unit_post_forward(fsdp_unit_t *u);
+fsdp_status fsdp_unit_pre_backward(fsdp_unit_t *u);
+fsdp_status fsdp_unit_post_backward(fsdp_unit_t *u);
+/* Frees every unit's full parameters (after evaluation-only forwards). */
+fsdp_status fsdp_engine_reshard_all(fsdp_engine_t *e);
+
+/* View of tensor t of the unsharded parameters, in the compute dtype (float* or fsdp_bf16*).
+ * FSDP_ESTATE when the unit is not unsharded. */
+fsdp_status fsdp_unit_param(fsdp_unit_t *u, int t, void **view);
+
+/* ---------------------------------------------------------------- shard: main_grad */
+
+/* The first-touch protocol. Returns tensor t's fp32 main_grad view and whether to accumulate:
+ * *accumulate == 0: first touch since allocation — the caller MUST overwrite every element
+ *                   (GEMM beta = 0); the contents are uninitialised.
+ * *accumulate == 1: add into it (GEMM beta = 1).
+ * Marks the tensor written. An alias resolves to its target (so a tied weight's second use
+ * accumulates). Allowed between pre_backward and post_backward (and, under EAGER, from pre_forward);
+ * elsewhere FSDP_ESTATE, never a stale pointer. */
+fsdp_status fsdp_unit_main_grad(fsdp_unit_t *u, int t, float **view, int *accumulate);
+/* A low-precision gradient from a non-fused op, whole tensor: upcast-copy on first touch, else
+ * upcast-add; one pass, no temporary. */
+fsdp_status fsdp_unit_grad_from_bf16(fsdp_unit_t *u, int t, const fsdp_bf16 *g);
+/* Same for an fp32 gradient: copy on first touch, else add. */
+fsdp_status fsdp_unit_grad_from_f32(fsdp_unit_t *u, int t, const float *g);
+/* Whether tensor t was written since main_grad was allocated (tests, diagnostics). */
+int fsdp_unit_grad_touched(const fsdp_unit_t *u, int t);
+
+/* Step structure. begin_step zeroes the sharded gradients and fixes the number of micro-batches;
+ * begin_micro(m) announces micro-batch m (0-based). post_backward of micro-batch m reduces:
+ *   ACCUM_SHARDED: every micro-batch, adding into the sharded gradient;
+ *   ACCUM_NO_SYNC: only after the last; main_grad is kept (and accumulates) until then.
+ * Averaging over ranks and micro-batches happens once, when the reduced gradient is added into the
+ * sharded gradient (scale 1 / (world * n_micro)); the model's loss is a mean over its own micro-batch. */
+fsdp_status fsdp_engine_begin_step(fsdp_engine_t *e, int n_micro);
+fsdp_status fsdp_engine_begin_micro(fsdp_engine_t *e, int m);
+/* Zeroes every sharded gradient (begin_step does it too). */
+fsdp_status fsdp_engine_zero_grad(fsdp_engine_t *e);
+
+/* ---------------------------------------------------------------- shard: optimizer */
+
+/* Global gradient norm over the whole model's fp32 sharded gradients (padding excluded, each element
+ * counted once, aliases once): sqrt of one all-reduce of local squared sums. If max_norm > 0 and the
+ * norm exceeds it, scales the gradients by max_norm / (norm + 1e-6). *norm: the pre-clip norm. */
+fsdp_status fsdp_engine_clip_grad_norm(fsdp_engine_t *e, float max_norm, float *norm);
+
+typedef struct {
+    int version; /* = 1 */
+    float lr, beta1, beta2, eps, weight_decay; /* 3e-4, 0.9, 0.95, 1e-8, 0.1 */
+} fsdp_adamw_config;
+fsdp_adamw_config fsdp_adamw_config_default(void);
+/* One AdamW step (decoupled weight decay, bias correction) on every master shard; tensors with
+ * no_decay get none. Increments the engine's step count (bias correction uses it). */
+fsdp_status fsdp_engine_adamw_step(fsdp_engine_t *e, const fsdp_adamw_config *cfg);
+int64_t fsdp_engine_step_count(const fsdp_engine_t *e);
+void fsdp_engine_set_step_count(fsdp_engine_t *e, int64_t step); /* checkpoint restore */
+
+/* ---------------------------------------------------------------- shard: full tensors */
+
+/* Gathers tensor t's full fp32 values (numel elements) from the master shards into out on `root`,
+ * or on every rank if root < 0 (out may be NULL on non-root ranks). Collective. */
+fsdp_status fsdp_unit_gather_tensor(fsdp_unit_t *u, int t, float *out, int root);
+/* Sets tensor t's master values from full fp32 data. root >= 0: only root's `full` is read (it is
+ * broadcast); root < 0: every rank passes the same data. Collective. */
+fsdp_status fsdp_unit_load_tensor(fsdp_unit_t *u, int t, const float *full, int root);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FSDP_H */

@@ -1,0 +1,32 @@
+/* core.h — internals shared by every layer: error helpers and small utilities.
+ * Library code reports failures with FSDP_ERR(status, fmt, ...) which records the message and
+ * returns the status; FSDP_TRY propagates a failure unchanged (its message already set). */
+#ifndef FSDP_CORE_H
+#define FSDP_CORE_H
+
+#include "fsdp.h"
+
+#include <stdio.h>
+
+/* Record "where: message" for this thread and evaluate to s. */
+#define FSDP_ERR(s, ...) fsdp_set_error_at((s), __func__, __VA_ARGS__)
+fsdp_status fsdp_set_error_at(fsdp_status s, const char *where, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+#define FSDP_TRY(expr)                                                                             \
+    do {                                                                                           \
+        fsdp_status fsdp_try_s_ = (expr);                                                          \
+        if (fsdp_try_s_ != FSDP_OK) return fsdp_try_s_;                                           \
+    } while (0)
+
+/* Internal invariant (a bug if it fails): on in release builds too, never for input checks. */
+#define FSDP_INVARIANT(cond)                                                                       \
+    do {                                                                                           \
+        if (!(cond)) fsdp_invariant_failed(#cond, __FILE__, __LINE__);                             \
+    } while (0)
+void fsdp_invariant_failed(const char *cond, const char *file, int line) __attribute__((noreturn));
+
+/* Overflow-checked size_t multiply: returns 0 on overflow, else 1 and *out = a*b. */
+static inline int fsdp_mul_ok(size_t a, size_t b, size_t *out) { return !__builtin_mul_overflow(a, b, out); }
+
+#endif

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# The test command: builds the normal configuration (build/) and the ASan+UBSan one (build-asan/),
+# runs every test in the first and the unit + MPI tests in the second.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+jobs=$(nproc)
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFSDP_WERROR=ON >/dev/null
+cmake --build build -j"$jobs"
+ctest --test-dir build --output-on-failure -j"$jobs" --timeout 900
+if [ "${FSDP_SKIP_ASAN:-0}" != 1 ]; then
+  cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DFSDP_SANITIZE=ON -DFSDP_BUILD_BENCH=OFF >/dev/null
+  cmake --build build-asan -j"$jobs"
+  ASAN_OPTIONS=detect_leaks=1 ctest --test-dir build-asan --output-on-failure -j"$jobs" -L 'unit|mpi' --timeout 900
+fi
