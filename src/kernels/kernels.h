@@ -1,0 +1,164 @@
+/* kernels.h — CPU compute kernels for a GPT-2 model: oneDNN GEMMs (forward, input gradient, and a
+ * weight gradient written straight into an fp32 main_grad with beta 0 or 1) and plain C + OpenMP
+ * element-wise kernels (encoder, LayerNorm, GELU, residual, causal attention, softmax cross-entropy).
+ *
+ * Conventions shared by every kernel here:
+ * - Row-major, contiguous tensors. Shapes are written as [rows, cols]; "N" in element-wise kernels is
+ *   the number of rows (B*T).
+ * - Activations and activation gradients are float (fp32) in both precision modes.
+ * - Parameter INPUTS arrive as (const void *, fsdp_dtype pdt): FSDP_F32 (fp32 mode) or FSDP_BF16
+ *   (mixed mode: the unsharded parameters). All parameter pointers of one call share pdt.
+ * - Parameter GRADIENTS are fp32 main_grad slices with an `accumulate` flag (the first-touch protocol
+ *   of fsdp_unit_main_grad): 0 = overwrite every element (the buffer may hold garbage or NaN),
+ *   1 = add into the existing values exactly once.
+ * - GEMMs in mixed mode (pdt == FSDP_BF16) round their fp32 activation operands to bf16 (RNE, in a
+ *   scratch buffer) and multiply bf16 x bf16 with fp32 accumulation and fp32 output. In fp32 mode
+ *   everything is fp32.
+ * - Non-positive dims, NULL required pointers, out-of-range token ids -> FSDP_EINVAL with a message;
+ *   nothing is written on a validation failure. Scratch goes through fsdp_mem_alloc.
+ * - One caller thread at a time (calls are serialised internally by a mutex); parallelism is inside
+ *   each kernel (OpenMP and oneDNN's own threads).
+ */
+#ifndef FSDP_KERNELS_H
+#define FSDP_KERNELS_H
+
+#include "fsdp.h"
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------- runtime: oneDNN engine, paths */
+
+/* Creates the process-wide oneDNN CPU engine and stream. Idempotent; every GEMM calls it lazily, so
+ * calling it is optional (useful to fail early with a clear message). */
+fsdp_status fsdp_kernels_init(void);
+/* Frees the primitive cache, scratch buffers, stream and engine. Safe to call when not initialised;
+ * a later kernel call initialises again. */
+void fsdp_kernels_shutdown(void);
+
+/* How a GEMM with parameter dtype pdt runs. */
+typedef enum {
+    FSDP_GEMM_F32 = 0,     /* oneDNN f32 x f32 -> f32 */
+    FSDP_GEMM_BF16,        /* oneDNN bf16 x bf16 -> f32 (native or oneDNN-emulated on this ISA) */
+    FSDP_GEMM_BF16_VIA_F32 /* fallback: bf16 operands widened to f32 (exact), f32 GEMM; same math */
+} fsdp_gemm_path;
+
+/* The path GEMMs with parameter dtype pdt take on this machine (probes oneDNN once; may initialise). */
+fsdp_gemm_path fsdp_gemm_path_for(fsdp_dtype pdt);
+const char *fsdp_gemm_path_name(fsdp_gemm_path p); /* "f32", "bf16", "bf16-via-f32" */
+/* oneDNN's effective CPU ISA ("avx512_core_bf16", "avx2", ...). */
+const char *fsdp_kernels_isa_name(void);
+/* oneDNN implementation chosen for a representative GEMM of dtype pdt (e.g. "brg:avx512_core_bf16"),
+ * or "unavailable". Static string valid until fsdp_kernels_shutdown. */
+const char *fsdp_gemm_impl_name(fsdp_dtype pdt);
+/* Tests/benchmarks: force the bf16-via-f32 fallback (on = 1) or return to auto (on = 0).
+ * Clears the primitive cache. */
+fsdp_status fsdp_gemm_force_bf16_fallback(int on);
+
+/* Primitive cache counters since init (tests: a repeated shape must hit). */
+typedef struct {
+    size_t entries; /* primitives currently cached */
+    size_t hits, misses;
+} fsdp_gemm_cache_stats;
+void fsdp_gemm_get_cache_stats(fsdp_gemm_cache_stats *out);
+
+/* ---------------------------------------------------------------- GEMMs (linear layers) */
+
+/* out[M,N] = inp[M,K] · weight[N,K]^T (+ bias[N]).  out: float [M,N], overwritten.
+ * inp: float [M,K]; weight: pdt [N,K]; bias: pdt [N] or NULL. out must not overlap inp. */
+fsdp_status fsdp_matmul_forward(float *out, const float *inp, const void *weight, const void *bias,
+                                fsdp_dtype pdt, int M, int K, int N);
+
+/* Backward of fsdp_matmul_forward. Each output may be NULL (not computed) and has its own flag:
+ *   dinp[M,K]    (+)= dout[M,N] · weight[N,K]         float activation grad; dinp_acc 1 lets a
+ *                                                     residual branch add into an existing gradient
+ *   dweight[N,K] (+)= dout[M,N]^T · inp[M,K]          fp32 main_grad slice, dweight_acc = beta
+ *   dbias[N]     (+)= sum over rows of dout[M,N]      fp32 main_grad slice, dbias_acc
+ * dout: float [M,N]; inp: float [M,K] (needed when dweight != NULL); weight: pdt [N,K] (needed when
+ * dinp != NULL). In mixed mode dout is rounded to bf16 once and used by both GEMMs; dbias is summed
+ * from the fp32 dout in a fixed order (deterministic). */
+fsdp_status fsdp_matmul_backward(float *dinp, int dinp_acc, float *dweight, int dweight_acc, float *dbias,
+                                 int dbias_acc, const float *dout, const float *inp, const void *weight,
+                                 fsdp_dtype pdt, int M, int K, int N);
+
+/* ---------------------------------------------------------------- encoder (token + position embedding) */
+
+/* out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:].
+ * out: float [B,T,C]; tokens: int32 [B,T], each in [0, Vrows); wte: pdt [Vrows,C] (Vrows may be the
+ * padded vocab); wpe: pdt [maxT,C] with T <= maxT. */
+fsdp_status fsdp_encoder_forward(float *out, const int *tokens, const void *wte, const void *wpe,
+                                 fsdp_dtype pdt, int B, int T, int C, int Vrows, int maxT);
+/* dwte[Vrows,C] (+)= scatter-add of dout rows by token; dwpe[maxT,C] (+)= sum over b of dout[b,t,:].
+ * With *_acc == 0 every element is written: rows never hit (tokens not present, t >= T) are zeroed.
+ * Either gradient may be NULL. Deterministic (parallel over channels, fixed order over tokens). */
+fsdp_status fsdp_encoder_backward(float *dwte, int dwte_acc, float *dwpe, int dwpe_acc, const float *dout,
+                                  const int *tokens, int B, int T, int C, int Vrows, int maxT);
+
+/* ---------------------------------------------------------------- LayerNorm (eps 1e-5) */
+
+#define FSDP_LAYERNORM_EPS 1e-5f
+
+/* out[n,:] = (inp[n,:] - mean[n]) * rstd[n] * weight + bias, rstd = 1/sqrt(var + eps), var biased.
+ * out, inp: float [N,C]; mean, rstd: float [N] (saved for backward; may be NULL when not needed);
+ * weight, bias: pdt [C]. */
+fsdp_status fsdp_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const void *weight,
+                                   const void *bias, fsdp_dtype pdt, int N, int C);
+/* dinp[N,C] (+)= dL/dinp (dinp_acc: 1 adds, as into the residual stream); dweight[C], dbias[C]
+ * (+)= sums over rows (dparam_acc, fp32 main_grad slices). dinp, dweight, dbias may each be NULL.
+ * dout, inp: float [N,C]; mean, rstd: float [N] from the forward; weight: pdt [C]. */
+fsdp_status fsdp_layernorm_backward(float *dinp, int dinp_acc, float *dweight, float *dbias, int dparam_acc,
+                                    const float *dout, const float *inp, const void *weight, fsdp_dtype pdt,
+                                    const float *mean, const float *rstd, int N, int C);
+
+/* ---------------------------------------------------------------- GELU (tanh form, GPT-2) */
+
+/* out[i] = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). out may alias inp. n elements. */
+fsdp_status fsdp_gelu_forward(float *out, const float *inp, size_t n);
+/* dinp[i] = gelu'(inp[i]) * dout[i] (overwrite). dinp may alias dout (not inp). */
+fsdp_status fsdp_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n);
+
+/* ---------------------------------------------------------------- residual */
+
+/* out[i] = a[i] + b[i]; out may alias a or b. */
+fsdp_status fsdp_residual_forward(float *out, const float *a, const float *b, size_t n);
+/* da[i] (+)= dout[i] and db[i] (+)= dout[i] with one accumulate flag for both; either may be NULL;
+ * da/db may alias dout only when accumulate == 0. */
+fsdp_status fsdp_residual_backward(float *da, float *db, const float *dout, size_t n, int accumulate);
+
+/* ---------------------------------------------------------------- causal multi-head self-attention */
+
+/* qkv: float [B,T,3C], q|k|v each [B,T,C] with head h at channels [h*hs, (h+1)*hs), hs = C/NH
+ * (C % NH == 0). out: float [B,T,C] (overwritten). att: float [B,NH,T,T], softmax probabilities,
+ * saved for backward; entries with t2 > t are written 0. preatt: float [B,NH,T,T] scaled scores
+ * q·k/sqrt(hs) before softmax (t2 <= t; others 0), or NULL to skip. Softmax subtracts the row max. */
+fsdp_status fsdp_attention_forward(float *out, float *preatt, float *att, const float *qkv, int B, int T,
+                                   int C, int NH);
+/* dqkv: float [B,T,3C] (overwritten); dout: float [B,T,C]; qkv and att as saved by the forward.
+ * Scratch: 2*T floats per OpenMP thread (fsdp_mem_alloc, activation). */
+fsdp_status fsdp_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att, int B,
+                                    int T, int C, int NH);
+
+/* ---------------------------------------------------------------- softmax + cross-entropy (padded vocab) */
+
+/* Fused softmax + cross-entropy over logits float [N,Vp] where only the first V columns are real;
+ * padded columns [V,Vp) are ignored whatever they hold (even inf/NaN). targets: int32 [N] in [0,V).
+ *   losses[n] = -log softmax(logits[n,:V])[targets[n]]   (float [N], may be NULL)
+ *   *mean_loss = mean of losses (accumulated in double; may be NULL)
+ *   dlogits[n,j] = dloss * (softmax_j - [j == target]) for j < V, 0 for j >= V   (float [N,Vp], may be
+ *   NULL; may alias logits: each row is read completely before it is written)
+ * dloss is dL/dlosses[n]: pass 1.0f / N for L = mean loss (the usual), 1/(N*n_micro) to fold in
+ * micro-batch averaging. */
+fsdp_status fsdp_softmax_crossentropy(float *losses, float *mean_loss, float *dlogits, const float *logits,
+                                      const int *targets, int N, int V, int Vp, float dloss);
+
+/* probs[n,j] = softmax(logits[n,:V] / temperature)_j for j < V, 0 for j in [V,Vp). For sampling.
+ * probs: float [N,Vp] (may alias logits); temperature > 0. */
+fsdp_status fsdp_softmax_forward(float *probs, const float *logits, int N, int V, int Vp, float temperature);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FSDP_KERNELS_H */
