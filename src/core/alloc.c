@@ -1,0 +1,204 @@
+/* alloc.c — the tracked allocator: every big buffer in fsdp.c comes from here with a category, so the
+ * current and peak bytes of master weights, optimizer state, main_grad, ... are always known exactly
+ * (DESIGN.md section 5), and an optional timeline of (time, category, delta) feeds memory traces. */
+#include "core/core.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Every block is [header | user bytes], the header padded to FSDP_MEM_ALIGN so the user pointer keeps
+ * the block's 64-byte alignment. The header lets fsdp_mem_free work from the pointer alone. */
+#define FSDP_MEM_ALIGN  64
+#define MEM_MAGIC_LIVE  0x66736470u /* "fsdp" */
+#define MEM_MAGIC_FREED 0xdeadf5d0u
+
+typedef struct {
+    size_t bytes; /* bytes the caller asked for (what the accounting counts) */
+    uint32_t cat; /* fsdp_mem_cat */
+    uint32_t magic;
+} mem_header;
+_Static_assert(sizeof(mem_header) <= FSDP_MEM_ALIGN, "header must fit in one alignment unit");
+
+/* All accounting and the timeline sit behind one mutex: an allocation is far rarer than the work done
+ * on its buffer, and one lock makes every count (and the peak of the sum) exact under concurrency. */
+static pthread_mutex_t mem_lock = PTHREAD_MUTEX_INITIALIZER;
+static size_t mem_cur[FSDP_MEM_NCAT], mem_peak[FSDP_MEM_NCAT];
+static size_t mem_total_cur, mem_total_peak;
+
+/* Timeline: a growable array of events, recorded only while enabled. */
+static int tl_on;
+static double tl_t0;
+static fsdp_mem_event *tl_ev;
+static size_t tl_n, tl_cap;
+
+static const char *const cat_names[FSDP_MEM_NCAT] = {
+    "master", "optim", "grad_shard", "param_full", "main_grad", "activation", "comm", "other",
+};
+
+const char *fsdp_mem_cat_name(fsdp_mem_cat c) {
+    if ((unsigned)c >= FSDP_MEM_NCAT) return "unknown";
+    return cat_names[c];
+}
+
+fsdp_status fsdp_mem_cat_parse(const char *name, fsdp_mem_cat *out) {
+    if (name == NULL || out == NULL) return FSDP_ERR(FSDP_EINVAL, "name and out must not be NULL");
+    for (int c = 0; c < FSDP_MEM_NCAT; c++) {
+        if (strcmp(name, cat_names[c]) == 0) {
+            *out = (fsdp_mem_cat)c;
+            return FSDP_OK;
+        }
+    }
+    return FSDP_ERR(FSDP_EINVAL,
+                    "unknown memory category \"%s\"; use one of master, optim, grad_shard, param_full, "
+                    "main_grad, activation, comm, other",
+                    name);
+}
+
+/* Called with mem_lock held. A timeline that cannot grow drops the event rather than failing the
+ * allocation it describes; the loss shows up as timeline deltas not summing to the current bytes. */
+static void timeline_record_locked(fsdp_mem_cat cat, int64_t delta) {
+    if (!tl_on) return;
+    if (tl_n == tl_cap) {
+        size_t cap = tl_cap ? 2 * tl_cap : 1024;
+        fsdp_mem_event *ev = realloc(tl_ev, cap * sizeof *ev);
+        if (ev == NULL) return;
+        tl_ev = ev;
+        tl_cap = cap;
+    }
+    tl_ev[tl_n++] = (fsdp_mem_event){.t_s = fsdp_time_s() - tl_t0, .cat = cat, .delta = delta};
+}
+
+static fsdp_status mem_alloc_impl(void **out, size_t bytes, fsdp_mem_cat cat, int zero, const char *who) {
+    if (out == NULL) return fsdp_set_error_at(FSDP_EINVAL, who, "out must not be NULL");
+    *out = NULL;
+    if ((unsigned)cat >= FSDP_MEM_NCAT)
+        return fsdp_set_error_at(FSDP_EINVAL, who, "memory category %d is out of range [0, %d)", (int)cat,
+                                 FSDP_MEM_NCAT);
+    if (bytes == 0) return FSDP_OK;
+    /* Header plus bytes rounded up to the alignment (aligned_alloc wants a multiple of it). Requests
+     * this close to SIZE_MAX can never succeed; refuse them before the arithmetic wraps. */
+    if (bytes > (size_t)INT64_MAX - 2 * FSDP_MEM_ALIGN)
+        return fsdp_set_error_at(FSDP_ENOMEM, who,
+                                 "cannot allocate %zu bytes for category %s: the size overflows; this is "
+                                 "likely a negative or corrupted size computed by the caller",
+                                 bytes, cat_names[cat]);
+    size_t total = FSDP_MEM_ALIGN + ((bytes + FSDP_MEM_ALIGN - 1) / FSDP_MEM_ALIGN) * FSDP_MEM_ALIGN;
+    unsigned char *base = aligned_alloc(FSDP_MEM_ALIGN, total);
+    if (base == NULL) {
+        size_t cur = fsdp_mem_total_current();
+        return fsdp_set_error_at(FSDP_ENOMEM, who,
+                                 "cannot allocate %zu bytes (%.1f MiB) for category %s (%zu bytes already "
+                                 "held by fsdp); reduce the model, batch or sequence size, or use more ranks",
+                                 bytes, (double)bytes / (1024.0 * 1024.0), cat_names[cat], cur);
+    }
+    if (zero) memset(base + FSDP_MEM_ALIGN, 0, bytes);
+    mem_header *h = (mem_header *)base;
+    h->bytes = bytes;
+    h->cat = (uint32_t)cat;
+    h->magic = MEM_MAGIC_LIVE;
+
+    pthread_mutex_lock(&mem_lock);
+    mem_cur[cat] += bytes;
+    if (mem_cur[cat] > mem_peak[cat]) mem_peak[cat] = mem_cur[cat];
+    mem_total_cur += bytes;
+    if (mem_total_cur > mem_total_peak) mem_total_peak = mem_total_cur;
+    timeline_record_locked(cat, (int64_t)bytes);
+    pthread_mutex_unlock(&mem_lock);
+
+    *out = base + FSDP_MEM_ALIGN;
+    return FSDP_OK;
+}
+
+fsdp_status fsdp_mem_alloc(void **out, size_t bytes, fsdp_mem_cat cat) {
+    return mem_alloc_impl(out, bytes, cat, 0, __func__);
+}
+
+fsdp_status fsdp_mem_calloc(void **out, size_t bytes, fsdp_mem_cat cat) {
+    return mem_alloc_impl(out, bytes, cat, 1, __func__);
+}
+
+void fsdp_mem_free(void *p) {
+    if (p == NULL) return;
+    unsigned char *base = (unsigned char *)p - FSDP_MEM_ALIGN;
+    mem_header *h = (mem_header *)base;
+    /* A pointer not from fsdp_mem_alloc, or one freed twice, is a bug in the caller; carrying on would
+     * corrupt the accounting (and the heap), so stop with a message like the C library does. */
+    if (h->magic != MEM_MAGIC_LIVE) {
+        fprintf(stderr, "fsdp_mem_free: %p was not allocated by fsdp_mem_alloc or was already freed\n", p);
+        FSDP_INVARIANT(h->magic == MEM_MAGIC_LIVE);
+    }
+    FSDP_INVARIANT(h->cat < FSDP_MEM_NCAT);
+    size_t bytes = h->bytes;
+    fsdp_mem_cat cat = (fsdp_mem_cat)h->cat;
+    h->magic = MEM_MAGIC_FREED;
+#ifdef FSDP_DEBUG_CHECKS
+    /* 0xff bytes read as NaN in fp32 and bf16: a stale view shows up as NaN, not plausible numbers. */
+    memset(p, 0xff, bytes);
+#endif
+
+    pthread_mutex_lock(&mem_lock);
+    FSDP_INVARIANT(mem_cur[cat] >= bytes && mem_total_cur >= bytes);
+    mem_cur[cat] -= bytes;
+    mem_total_cur -= bytes;
+    timeline_record_locked(cat, -(int64_t)bytes);
+    pthread_mutex_unlock(&mem_lock);
+    free(base);
+}
+
+size_t fsdp_mem_current(fsdp_mem_cat c) {
+    if ((unsigned)c >= FSDP_MEM_NCAT) return 0;
+    pthread_mutex_lock(&mem_lock);
+    size_t v = mem_cur[c];
+    pthread_mutex_unlock(&mem_lock);
+    return v;
+}
+
+size_t fsdp_mem_peak(fsdp_mem_cat c) {
+    if ((unsigned)c >= FSDP_MEM_NCAT) return 0;
+    pthread_mutex_lock(&mem_lock);
+    size_t v = mem_peak[c];
+    pthread_mutex_unlock(&mem_lock);
+    return v;
+}
+
+size_t fsdp_mem_total_current(void) {
+    pthread_mutex_lock(&mem_lock);
+    size_t v = mem_total_cur;
+    pthread_mutex_unlock(&mem_lock);
+    return v;
+}
+
+size_t fsdp_mem_total_peak(void) {
+    pthread_mutex_lock(&mem_lock);
+    size_t v = mem_total_peak;
+    pthread_mutex_unlock(&mem_lock);
+    return v;
+}
+
+void fsdp_mem_reset_peaks(void) {
+    pthread_mutex_lock(&mem_lock);
+    for (int c = 0; c < FSDP_MEM_NCAT; c++)
+        mem_peak[c] = mem_cur[c];
+    mem_total_peak = mem_total_cur;
+    pthread_mutex_unlock(&mem_lock);
+}
+
+void fsdp_mem_timeline_enable(int on) {
+    pthread_mutex_lock(&mem_lock);
+    if (on) {
+        tl_n = 0;
+        tl_t0 = fsdp_time_s();
+    }
+    tl_on = on != 0;
+    pthread_mutex_unlock(&mem_lock);
+}
+
+size_t fsdp_mem_timeline(fsdp_mem_event *out, size_t cap) {
+    pthread_mutex_lock(&mem_lock);
+    size_t n = tl_n;
+    size_t k = n < cap ? n : cap;
+    if (out != NULL && k > 0) memcpy(out, tl_ev, k * sizeof *out);
+    pthread_mutex_unlock(&mem_lock);
+    return n;
+}

@@ -1,0 +1,308 @@
+/* test_alloc.c — the tracked allocator: exact per-category and total byte counts, peaks (total peak is
+ * the peak of the sum), reset, the timeline, alignment, zero-fill, ENOMEM with counts untouched, and
+ * exact totals after many threads allocate and free concurrently. */
+#include "core/core.h"
+#include "test_util.h"
+
+#include <pthread.h>
+#include <stdint.h>
+
+/* ASan aborts on impossible sizes by default; the allocator must see NULL and report ENOMEM. */
+const char *__asan_default_options(void);
+const char *__asan_default_options(void) { return "allocator_may_return_null=1"; }
+
+static void check_all_zero(void) {
+    for (int c = 0; c < FSDP_MEM_NCAT; c++)
+        CHECKF(fsdp_mem_current((fsdp_mem_cat)c) == 0, "cat %d", c);
+    CHECK(fsdp_mem_total_current() == 0);
+}
+
+static void test_names(void) {
+    const char *want[FSDP_MEM_NCAT] = {"master",    "optim",      "grad_shard", "param_full",
+                                       "main_grad", "activation", "comm",       "other"};
+    for (int c = 0; c < FSDP_MEM_NCAT; c++) {
+        CHECK(strcmp(fsdp_mem_cat_name((fsdp_mem_cat)c), want[c]) == 0);
+        fsdp_mem_cat back = FSDP_MEM_NCAT;
+        CHECK_OK(fsdp_mem_cat_parse(want[c], &back));
+        CHECK(back == (fsdp_mem_cat)c);
+    }
+    fsdp_mem_cat x;
+    CHECK_ERR(fsdp_mem_cat_parse("maingrad", &x), FSDP_EINVAL, "maingrad");
+    CHECK_ERR(fsdp_mem_cat_parse(NULL, &x), FSDP_EINVAL, NULL);
+    CHECK(strcmp(fsdp_mem_cat_name(FSDP_MEM_NCAT), "unknown") == 0);
+}
+
+static void test_accounting(void) {
+    check_all_zero();
+    fsdp_mem_reset_peaks();
+    CHECK(fsdp_mem_total_peak() == 0);
+
+    void *p0 = (void *)1;
+    CHECK_OK(fsdp_mem_alloc(&p0, 0, FSDP_MEM_MASTER));
+    CHECK(p0 == NULL);
+    check_all_zero();
+
+    /* Odd sizes so a rounded-up count would show. */
+    void *a = NULL, *b = NULL, *c = NULL, *d = NULL;
+    CHECK_OK(fsdp_mem_alloc(&a, 1000, FSDP_MEM_MASTER));
+    CHECK_OK(fsdp_mem_alloc(&b, 333, FSDP_MEM_MAIN_GRAD));
+    CHECK_OK(fsdp_mem_alloc(&c, 77, FSDP_MEM_MAIN_GRAD));
+    CHECK(a && b && c);
+    CHECK(fsdp_mem_current(FSDP_MEM_MASTER) == 1000);
+    CHECK(fsdp_mem_current(FSDP_MEM_MAIN_GRAD) == 410);
+    CHECK(fsdp_mem_current(FSDP_MEM_OPTIM) == 0);
+    CHECK(fsdp_mem_total_current() == 1410);
+    CHECK(fsdp_mem_peak(FSDP_MEM_MAIN_GRAD) == 410);
+    CHECK(fsdp_mem_total_peak() == 1410);
+    /* Buffers are usable end to end (ASan would catch an overrun). */
+    memset(a, 1, 1000);
+    memset(b, 2, 333);
+    memset(c, 3, 77);
+
+    fsdp_mem_free(b); /* main_grad 77, total 1077 */
+    CHECK(fsdp_mem_current(FSDP_MEM_MAIN_GRAD) == 77);
+    CHECK(fsdp_mem_peak(FSDP_MEM_MAIN_GRAD) == 410);
+    CHECK(fsdp_mem_total_current() == 1077);
+    CHECK(fsdp_mem_total_peak() == 1410);
+
+    /* Peak of the sum, not the sum of peaks: main_grad peaked at 410 while master was 1000; now free
+     * master and allocate 500 of activation: total 577, peak still 1410 (sum of peaks would be 1910). */
+    fsdp_mem_free(a);
+    CHECK_OK(fsdp_mem_alloc(&d, 500, FSDP_MEM_ACTIVATION));
+    CHECK(fsdp_mem_total_current() == 577);
+    CHECK(fsdp_mem_total_peak() == 1410);
+    CHECK(fsdp_mem_peak(FSDP_MEM_MASTER) == 1000);
+    CHECK(fsdp_mem_peak(FSDP_MEM_ACTIVATION) == 500);
+
+    fsdp_mem_reset_peaks();
+    CHECK(fsdp_mem_peak(FSDP_MEM_MASTER) == 0);
+    CHECK(fsdp_mem_peak(FSDP_MEM_MAIN_GRAD) == 77);
+    CHECK(fsdp_mem_peak(FSDP_MEM_ACTIVATION) == 500);
+    CHECK(fsdp_mem_total_peak() == 577);
+
+    fsdp_mem_free(c);
+    fsdp_mem_free(d);
+    fsdp_mem_free(NULL);
+    check_all_zero();
+    CHECK(fsdp_mem_total_peak() == 577);
+    fsdp_mem_reset_peaks();
+    CHECK(fsdp_mem_total_peak() == 0);
+}
+
+static void test_alignment_and_calloc(void) {
+    for (size_t n = 1; n <= 300; n += 13) {
+        void *p = NULL;
+        CHECK_OK(fsdp_mem_alloc(&p, n, FSDP_MEM_OTHER));
+        CHECKF(((uintptr_t)p % 64) == 0, "alloc(%zu) gave %p", n, p);
+        fsdp_mem_free(p);
+    }
+    /* calloc: fill-free-reuse a few times so a non-zeroing calloc would very likely see old bytes. */
+    for (int rep = 0; rep < 4; rep++) {
+        unsigned char *p = NULL;
+        CHECK_OK(fsdp_mem_alloc((void **)&p, 4099, FSDP_MEM_COMM));
+        memset(p, 0xab, 4099);
+        fsdp_mem_free(p);
+        unsigned char *q = NULL;
+        CHECK_OK(fsdp_mem_calloc((void **)&q, 4099, FSDP_MEM_COMM));
+        CHECK(((uintptr_t)q % 64) == 0);
+        CHECK(fsdp_mem_current(FSDP_MEM_COMM) == 4099);
+        size_t nonzero = 0;
+        for (size_t i = 0; i < 4099; i++)
+            nonzero += q[i] != 0;
+        CHECK(nonzero == 0);
+        fsdp_mem_free(q);
+    }
+    check_all_zero();
+}
+
+static void test_enomem(void) {
+    void *keep = NULL;
+    CHECK_OK(fsdp_mem_alloc(&keep, 123, FSDP_MEM_OPTIM));
+    fsdp_mem_reset_peaks();
+    void *p = (void *)1;
+    /* 1 EiB: larger than any address space here, so the system allocator must refuse it. */
+    CHECK_ERR(fsdp_mem_alloc(&p, (size_t)1 << 60, FSDP_MEM_MAIN_GRAD), FSDP_ENOMEM, "main_grad");
+    CHECK(strstr(fsdp_last_error(), "1152921504606846976") != NULL);
+    CHECK(p == NULL);
+    /* Sizes that would wrap the header arithmetic. */
+    p = (void *)1;
+    CHECK_ERR(fsdp_mem_alloc(&p, SIZE_MAX, FSDP_MEM_PARAM_FULL), FSDP_ENOMEM, "param_full");
+    CHECK(p == NULL);
+    p = (void *)1;
+    CHECK_ERR(fsdp_mem_calloc(&p, SIZE_MAX - 10, FSDP_MEM_ACTIVATION), FSDP_ENOMEM, "activation");
+    CHECK(p == NULL);
+    CHECK(fsdp_mem_current(FSDP_MEM_MAIN_GRAD) == 0 && fsdp_mem_peak(FSDP_MEM_MAIN_GRAD) == 0);
+    CHECK(fsdp_mem_current(FSDP_MEM_PARAM_FULL) == 0 && fsdp_mem_peak(FSDP_MEM_PARAM_FULL) == 0);
+    CHECK(fsdp_mem_total_current() == 123 && fsdp_mem_total_peak() == 123);
+    /* Bad category and NULL out. */
+    CHECK_ERR(fsdp_mem_alloc(&p, 8, FSDP_MEM_NCAT), FSDP_EINVAL, "category");
+    CHECK_ERR(fsdp_mem_alloc(NULL, 8, FSDP_MEM_OTHER), FSDP_EINVAL, NULL);
+    CHECK(fsdp_mem_total_current() == 123);
+    fsdp_mem_free(keep);
+    check_all_zero();
+}
+
+static void test_timeline(void) {
+    void *pre = NULL; /* allocated before enable: its free shows up as a negative delta */
+    CHECK_OK(fsdp_mem_alloc(&pre, 40, FSDP_MEM_OTHER));
+    fsdp_mem_timeline_enable(1);
+    CHECK(fsdp_mem_timeline(NULL, 0) == 0);
+    void *a = NULL, *b = NULL;
+    CHECK_OK(fsdp_mem_alloc(&a, 100, FSDP_MEM_MASTER));
+    CHECK_OK(fsdp_mem_calloc(&b, 28, FSDP_MEM_GRAD_SHARD));
+    fsdp_mem_free(a);
+    fsdp_mem_free(pre);
+    void *z = NULL;
+    CHECK_OK(fsdp_mem_alloc(&z, 0, FSDP_MEM_OTHER)); /* no event for zero bytes */
+
+    fsdp_mem_event ev[8];
+    size_t n = fsdp_mem_timeline(ev, 8);
+    CHECK(n == 4);
+    if (n == 4) {
+        CHECK(ev[0].cat == FSDP_MEM_MASTER && ev[0].delta == 100);
+        CHECK(ev[1].cat == FSDP_MEM_GRAD_SHARD && ev[1].delta == 28);
+        CHECK(ev[2].cat == FSDP_MEM_MASTER && ev[2].delta == -100);
+        CHECK(ev[3].cat == FSDP_MEM_OTHER && ev[3].delta == -40);
+        for (size_t i = 0; i < n; i++)
+            CHECK(ev[i].t_s >= 0.0 && ev[i].t_s < 60.0);
+        for (size_t i = 1; i < n; i++)
+            CHECK(ev[i].t_s >= ev[i - 1].t_s);
+        /* Deltas since enable + what was live at enable (40) == current. */
+        int64_t sum = 40;
+        for (size_t i = 0; i < n; i++)
+            sum += ev[i].delta;
+        CHECK(sum == (int64_t)fsdp_mem_total_current());
+    }
+    /* cap smaller than the count: copies cap, returns the count. */
+    fsdp_mem_event one[1] = {{0}};
+    CHECK(fsdp_mem_timeline(one, 1) == 4 && one[0].delta == 100);
+
+    /* Disabled: nothing recorded, old events kept. */
+    fsdp_mem_timeline_enable(0);
+    void *c = NULL;
+    CHECK_OK(fsdp_mem_alloc(&c, 5, FSDP_MEM_OTHER));
+    fsdp_mem_free(c);
+    CHECK(fsdp_mem_timeline(NULL, 0) == 4);
+
+    /* Re-enable clears; many events force the array to grow. */
+    fsdp_mem_timeline_enable(1);
+    CHECK(fsdp_mem_timeline(NULL, 0) == 0);
+    enum { K = 3000 };
+    for (int i = 0; i < K; i++) {
+        void *t = NULL;
+        CHECK_OK(fsdp_mem_alloc(&t, (size_t)i + 1, (fsdp_mem_cat)(i % FSDP_MEM_NCAT)));
+        fsdp_mem_free(t);
+    }
+    size_t m = fsdp_mem_timeline(NULL, 0);
+    CHECK(m == 2 * K);
+    fsdp_mem_event *all = malloc(m * sizeof *all);
+    CHECK(all != NULL);
+    if (all && m == 2 * K) {
+        CHECK(fsdp_mem_timeline(all, m) == m);
+        int ok = 1;
+        for (int i = 0; i < K; i++) {
+            ok &= all[2 * i].delta == i + 1 && all[2 * i + 1].delta == -(i + 1);
+            ok &= all[2 * i].cat == (fsdp_mem_cat)(i % FSDP_MEM_NCAT) && all[2 * i + 1].cat == all[2 * i].cat;
+        }
+        CHECK(ok);
+    }
+    free(all);
+    fsdp_mem_timeline_enable(0);
+    fsdp_mem_free(b);
+    check_all_zero();
+}
+
+/* Threads: each allocates a known pattern of sizes in every category, holds them, frees half, and
+ * leaves the rest for the main thread to check exactly, then free. */
+enum { NTHREADS = 8, PER_THREAD = 400 };
+typedef struct {
+    int id;
+    void *held[PER_THREAD];
+    int fail;
+} thread_arg;
+
+static size_t thread_size(int id, int i) { return (size_t)(id * 1000 + i * 7 + 1); }
+
+static void *thread_main(void *p) {
+    thread_arg *a = p;
+    for (int i = 0; i < PER_THREAD; i++) {
+        if (fsdp_mem_alloc(&a->held[i], thread_size(a->id, i), (fsdp_mem_cat)(i % FSDP_MEM_NCAT)) != FSDP_OK)
+            a->fail++;
+        else
+            memset(a->held[i], a->id, thread_size(a->id, i));
+    }
+    for (int i = 0; i < PER_THREAD; i += 2) {
+        fsdp_mem_free(a->held[i]);
+        a->held[i] = NULL;
+    }
+    return NULL;
+}
+
+static void test_threads(void) {
+    fsdp_mem_reset_peaks();
+    fsdp_mem_timeline_enable(1);
+    thread_arg args[NTHREADS];
+    pthread_t th[NTHREADS];
+    for (int t = 0; t < NTHREADS; t++) {
+        memset(&args[t], 0, sizeof args[t]);
+        args[t].id = t;
+        CHECK(pthread_create(&th[t], NULL, thread_main, &args[t]) == 0);
+    }
+    for (int t = 0; t < NTHREADS; t++)
+        pthread_join(th[t], NULL);
+
+    size_t want_cat[FSDP_MEM_NCAT] = {0}, want_total = 0, all_total = 0;
+    for (int t = 0; t < NTHREADS; t++) {
+        CHECK(args[t].fail == 0);
+        for (int i = 0; i < PER_THREAD; i++) {
+            all_total += thread_size(t, i);
+            if (i % 2 == 1) {
+                want_cat[i % FSDP_MEM_NCAT] += thread_size(t, i);
+                want_total += thread_size(t, i);
+            }
+        }
+    }
+    for (int c = 0; c < FSDP_MEM_NCAT; c++)
+        CHECKF(fsdp_mem_current((fsdp_mem_cat)c) == want_cat[c], "cat %d: %zu vs %zu", c,
+               fsdp_mem_current((fsdp_mem_cat)c), want_cat[c]);
+    CHECK(fsdp_mem_total_current() == want_total);
+    /* The peak lies between what is held now and everything ever allocated in this phase. */
+    CHECK(fsdp_mem_total_peak() >= want_total && fsdp_mem_total_peak() <= all_total);
+    size_t n = fsdp_mem_timeline(NULL, 0);
+    CHECK(n == (size_t)NTHREADS * (PER_THREAD + PER_THREAD / 2));
+    fsdp_mem_event *ev = malloc(n * sizeof *ev);
+    if (ev) {
+        fsdp_mem_timeline(ev, n);
+        int64_t sum = 0;
+        int64_t run = 0, run_peak = 0;
+        for (size_t i = 0; i < n; i++) {
+            sum += ev[i].delta;
+            run += ev[i].delta;
+            if (run > run_peak) run_peak = run;
+        }
+        CHECK(sum == (int64_t)want_total);
+        /* Events are recorded in the same critical section as the counts: replaying them gives the peak. */
+        CHECK(run_peak == (int64_t)fsdp_mem_total_peak());
+    }
+    free(ev);
+    fsdp_mem_timeline_enable(0);
+    for (int t = 0; t < NTHREADS; t++)
+        for (int i = 1; i < PER_THREAD; i += 2) {
+            const unsigned char *q = args[t].held[i];
+            CHECK(q[0] == (unsigned char)t && q[thread_size(t, i) - 1] == (unsigned char)t);
+            fsdp_mem_free(args[t].held[i]);
+        }
+    check_all_zero();
+}
+
+int main(void) {
+    test_names();
+    test_accounting();
+    test_alignment_and_calloc();
+    test_enomem();
+    test_timeline();
+    test_threads();
+    double t0 = fsdp_time_s(), t1 = fsdp_time_s();
+    CHECK(t0 > 0.0 && t1 >= t0);
+    return TEST_MAIN_END();
+}
