@@ -1,0 +1,417 @@
+/* data.c — token files in llm.c's layout (read, validate, write), the byte-level tokenizer behind
+ * `fsdp-train prepare`, and the loader that hands each rank its disjoint part of every global batch.
+ * Token files are read with pread per micro-batch: nothing is mapped or loaded whole. */
+#include "train/data.h"
+
+#include "core/core.h"
+#include "train/io.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "token and checkpoint files are little-endian; this build assumes a little-endian host"
+#endif
+
+/* ---------------------------------------------------------------- token files */
+
+/* Converts n raw uint16 tokens to int32, checking ids; first_index is the token index of raw[0]. */
+static fsdp_status check_convert(const fsdp_token_file *tf, const uint16_t *raw, size_t n,
+                                 uint64_t first_index, int32_t *out) {
+    for (size_t i = 0; i < n; i++) {
+        if (raw[i] >= tf->vocab)
+            return fsdp_set_error(FSDP_EFORMAT,
+                                  "%s: token %llu has id %u, not below the vocabulary size %d (--vocab): the "
+                                  "file was made for a larger vocabulary, or is corrupt",
+                                  tf->path, (unsigned long long)(first_index + i), raw[i], tf->vocab);
+        if (out) out[i] = raw[i];
+    }
+    return FSDP_OK;
+}
+
+fsdp_status fsdp_tokens_open(fsdp_token_file *tf, const char *path, int vocab) {
+    memset(tf, 0, sizeof *tf);
+    tf->fd = -1;
+    if (vocab <= 0 || vocab > 65536)
+        return FSDP_ERR(FSDP_EINVAL, "vocabulary size %d for %s is outside 1..65536 (uint16 tokens)", vocab,
+                        path);
+    tf->path = fsdp_strdupf("%s", path);
+    if (!tf->path) return FSDP_ERR(FSDP_ENOMEM, "no memory for a path");
+    tf->vocab = vocab;
+    fsdp_status s;
+    tf->fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (tf->fd < 0) {
+        s = fsdp_set_error(FSDP_EIO, "cannot open token file %s: %s%s", path, strerror(errno),
+                           errno == ENOENT ? " (run `fsdp-train prepare` or tools/setup.sh first, or "
+                                             "pass --data DIR)"
+                                           : "");
+        goto fail;
+    }
+    struct stat st;
+    if (fstat(tf->fd, &st) != 0) {
+        s = fsdp_set_error(FSDP_EIO, "cannot stat %s: %s", path, strerror(errno));
+        goto fail;
+    }
+    uint64_t size = (uint64_t)st.st_size;
+    if (size < FSDP_TOKENS_HEADER_BYTES) {
+        s = fsdp_set_error(FSDP_EFORMAT, "%s is %llu bytes, shorter than the %d-byte token file header", path,
+                           (unsigned long long)size, FSDP_TOKENS_HEADER_BYTES);
+        goto fail;
+    }
+    int32_t hdr[FSDP_TOKENS_HEADER_INTS];
+    s = fsdp_io_pread_all(tf->fd, hdr, sizeof hdr, 0, path);
+    if (s != FSDP_OK) goto fail;
+    if (hdr[0] != FSDP_TOKENS_MAGIC) {
+        s = fsdp_set_error(FSDP_EFORMAT, "%s: bad magic %d (want %d): not a token file", path, hdr[0],
+                           FSDP_TOKENS_MAGIC);
+        goto fail;
+    }
+    if (hdr[1] != FSDP_TOKENS_VERSION) {
+        s = fsdp_set_error(FSDP_EFORMAT,
+                           "%s: token file version %d is not supported (want %d: uint16 tokens)%s", path,
+                           hdr[1], FSDP_TOKENS_VERSION,
+                           hdr[1] == 2 ? "; version 2 (uint32 tokens, llm.c's Llama 3 files) is not" : "");
+        goto fail;
+    }
+    if (hdr[2] < 0) {
+        s = fsdp_set_error(FSDP_EFORMAT, "%s: negative token count %d in the header", path, hdr[2]);
+        goto fail;
+    }
+    tf->ntok = (uint64_t)hdr[2];
+    uint64_t want = FSDP_TOKENS_HEADER_BYTES + 2 * tf->ntok;
+    if (size != want) {
+        s = fsdp_set_error(FSDP_EFORMAT,
+                           "%s: header says %llu tokens (%llu bytes of file) but the file has %llu bytes: "
+                           "truncated or corrupt; prepare it again",
+                           path, (unsigned long long)tf->ntok, (unsigned long long)want,
+                           (unsigned long long)size);
+        goto fail;
+    }
+    if (tf->ntok <= FSDP_TOKENS_FULL_CHECK_MAX) {
+        uint16_t raw[4096];
+        for (uint64_t p = 0; p < tf->ntok; p += 4096) {
+            size_t n = (size_t)(tf->ntok - p < 4096 ? tf->ntok - p : 4096);
+            s = fsdp_io_pread_all(tf->fd, raw, 2 * n, FSDP_TOKENS_HEADER_BYTES + 2 * p, path);
+            if (s != FSDP_OK) goto fail;
+            s = check_convert(tf, raw, n, p, NULL);
+            if (s != FSDP_OK) goto fail;
+        }
+    }
+    return FSDP_OK;
+fail:
+    fsdp_tokens_close(tf);
+    return s;
+}
+
+fsdp_status fsdp_tokens_read(const fsdp_token_file *tf, uint64_t pos, size_t n, int32_t *out) {
+    if (pos > tf->ntok || n > tf->ntok - pos)
+        return FSDP_ERR(FSDP_EINVAL, "%s: tokens [%llu, %llu) are past its end (%llu tokens)", tf->path,
+                        (unsigned long long)pos, (unsigned long long)(pos + n), (unsigned long long)tf->ntok);
+    uint16_t raw[4096];
+    for (size_t i = 0; i < n; i += 4096) {
+        size_t k = n - i < 4096 ? n - i : 4096;
+        FSDP_TRY(fsdp_io_pread_all(tf->fd, raw, 2 * k, FSDP_TOKENS_HEADER_BYTES + 2 * (pos + i), tf->path));
+        FSDP_TRY(check_convert(tf, raw, k, pos + i, out + i));
+    }
+    return FSDP_OK;
+}
+
+void fsdp_tokens_close(fsdp_token_file *tf) {
+    if (tf->fd >= 0) close(tf->fd);
+    tf->fd = -1;
+    free(tf->path);
+    tf->path = NULL;
+}
+
+fsdp_status fsdp_tokens_write(const char *path, const uint16_t *tokens, size_t n) {
+    if (n > INT32_MAX)
+        return FSDP_ERR(FSDP_EINVAL, "%s: %zu tokens do not fit the header's int32 count", path, n);
+    size_t bytes = FSDP_TOKENS_HEADER_BYTES + 2 * n;
+    char *buf = NULL;
+    FSDP_TRY(fsdp_mem_alloc((void **)&buf, bytes, FSDP_MEM_OTHER));
+    int32_t hdr[FSDP_TOKENS_HEADER_INTS] = {FSDP_TOKENS_MAGIC, FSDP_TOKENS_VERSION, (int32_t)n};
+    memcpy(buf, hdr, sizeof hdr);
+    if (n) memcpy(buf + sizeof hdr, tokens, 2 * n);
+    fsdp_status s = fsdp_io_write_file_atomic(path, buf, bytes);
+    fsdp_mem_free(buf);
+    return s;
+}
+
+/* ---------------------------------------------------------------- prepare */
+
+/* Calls fn for every document of text[0..n): with sep, documents are the runs of lines between
+ * lines equal to sep (a trailing '\r' ignored); empty documents are skipped. */
+typedef void (*doc_fn)(void *ctx, const char *p, size_t n);
+static void for_each_doc(const char *text, size_t n, const char *sep, doc_fn fn, void *ctx) {
+    if (!sep) {
+        if (n) fn(ctx, text, n);
+        return;
+    }
+    size_t seplen = strlen(sep), doc = 0, i = 0;
+    while (i < n) {
+        const char *nl = memchr(text + i, '\n', n - i);
+        size_t end = nl ? (size_t)(nl - text) : n; /* line is [i, end) */
+        size_t len = end - i;
+        if (len > 0 && text[end - 1] == '\r') len--;
+        if (len == seplen && memcmp(text + i, sep, seplen) == 0) {
+            if (i > doc) fn(ctx, text + doc, i - doc);
+            doc = nl ? end + 1 : n;
+        }
+        i = nl ? end + 1 : n;
+    }
+    if (n > doc) fn(ctx, text + doc, n - doc);
+}
+
+typedef struct {
+    /* pass 1 */
+    uint64_t n_docs, n_tokens;
+    /* pass 2 */
+    double f;
+    uint64_t doc_i, total_docs, single_split; /* single_split: token split index for one document */
+    uint16_t *train, *val;
+    uint64_t nt, nv;
+} prep_ctx;
+
+static void count_doc(void *c, const char *p, size_t n) {
+    prep_ctx *x = c;
+    x->n_docs++;
+    x->n_tokens += 1 + n;
+}
+
+/* Document i goes to val when floor((i+1) f) > floor(i f): an exact share f, spread evenly. */
+static void emit_doc(void *c, const char *p, size_t n) {
+    prep_ctx *x = c;
+    uint64_t i = x->doc_i++;
+    if (x->total_docs == 1) {
+        for (size_t k = 0; k <= n; k++) {
+            uint16_t t = k == 0 ? FSDP_TOKEN_EOT : (uint8_t)p[k - 1];
+            if (k < x->single_split)
+                x->train[x->nt++] = t;
+            else
+                x->val[x->nv++] = t;
+        }
+        return;
+    }
+    int to_val = floor((double)(i + 1) * x->f) > floor((double)i * x->f);
+    uint16_t *dst = to_val ? x->val + x->nv : x->train + x->nt;
+    dst[0] = FSDP_TOKEN_EOT;
+    for (size_t k = 0; k < n; k++)
+        dst[1 + k] = (uint8_t)p[k];
+    if (to_val)
+        x->nv += 1 + n;
+    else
+        x->nt += 1 + n;
+}
+
+fsdp_status fsdp_prepare(const fsdp_prepare_args *a, fsdp_prepare_stats *stats) {
+    if (a->n_texts <= 0) return fsdp_set_error(FSDP_EINVAL, "prepare: no input given: pass --text FILE...");
+    if (!(a->val_fraction >= 0.0 && a->val_fraction < 1.0))
+        return fsdp_set_error(FSDP_EINVAL, "prepare: --val-fraction %g is outside [0, 1)", a->val_fraction);
+    if (!a->out_dir) return fsdp_set_error(FSDP_EINVAL, "prepare: no output folder: pass --out DIR");
+    fsdp_status s = FSDP_OK;
+    char **texts = calloc((size_t)a->n_texts, sizeof *texts);
+    size_t *lens = calloc((size_t)a->n_texts, sizeof *lens);
+    char *train_path = NULL, *val_path = NULL, *meta_path = NULL, *meta = NULL;
+    cJSON *j = NULL;
+    prep_ctx x = {0};
+    if (!texts || !lens) {
+        s = FSDP_ERR(FSDP_ENOMEM, "no memory for %d file entries", a->n_texts);
+        goto done;
+    }
+    for (int i = 0; i < a->n_texts; i++) {
+        s = fsdp_io_read_file(a->texts[i], &texts[i], &lens[i]);
+        if (s != FSDP_OK) goto done;
+        for_each_doc(texts[i], lens[i], a->doc_sep, count_doc, &x);
+    }
+    if (x.n_tokens == 0) {
+        s = fsdp_set_error(FSDP_EINVAL, "prepare: the input files hold no text");
+        goto done;
+    }
+    x.f = a->val_fraction;
+    x.total_docs = x.n_docs;
+    if (x.n_docs == 1) x.single_split = x.n_tokens - (uint64_t)llround((double)x.n_tokens * x.f);
+    s = fsdp_mem_alloc((void **)&x.train, 2 * x.n_tokens, FSDP_MEM_OTHER);
+    if (s != FSDP_OK) goto done;
+    s = fsdp_mem_alloc((void **)&x.val, 2 * x.n_tokens, FSDP_MEM_OTHER);
+    if (s != FSDP_OK) goto done;
+    for (int i = 0; i < a->n_texts; i++)
+        for_each_doc(texts[i], lens[i], a->doc_sep, emit_doc, &x);
+    if (x.nt == 0) {
+        s = fsdp_set_error(FSDP_EINVAL, "prepare: --val-fraction %g leaves no training tokens", x.f);
+        goto done;
+    }
+    s = fsdp_mkdirs(a->out_dir);
+    if (s != FSDP_OK) goto done;
+    train_path = fsdp_strdupf("%s/train.bin", a->out_dir);
+    val_path = fsdp_strdupf("%s/val.bin", a->out_dir);
+    meta_path = fsdp_strdupf("%s/meta.json", a->out_dir);
+    if (!train_path || !val_path || !meta_path) {
+        s = FSDP_ERR(FSDP_ENOMEM, "no memory for paths");
+        goto done;
+    }
+    s = fsdp_tokens_write(train_path, x.train, x.nt);
+    if (s != FSDP_OK) goto done;
+    s = fsdp_tokens_write(val_path, x.val, x.nv);
+    if (s != FSDP_OK) goto done;
+    j = cJSON_CreateObject();
+    if (!j) {
+        s = FSDP_ERR(FSDP_ENOMEM, "no memory for meta.json");
+        goto done;
+    }
+    cJSON_AddStringToObject(j, "tokenizer", "bytes");
+    cJSON_AddNumberToObject(j, "vocab", FSDP_BYTE_VOCAB);
+    cJSON_AddNumberToObject(j, "eot", FSDP_TOKEN_EOT);
+    cJSON_AddNumberToObject(j, "documents", (double)x.n_docs);
+    cJSON_AddNumberToObject(j, "train_tokens", (double)x.nt);
+    cJSON_AddNumberToObject(j, "val_tokens", (double)x.nv);
+    cJSON_AddNumberToObject(j, "val_fraction", x.f);
+    cJSON *src = cJSON_AddArrayToObject(j, "sources");
+    for (int i = 0; src && i < a->n_texts; i++)
+        cJSON_AddItemToArray(src, cJSON_CreateString(a->texts[i]));
+    meta = cJSON_Print(j);
+    if (!meta) {
+        s = FSDP_ERR(FSDP_ENOMEM, "no memory for meta.json");
+        goto done;
+    }
+    s = fsdp_io_write_file_atomic(meta_path, meta, strlen(meta));
+    if (s != FSDP_OK) goto done;
+    if (stats) {
+        stats->n_docs = x.n_docs;
+        stats->n_train = x.nt;
+        stats->n_val = x.nv;
+    }
+done:
+    free(meta);
+    cJSON_Delete(j);
+    free(meta_path);
+    free(val_path);
+    free(train_path);
+    fsdp_mem_free(x.val);
+    fsdp_mem_free(x.train);
+    for (int i = 0; texts && i < a->n_texts; i++)
+        fsdp_mem_free(texts[i]);
+    free(lens);
+    free(texts);
+    return s;
+}
+
+fsdp_status fsdp_data_meta_vocab(const char *dir, int *vocab) {
+    *vocab = 0;
+    char *path = fsdp_strdupf("%s/meta.json", dir);
+    if (!path) return FSDP_ERR(FSDP_ENOMEM, "no memory for a path");
+    if (access(path, F_OK) != 0) {
+        free(path);
+        return FSDP_OK;
+    }
+    char *text = NULL;
+    size_t len;
+    fsdp_status s = fsdp_io_read_file(path, &text, &len);
+    if (s == FSDP_OK) {
+        cJSON *j = cJSON_ParseWithLength(text, len);
+        cJSON *v = j ? cJSON_GetObjectItemCaseSensitive(j, "vocab") : NULL;
+        if (!cJSON_IsNumber(v) || v->valuedouble < 1 || v->valuedouble > 65536)
+            s = fsdp_set_error(FSDP_EFORMAT, "%s: no valid \"vocab\" number (1..65536)", path);
+        else
+            *vocab = v->valueint;
+        cJSON_Delete(j);
+    }
+    fsdp_mem_free(text);
+    free(path);
+    return s;
+}
+
+/* ---------------------------------------------------------------- loader */
+
+fsdp_status fsdp_loader_init(fsdp_loader *L, const char *path, int vocab, int batch, int T, int micro,
+                             int rank, int world) {
+    memset(L, 0, sizeof *L);
+    L->file.fd = -1;
+    if (batch <= 0 || T <= 0 || micro <= 0 || world <= 0 || rank < 0 || rank >= world)
+        return FSDP_ERR(FSDP_EINVAL,
+                        "bad loader shape: --batch %d, --seq-len %d, --micro-batches %d, rank %d of %d",
+                        batch, T, micro, rank, world);
+    if (batch % (micro * world) != 0)
+        return fsdp_set_error(FSDP_EINVAL,
+                              "--batch %d is not divisible by --micro-batches %d x world size %d = %d: every "
+                              "rank needs the same whole number of sequences per micro-batch",
+                              batch, micro, world, micro * world);
+    FSDP_TRY(fsdp_tokens_open(&L->file, path, vocab));
+    L->batch = batch;
+    L->T = T;
+    L->micro = micro;
+    L->rank = rank;
+    L->world = world;
+    L->b = batch / (micro * world);
+    fsdp_status s;
+    uint64_t need = (uint64_t)batch * (uint64_t)T + 1;
+    if (L->file.ntok < need) {
+        s = fsdp_set_error(FSDP_EFORMAT,
+                           "%s holds %llu tokens, fewer than one global batch needs (--batch %d x --seq-len "
+                           "%d + 1 = %llu): use more data or a smaller batch",
+                           path, (unsigned long long)L->file.ntok, batch, T, (unsigned long long)need);
+        goto fail;
+    }
+    s = fsdp_mem_alloc((void **)&L->buf, sizeof(int32_t) * ((size_t)L->b * (size_t)T + 1), FSDP_MEM_OTHER);
+    if (s != FSDP_OK) goto fail;
+    return FSDP_OK;
+fail:
+    fsdp_tokens_close(&L->file);
+    return s;
+}
+
+void fsdp_loader_free(fsdp_loader *L) {
+    fsdp_mem_free(L->buf);
+    L->buf = NULL;
+    fsdp_tokens_close(&L->file);
+}
+
+fsdp_status fsdp_loader_micro(fsdp_loader *L, int m, int32_t *inputs, int32_t *targets) {
+    if (m < 0 || m >= L->micro)
+        return FSDP_ERR(FSDP_EINVAL, "micro-batch %d is outside 0..%d", m, L->micro - 1);
+    size_t T = (size_t)L->T, b = (size_t)L->b;
+    uint64_t s0 = (uint64_t)m * (uint64_t)(L->batch / L->micro) + (uint64_t)L->rank * b;
+    FSDP_TRY(fsdp_tokens_read(&L->file, L->pos + s0 * T, b * T + 1, L->buf));
+    for (size_t i = 0; i < b; i++)
+        for (size_t t = 0; t < T; t++) {
+            inputs[i * T + t] = L->buf[i * T + t];
+            targets[i * T + t] = L->buf[i * T + t + 1];
+        }
+    return FSDP_OK;
+}
+
+void fsdp_loader_advance(fsdp_loader *L) {
+    uint64_t step = (uint64_t)L->batch * (uint64_t)L->T;
+    L->pos += step;
+    if (L->pos + step + 1 > L->file.ntok) {
+        L->pos = 0;
+        L->epoch++;
+    }
+}
+
+fsdp_loader_state fsdp_loader_get_state(const fsdp_loader *L) {
+    fsdp_loader_state s = {L->pos, L->epoch};
+    return s;
+}
+
+fsdp_status fsdp_loader_set_state(fsdp_loader *L, fsdp_loader_state st) {
+    uint64_t step = (uint64_t)L->batch * (uint64_t)L->T;
+    if (st.pos % step != 0 || st.pos + step + 1 > L->file.ntok)
+        return fsdp_set_error(FSDP_EINVAL,
+                              "data position %llu is not a batch start in %s (%llu tokens, %llu per batch): "
+                              "the checkpoint was made with other data, --batch or --seq-len",
+                              (unsigned long long)st.pos, L->file.path, (unsigned long long)L->file.ntok,
+                              (unsigned long long)step);
+    L->pos = st.pos;
+    L->epoch = st.epoch;
+    return FSDP_OK;
+}
+
+uint64_t fsdp_loader_num_batches(const fsdp_loader *L) {
+    return (L->file.ntok - 1) / ((uint64_t)L->batch * (uint64_t)L->T);
+}

@@ -1,0 +1,269 @@
+/* test_data.c — token files (round trip, every malformed-file error), `prepare` on a small text, and
+ * the loader: disjoint, complete rank/micro-batch slices of each global batch for world sizes 1..4,
+ * wrap-around, and save/restore of its position. Expectations are derived from the token index. */
+#include "test_util.h"
+
+#include "fsdp.h"
+#include "train/data.h"
+#include "train/io.h"
+
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static char dir[512];
+
+static char *path_in(const char *name) { return fsdp_strdupf("%s/%s", dir, name); }
+
+static void write_raw(const char *path, const int32_t *hdr, const uint16_t *tok, size_t n, size_t extra) {
+    FILE *f = fopen(path, "wb");
+    fwrite(hdr, 4, 256, f);
+    if (n) fwrite(tok, 2, n, f);
+    for (size_t i = 0; i < extra; i++)
+        fputc(0, f);
+    fclose(f);
+}
+
+static void test_round_trip(void) {
+    enum { N = 10000 };
+    static uint16_t tok[N];
+    for (int i = 0; i < N; i++)
+        tok[i] = (uint16_t)((i * 7919) % FSDP_GPT2_VOCAB);
+    char *p = path_in("rt.bin");
+    CHECK_OK(fsdp_tokens_write(p, tok, N));
+    fsdp_token_file tf;
+    CHECK_OK(fsdp_tokens_open(&tf, p, FSDP_GPT2_VOCAB));
+    CHECK(tf.ntok == N);
+    static int32_t out[N];
+    CHECK_OK(fsdp_tokens_read(&tf, 0, N, out));
+    int same = 1;
+    for (int i = 0; i < N; i++)
+        same &= out[i] == tok[i];
+    CHECK(same);
+    CHECK_OK(fsdp_tokens_read(&tf, 9000, 1000, out));
+    CHECK(out[0] == tok[9000] && out[999] == tok[9999]);
+    CHECK_ERR(fsdp_tokens_read(&tf, 9001, 1000, out), FSDP_EINVAL, "past its end");
+    fsdp_tokens_close(&tf);
+    fsdp_tokens_close(&tf); /* second close is a no-op */
+    /* Same file against a vocabulary too small for its ids: named file and token index. */
+    CHECK_ERR(fsdp_tokens_open(&tf, p, 257), FSDP_EFORMAT, p);
+    CHECK(strstr(fsdp_last_error(), "token 1 has id 7919") != NULL);
+    free(p);
+}
+
+static void test_bad_files(void) {
+    uint16_t tok[100];
+    for (int i = 0; i < 100; i++)
+        tok[i] = (uint16_t)i;
+    int32_t hdr[256] = {FSDP_TOKENS_MAGIC, FSDP_TOKENS_VERSION, 100};
+    fsdp_token_file tf;
+    char *p = path_in("bad.bin");
+
+    char *missing = path_in("nope.bin");
+    CHECK_ERR(fsdp_tokens_open(&tf, missing, 257), FSDP_EIO, missing);
+    free(missing);
+
+    write_raw(p, hdr, tok, 100, 0);
+    CHECK_OK(fsdp_tokens_open(&tf, p, 257));
+    fsdp_tokens_close(&tf);
+
+    write_raw(p, hdr, tok, 99, 0); /* one token short */
+    CHECK_ERR(fsdp_tokens_open(&tf, p, 257), FSDP_EFORMAT, "header says 100 tokens");
+    CHECK(strstr(fsdp_last_error(), p) != NULL);
+    write_raw(p, hdr, tok, 100, 1); /* one byte too many */
+    CHECK_ERR(fsdp_tokens_open(&tf, p, 257), FSDP_EFORMAT, "header says 100 tokens");
+
+    hdr[0] = 12345;
+    write_raw(p, hdr, tok, 100, 0);
+    CHECK_ERR(fsdp_tokens_open(&tf, p, 257), FSDP_EFORMAT, "bad magic 12345");
+    hdr[0] = FSDP_TOKENS_MAGIC;
+    hdr[1] = 7;
+    write_raw(p, hdr, tok, 100, 0);
+    CHECK_ERR(fsdp_tokens_open(&tf, p, 257), FSDP_EFORMAT, "version 7");
+    hdr[1] = FSDP_TOKENS_VERSION;
+
+    tok[42] = 300;
+    write_raw(p, hdr, tok, 100, 0);
+    CHECK_ERR(fsdp_tokens_open(&tf, p, 257), FSDP_EFORMAT, "token 42 has id 300");
+    CHECK_OK(fsdp_tokens_open(&tf, p, 301));
+    fsdp_tokens_close(&tf);
+
+    FILE *f = fopen(p, "wb"); /* shorter than a header */
+    fputs("hello", f);
+    fclose(f);
+    CHECK_ERR(fsdp_tokens_open(&tf, p, 257), FSDP_EFORMAT, "shorter than");
+    free(p);
+}
+
+static void test_prepare(void) {
+    char *txt = path_in("a.txt"), *txt2 = path_in("b.txt"), *out = path_in("prep");
+    FILE *f = fopen(txt, "wb");
+    /* 10 documents "doc0\n" .. "doc9\n" separated by "%" lines, one with CRLF, plus an empty doc. */
+    for (int i = 0; i < 10; i++)
+        fprintf(f, "doc%d\n%s", i, i == 3 ? "%\r\n" : "%\n");
+    fputs("%\n", f);
+    fclose(f);
+    f = fopen(txt2, "wb");
+    fputs("tail", f);
+    fclose(f);
+    const char *texts[] = {txt, txt2};
+    fsdp_prepare_args a = {
+        .texts = texts, .n_texts = 2, .out_dir = out, .val_fraction = 0.25, .doc_sep = "%"};
+    fsdp_prepare_stats st;
+    CHECK_OK(fsdp_prepare(&a, &st));
+    CHECK(st.n_docs == 11);
+    /* floor((i+1)/4) > floor(i/4) -> docs 3 and 7 go to val: 2 docs of 6 tokens (EOT + "docN\n"). */
+    CHECK(st.n_val == 12);
+    CHECK(st.n_train == 8 * 6 + 5);
+    char *vp = fsdp_strdupf("%s/val.bin", out), *tp = fsdp_strdupf("%s/train.bin", out);
+    fsdp_token_file tf;
+    CHECK_OK(fsdp_tokens_open(&tf, vp, FSDP_BYTE_VOCAB));
+    int32_t v[12];
+    CHECK_OK(fsdp_tokens_read(&tf, 0, 12, v));
+    const char *want = "doc3\ndoc7\n";
+    CHECK(v[0] == FSDP_TOKEN_EOT && v[6] == FSDP_TOKEN_EOT);
+    int ok = 1;
+    for (int i = 0; i < 5; i++)
+        ok &= v[1 + i] == want[i] && v[7 + i] == want[5 + i];
+    CHECK(ok);
+    fsdp_tokens_close(&tf);
+    CHECK_OK(fsdp_tokens_open(&tf, tp, FSDP_BYTE_VOCAB));
+    int32_t t[53];
+    CHECK_OK(fsdp_tokens_read(&tf, 0, 53, t));
+    CHECK(t[0] == FSDP_TOKEN_EOT && t[1] == 'd' && t[4] == '0' && t[48] == FSDP_TOKEN_EOT && t[52] == 'l');
+    fsdp_tokens_close(&tf);
+    int vocab;
+    CHECK_OK(fsdp_data_meta_vocab(out, &vocab));
+    CHECK(vocab == FSDP_BYTE_VOCAB);
+    CHECK_OK(fsdp_data_meta_vocab(dir, &vocab)); /* no meta.json: unknown */
+    CHECK(vocab == 0);
+
+    /* One document, no separator: the last 25% of tokens go to val. */
+    const char *one[] = {txt2};
+    a.texts = one;
+    a.n_texts = 1;
+    a.doc_sep = NULL;
+    CHECK_OK(fsdp_prepare(&a, &st));
+    CHECK(st.n_docs == 1 && st.n_train == 4 && st.n_val == 1);
+
+    a.val_fraction = 1.5;
+    CHECK_ERR(fsdp_prepare(&a, &st), FSDP_EINVAL, "--val-fraction");
+    a.val_fraction = 0.1;
+    char *missing = path_in("missing.txt");
+    const char *bad[] = {missing};
+    a.texts = bad;
+    CHECK_ERR(fsdp_prepare(&a, &st), FSDP_EIO, missing);
+    free(missing);
+    free(vp);
+    free(tp);
+    free(txt);
+    free(txt2);
+    free(out);
+}
+
+/* Token i of the loader file has id i % 1000, so a token's id tells where it came from. */
+static void test_loader(void) {
+    enum { N = 5000 };
+    static uint16_t tok[N];
+    for (int i = 0; i < N; i++)
+        tok[i] = (uint16_t)(i % 1000);
+    char *p = path_in("load.bin");
+    CHECK_OK(fsdp_tokens_write(p, tok, N));
+    const int B = 12, T = 16;
+    for (int world = 1; world <= 4; world++) {
+        for (int micro = 1; micro <= 3; micro++) {
+            if (B % (world * micro)) {
+                fsdp_loader L;
+                CHECK_ERR(fsdp_loader_init(&L, p, 1000, B, T, micro, 0, world), FSDP_EINVAL,
+                          "--micro-batches");
+                continue;
+            }
+            int b = B / (world * micro);
+            /* seen[s] counts how often global sequence s of the batch was handed out. */
+            for (int step = 0; step < 30; step++) {
+                int seen[12] = {0}, bad = 0;
+                uint64_t pos0 = 0;
+                for (int r = 0; r < world; r++) {
+                    fsdp_loader L;
+                    CHECK_OK(fsdp_loader_init(&L, p, 1000, B, T, micro, r, world));
+                    /* jump to this step by advancing, as training would */
+                    for (int k = 0; k < step; k++)
+                        fsdp_loader_advance(&L);
+                    pos0 = L.pos;
+                    int32_t in[12 * 16], tg[12 * 16];
+                    for (int m = 0; m < micro; m++) {
+                        CHECK_OK(fsdp_loader_micro(&L, m, in, tg));
+                        for (int i = 0; i < b; i++) {
+                            uint64_t start = (uint64_t)in[i * T]; /* id of the sequence's first token */
+                            /* which global sequence: start - pos0 (mod 1000) / T */
+                            int s = (int)(((start + 1000) - pos0 % 1000) % 1000) / T;
+                            if (s < 0 || s >= B) {
+                                bad++;
+                                continue;
+                            }
+                            seen[s]++;
+                            for (int t = 0; t < T; t++) {
+                                uint64_t g = pos0 + (uint64_t)s * T + (uint64_t)t;
+                                bad += in[i * T + t] != (int32_t)(g % 1000);
+                                bad += tg[i * T + t] != (int32_t)((g + 1) % 1000);
+                            }
+                        }
+                    }
+                    fsdp_loader_free(&L);
+                }
+                int once = 1;
+                for (int s = 0; s < B; s++)
+                    once &= seen[s] == 1;
+                CHECKF(once && !bad, "world %d micro %d step %d: every sequence once, right tokens", world,
+                       micro, step);
+                /* wrap: a batch never runs past the end */
+                CHECK(pos0 + (uint64_t)B * T + 1 <= N);
+            }
+        }
+    }
+    /* State: save after 7 steps, restore into a fresh loader, same next batch. */
+    fsdp_loader L, L2;
+    CHECK_OK(fsdp_loader_init(&L, p, 1000, B, T, 1, 0, 1));
+    CHECK(fsdp_loader_num_batches(&L) == (N - 1) / (B * T));
+    for (int k = 0; k < 7; k++)
+        fsdp_loader_advance(&L);
+    fsdp_loader_state st = fsdp_loader_get_state(&L);
+    CHECK(st.epoch == 0 && st.pos == (uint64_t)7 * B * T);
+    /* (N - 1) / (B*T) = 26 whole batches: the 26th advance wraps to the start. */
+    fsdp_loader Lw;
+    CHECK_OK(fsdp_loader_init(&Lw, p, 1000, B, T, 1, 0, 1));
+    for (int k = 0; k < 25; k++)
+        fsdp_loader_advance(&Lw);
+    CHECK(Lw.pos == (uint64_t)25 * B * T && Lw.epoch == 0);
+    fsdp_loader_advance(&Lw);
+    CHECK(Lw.pos == 0 && Lw.epoch == 1);
+    fsdp_loader_free(&Lw);
+    CHECK_OK(fsdp_loader_init(&L2, p, 1000, B, T, 1, 0, 1));
+    CHECK_OK(fsdp_loader_set_state(&L2, st));
+    int32_t a1[12 * 16], a2[12 * 16], t1[12 * 16], t2[12 * 16];
+    CHECK_OK(fsdp_loader_micro(&L, 0, a1, t1));
+    CHECK_OK(fsdp_loader_micro(&L2, 0, a2, t2));
+    CHECK(!memcmp(a1, a2, sizeof a1) && !memcmp(t1, t2, sizeof t1));
+    st.pos += 1;
+    CHECK_ERR(fsdp_loader_set_state(&L2, st), FSDP_EINVAL, "not a batch start");
+    fsdp_loader_free(&L);
+    fsdp_loader_free(&L2);
+    /* A file smaller than one batch. */
+    CHECK_ERR(fsdp_loader_init(&L, p, 1000, 400, 16, 1, 0, 1), FSDP_EFORMAT, "fewer than one global batch");
+    free(p);
+}
+
+int main(void) {
+    snprintf(dir, sizeof dir, "%s/tmp_test_data_XXXXXX", FSDP_BINARY_DIR);
+    if (!mkdtemp(dir)) return 1;
+    test_round_trip();
+    test_bad_files();
+    test_prepare();
+    test_loader();
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+    return TEST_MAIN_END();
+}
