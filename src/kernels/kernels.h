@@ -137,7 +137,7 @@ fsdp_status fsdp_residual_backward(float *da, float *db, const float *dout, size
 fsdp_status fsdp_attention_forward(float *out, float *preatt, float *att, const float *qkv, int B, int T,
                                    int C, int NH);
 /* dqkv: float [B,T,3C] (overwritten); dout: float [B,T,C]; qkv and att as saved by the forward.
- * Scratch: 2*T floats per OpenMP thread (fsdp_mem_alloc, activation). */
+ * Scratch: T floats per OpenMP thread (fsdp_mem_alloc, activation). */
 fsdp_status fsdp_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att, int B,
                                     int T, int C, int NH);
 

@@ -1,0 +1,454 @@
+/* gemm.c — oneDNN matmul for the linear layers: forward, input gradient and the weight gradient
+ * written straight into an fp32 main_grad (beta 0 = plain matmul, beta 1 = sum post-op), with a
+ * primitive cache keyed by (shape, dtypes, transposes, bias, beta) and a bf16-via-f32 fallback. */
+#include "kernels/kernels.h"
+
+#include "core/core.h"
+
+#include <oneapi/dnnl/dnnl.h>
+#include <oneapi/dnnl/dnnl_debug.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* One cached primitive: C[M,N] (beta)= op(A)[M,K] · op(B)[K,N] (+ bias[N]).
+ * A is stored [M,K] (ta = 0) or [K,M] (ta = 1); B is stored [K,N] (tb = 0) or [N,K] (tb = 1). */
+typedef struct {
+    int M, K, N;
+    int ta, tb, beta;
+    dnnl_data_type_t adt, bdt, biasdt; /* biasdt == dnnl_data_type_undef: no bias */
+} gemm_key;
+
+typedef struct gemm_entry {
+    gemm_key key;
+    dnnl_primitive_t prim;
+    dnnl_memory_t a, b, bias, c, scratch; /* handles set at every execution */
+    size_t scratch_bytes;
+    struct gemm_entry *next;
+} gemm_entry;
+
+/* Scratch slots, grow-only, freed at shutdown. */
+enum { SLOT_A = 0, SLOT_B, SLOT_A32, SLOT_B32, SLOT_BIAS32, SLOT_PAD, NSLOT };
+
+static struct {
+    int ready;
+    dnnl_engine_t engine;
+    dnnl_stream_t stream;
+    gemm_entry *cache;
+    fsdp_gemm_cache_stats stats;
+    void *slot[NSLOT];
+    size_t slot_bytes[NSLOT];
+    int bf16_probe; /* -1 unknown, 0 oneDNN refuses bf16 matmul, 1 works */
+    int force_fallback;
+    char impl[2][128]; /* fsdp_gemm_impl_name results for F32, BF16 */
+} G = {.bf16_probe = -1};
+
+static pthread_mutex_t G_lock = PTHREAD_MUTEX_INITIALIZER;
+
+#define DNNL_TRY(call, what)                                                                                 \
+    do {                                                                                                     \
+        dnnl_status_t ds_ = (call);                                                                          \
+        if (ds_ != dnnl_success) {                                                                           \
+            st = FSDP_ERR(ds_ == dnnl_out_of_memory ? FSDP_ENOMEM : FSDP_EINTERNAL,                          \
+                          "oneDNN %s failed: %s (%s)", (what), dnnl_status2str(ds_), #call);                 \
+            goto fail;                                                                                       \
+        }                                                                                                    \
+    } while (0)
+
+static fsdp_status init_locked(void) {
+    fsdp_status st = FSDP_OK;
+    if (G.ready) return FSDP_OK;
+    DNNL_TRY(dnnl_engine_create(&G.engine, dnnl_cpu, 0), "CPU engine creation");
+    DNNL_TRY(dnnl_stream_create(&G.stream, G.engine, dnnl_stream_default_flags), "stream creation");
+    G.ready = 1;
+    return FSDP_OK;
+fail:
+    if (G.engine) dnnl_engine_destroy(G.engine);
+    G.engine = NULL;
+    return st;
+}
+
+fsdp_status fsdp_kernels_init(void) {
+    pthread_mutex_lock(&G_lock);
+    fsdp_status st = init_locked();
+    pthread_mutex_unlock(&G_lock);
+    return st;
+}
+
+static void entry_free(gemm_entry *e) {
+    if (!e) return;
+    if (e->scratch) dnnl_memory_destroy(e->scratch);
+    if (e->c) dnnl_memory_destroy(e->c);
+    if (e->bias) dnnl_memory_destroy(e->bias);
+    if (e->b) dnnl_memory_destroy(e->b);
+    if (e->a) dnnl_memory_destroy(e->a);
+    if (e->prim) dnnl_primitive_destroy(e->prim);
+    free(e);
+}
+
+static void cache_clear_locked(void) {
+    while (G.cache) {
+        gemm_entry *n = G.cache->next;
+        entry_free(G.cache);
+        G.cache = n;
+    }
+    G.stats.entries = 0;
+}
+
+void fsdp_kernels_shutdown(void) {
+    pthread_mutex_lock(&G_lock);
+    cache_clear_locked();
+    for (int i = 0; i < NSLOT; i++) {
+        fsdp_mem_free(G.slot[i]);
+        G.slot[i] = NULL;
+        G.slot_bytes[i] = 0;
+    }
+    if (G.stream) dnnl_stream_destroy(G.stream);
+    if (G.engine) dnnl_engine_destroy(G.engine);
+    G.stream = NULL;
+    G.engine = NULL;
+    G.ready = 0;
+    G.bf16_probe = -1;
+    memset(&G.stats, 0, sizeof G.stats);
+    G.impl[0][0] = G.impl[1][0] = '\0';
+    pthread_mutex_unlock(&G_lock);
+}
+
+/* Grow-only scratch slot of at least `bytes`. Contents are not preserved. */
+static fsdp_status slot_get(int s, size_t bytes, void **out) {
+    if (G.slot_bytes[s] < bytes) {
+        fsdp_mem_free(G.slot[s]);
+        G.slot[s] = NULL;
+        G.slot_bytes[s] = 0;
+        FSDP_TRY(fsdp_mem_alloc(&G.slot[s], bytes, FSDP_MEM_ACTIVATION));
+        G.slot_bytes[s] = bytes;
+    }
+    *out = G.slot[s];
+    return FSDP_OK;
+}
+
+/* Row-major [rows, cols] descriptor, or its transpose view when `trans` (stored [cols, rows]). */
+static dnnl_status_t md_2d(dnnl_memory_desc_t *md, int rows, int cols, int trans, dnnl_data_type_t dt) {
+    dnnl_dims_t dims = {rows, cols};
+    dnnl_dims_t strides = {cols, 1};
+    if (trans) {
+        strides[0] = 1;
+        strides[1] = rows;
+    }
+    return dnnl_memory_desc_init_by_strides(md, 2, dims, dt, strides);
+}
+
+/* Creates the primitive for key k (no cache involvement). */
+static fsdp_status entry_create(const gemm_key *k, gemm_entry **out) {
+    fsdp_status st = FSDP_OK;
+    dnnl_primitive_attr_t attr = NULL;
+    dnnl_post_ops_t po = NULL;
+    dnnl_primitive_desc_t pd = NULL;
+    gemm_entry *e = calloc(1, sizeof *e);
+    *out = NULL;
+    if (!e) return FSDP_ERR(FSDP_ENOMEM, "cannot allocate a GEMM cache entry");
+    e->key = *k;
+
+    dnnl_memory_desc_t amd, bmd, cmd, biasmd;
+    DNNL_TRY(md_2d(&amd, k->M, k->K, k->ta, k->adt), "A descriptor");
+    DNNL_TRY(md_2d(&bmd, k->K, k->N, k->tb, k->bdt), "B descriptor");
+    DNNL_TRY(md_2d(&cmd, k->M, k->N, 0, dnnl_f32), "C descriptor");
+    int has_bias = k->biasdt != dnnl_data_type_undef;
+    if (has_bias) DNNL_TRY(md_2d(&biasmd, 1, k->N, 0, k->biasdt), "bias descriptor");
+
+    dnnl_matmul_desc_t desc;
+    DNNL_TRY(dnnl_matmul_desc_init(&desc, &amd, &bmd, has_bias ? &biasmd : NULL, &cmd), "matmul descriptor");
+    DNNL_TRY(dnnl_primitive_attr_create(&attr), "attribute creation");
+    DNNL_TRY(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user), "scratchpad mode");
+    if (k->beta) {
+        /* C = 1 * C + A·B: the fused main_grad accumulation. */
+        DNNL_TRY(dnnl_post_ops_create(&po), "post-ops creation");
+        DNNL_TRY(dnnl_post_ops_append_sum(po, 1.0f), "sum post-op");
+        DNNL_TRY(dnnl_primitive_attr_set_post_ops(attr, po), "post-ops attribute");
+    }
+    dnnl_status_t ds = dnnl_primitive_desc_create(&pd, &desc, attr, G.engine, NULL);
+    if (ds == dnnl_unimplemented) {
+        st = FSDP_ERR(FSDP_EUNSUPPORTED,
+                      "oneDNN has no matmul for %s x %s -> f32 (M=%d K=%d N=%d, beta %d) on ISA %s; "
+                      "the bf16-via-f32 fallback handles bf16 on such CPUs",
+                      dnnl_dt2str(k->adt), dnnl_dt2str(k->bdt), k->M, k->K, k->N, k->beta,
+                      dnnl_cpu_isa2str(dnnl_get_effective_cpu_isa()));
+        goto fail;
+    }
+    DNNL_TRY(ds, "matmul primitive descriptor");
+    DNNL_TRY(dnnl_primitive_create(&e->prim, pd), "matmul primitive");
+
+    const dnnl_memory_desc_t *spmd = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+    e->scratch_bytes = spmd ? dnnl_memory_desc_get_size(spmd) : 0;
+    DNNL_TRY(dnnl_memory_create(&e->a, &amd, G.engine, DNNL_MEMORY_NONE), "memory A");
+    DNNL_TRY(dnnl_memory_create(&e->b, &bmd, G.engine, DNNL_MEMORY_NONE), "memory B");
+    DNNL_TRY(dnnl_memory_create(&e->c, &cmd, G.engine, DNNL_MEMORY_NONE), "memory C");
+    if (has_bias) DNNL_TRY(dnnl_memory_create(&e->bias, &biasmd, G.engine, DNNL_MEMORY_NONE), "memory bias");
+    if (e->scratch_bytes)
+        DNNL_TRY(dnnl_memory_create(&e->scratch, spmd, G.engine, DNNL_MEMORY_NONE), "memory scratchpad");
+
+    dnnl_primitive_desc_destroy(pd);
+    if (po) dnnl_post_ops_destroy(po);
+    dnnl_primitive_attr_destroy(attr);
+    *out = e;
+    return FSDP_OK;
+fail:
+    if (pd) dnnl_primitive_desc_destroy(pd);
+    if (po) dnnl_post_ops_destroy(po);
+    if (attr) dnnl_primitive_attr_destroy(attr);
+    entry_free(e);
+    return st;
+}
+
+static fsdp_status entry_get(const gemm_key *k, gemm_entry **out) {
+    for (gemm_entry *e = G.cache; e; e = e->next) {
+        if (memcmp(&e->key, k, sizeof *k) == 0) {
+            G.stats.hits++;
+            *out = e;
+            return FSDP_OK;
+        }
+    }
+    FSDP_TRY(entry_create(k, out));
+    (*out)->next = G.cache;
+    G.cache = *out;
+    G.stats.misses++;
+    G.stats.entries++;
+    return FSDP_OK;
+}
+
+/* Whether oneDNN builds a bf16 x bf16 -> f32 matmul here (with and without the sum post-op). */
+static int bf16_native_locked(void) {
+    if (G.bf16_probe < 0) {
+        G.bf16_probe = 1;
+        for (int beta = 0; beta < 2; beta++) {
+            gemm_key k = {64, 64, 64, 0, 1, beta, dnnl_bf16, dnnl_bf16, dnnl_bf16};
+            gemm_entry *e = NULL;
+            if (entry_create(&k, &e) != FSDP_OK) G.bf16_probe = 0;
+            entry_free(e);
+        }
+        fsdp_clear_error();
+    }
+    return G.bf16_probe;
+}
+
+static fsdp_gemm_path path_locked(fsdp_dtype pdt) {
+    if (pdt == FSDP_F32) return FSDP_GEMM_F32;
+    if (G.force_fallback || !bf16_native_locked()) return FSDP_GEMM_BF16_VIA_F32;
+    return FSDP_GEMM_BF16;
+}
+
+fsdp_gemm_path fsdp_gemm_path_for(fsdp_dtype pdt) {
+    pthread_mutex_lock(&G_lock);
+    fsdp_gemm_path p = FSDP_GEMM_BF16_VIA_F32;
+    if (pdt == FSDP_F32)
+        p = FSDP_GEMM_F32;
+    else if (init_locked() == FSDP_OK)
+        p = path_locked(pdt);
+    pthread_mutex_unlock(&G_lock);
+    return p;
+}
+
+const char *fsdp_gemm_path_name(fsdp_gemm_path p) {
+    switch (p) {
+    case FSDP_GEMM_F32: return "f32";
+    case FSDP_GEMM_BF16: return "bf16";
+    case FSDP_GEMM_BF16_VIA_F32: return "bf16-via-f32";
+    }
+    return "unknown";
+}
+
+const char *fsdp_kernels_isa_name(void) {
+    const char *s = dnnl_cpu_isa2str(dnnl_get_effective_cpu_isa());
+    return strncmp(s, "cpu_isa_", 8) == 0 ? s + 8 : s; /* "cpu_isa_avx2" -> "avx2" */
+}
+
+const char *fsdp_gemm_impl_name(fsdp_dtype pdt) {
+    const char *res = "unavailable";
+    pthread_mutex_lock(&G_lock);
+    if (init_locked() == FSDP_OK) {
+        int i = pdt == FSDP_BF16;
+        dnnl_data_type_t dt = (i && path_locked(pdt) == FSDP_GEMM_BF16) ? dnnl_bf16 : dnnl_f32;
+        gemm_key k = {256, 768, 768, 0, 1, 0, dt, dt, dnnl_data_type_undef};
+        gemm_entry *e = NULL;
+        if (entry_create(&k, &e) == FSDP_OK) {
+            const_dnnl_primitive_desc_t pd = NULL;
+            const char *name = NULL;
+            if (dnnl_primitive_get_primitive_desc(e->prim, &pd) == dnnl_success &&
+                dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &name) == dnnl_success && name) {
+                snprintf(G.impl[i], sizeof G.impl[i], "%s", name);
+                res = G.impl[i];
+            }
+        }
+        entry_free(e);
+        fsdp_clear_error();
+    }
+    pthread_mutex_unlock(&G_lock);
+    return res;
+}
+
+fsdp_status fsdp_gemm_force_bf16_fallback(int on) {
+    pthread_mutex_lock(&G_lock);
+    G.force_fallback = on != 0;
+    cache_clear_locked();
+    pthread_mutex_unlock(&G_lock);
+    return FSDP_OK;
+}
+
+void fsdp_gemm_get_cache_stats(fsdp_gemm_cache_stats *out) {
+    pthread_mutex_lock(&G_lock);
+    *out = G.stats;
+    pthread_mutex_unlock(&G_lock);
+}
+
+/* Conversions split over OpenMP threads; each chunk is the bit-exact core routine. */
+#define CVT_CHUNK ((size_t)1 << 15)
+static void to_bf16_par(fsdp_bf16 *dst, const float *src, size_t n) {
+    long nc = (long)((n + CVT_CHUNK - 1) / CVT_CHUNK);
+#pragma omp parallel for schedule(static) if (nc > 1)
+    for (long c = 0; c < nc; c++) {
+        size_t o = (size_t)c * CVT_CHUNK, len = n - o < CVT_CHUNK ? n - o : CVT_CHUNK;
+        fsdp_f32_to_bf16_n(dst + o, src + o, len);
+    }
+}
+static void to_f32_par(float *dst, const fsdp_bf16 *src, size_t n) {
+    long nc = (long)((n + CVT_CHUNK - 1) / CVT_CHUNK);
+#pragma omp parallel for schedule(static) if (nc > 1)
+    for (long c = 0; c < nc; c++) {
+        size_t o = (size_t)c * CVT_CHUNK, len = n - o < CVT_CHUNK ? n - o : CVT_CHUNK;
+        fsdp_bf16_to_f32_n(dst + o, src + o, len);
+    }
+}
+
+/* Runs C (beta)= op(A)·op(B) (+ bias) with operands of dtype `dt` (F32, or BF16 raw bits), fp32 C.
+ * On the bf16-via-f32 path the bf16 operands are widened to f32 (exactly) first. Lock held. */
+static fsdp_status gemm_exec(float *C, const void *A, const void *B, const void *bias, fsdp_dtype dt, int ta,
+                             int tb, int M, int K, int N, int beta) {
+    fsdp_status st = FSDP_OK;
+    dnnl_data_type_t ddt = dt == FSDP_BF16 ? dnnl_bf16 : dnnl_f32;
+    if (dt == FSDP_BF16 && path_locked(dt) == FSDP_GEMM_BF16_VIA_F32) {
+        void *a32, *b32, *bias32 = NULL;
+        FSDP_TRY(slot_get(SLOT_A32, (size_t)M * K * sizeof(float), &a32));
+        FSDP_TRY(slot_get(SLOT_B32, (size_t)K * N * sizeof(float), &b32));
+        to_f32_par(a32, A, (size_t)M * K);
+        to_f32_par(b32, B, (size_t)K * N);
+        if (bias) {
+            FSDP_TRY(slot_get(SLOT_BIAS32, (size_t)N * sizeof(float), &bias32));
+            to_f32_par(bias32, bias, (size_t)N);
+        }
+        A = a32;
+        B = b32;
+        bias = bias32;
+        ddt = dnnl_f32;
+    }
+    gemm_key k = {M, K, N, ta, tb, beta != 0, ddt, ddt, bias ? ddt : dnnl_data_type_undef};
+    gemm_entry *e;
+    FSDP_TRY(entry_get(&k, &e));
+    void *pad = NULL;
+    if (e->scratch_bytes) FSDP_TRY(slot_get(SLOT_PAD, e->scratch_bytes, &pad));
+
+    DNNL_TRY(dnnl_memory_set_data_handle(e->a, (void *)A), "set A");
+    DNNL_TRY(dnnl_memory_set_data_handle(e->b, (void *)B), "set B");
+    DNNL_TRY(dnnl_memory_set_data_handle(e->c, C), "set C");
+    dnnl_exec_arg_t args[5] = {
+        {DNNL_ARG_SRC, e->a}, {DNNL_ARG_WEIGHTS, e->b}, {DNNL_ARG_DST, e->c}, {0, NULL}, {0, NULL}};
+    int nargs = 3;
+    if (bias) {
+        DNNL_TRY(dnnl_memory_set_data_handle(e->bias, (void *)bias), "set bias");
+        args[nargs++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, e->bias};
+    }
+    if (e->scratch) {
+        DNNL_TRY(dnnl_memory_set_data_handle(e->scratch, pad), "set scratchpad");
+        args[nargs++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, e->scratch};
+    }
+    DNNL_TRY(dnnl_primitive_execute(e->prim, G.stream, nargs, args), "matmul execution");
+    DNNL_TRY(dnnl_stream_wait(G.stream), "stream wait");
+    return FSDP_OK;
+fail:
+    return st;
+}
+
+static fsdp_status check_dims(const char *fn, int M, int K, int N, fsdp_dtype pdt) {
+    if (M <= 0 || K <= 0 || N <= 0)
+        return fsdp_set_error(FSDP_EINVAL, "%s: dims must be positive, got M=%d K=%d N=%d", fn, M, K, N);
+    if (pdt != FSDP_F32 && pdt != FSDP_BF16)
+        return fsdp_set_error(FSDP_EINVAL, "%s: parameter dtype %d is neither FSDP_F32 nor FSDP_BF16", fn,
+                              (int)pdt);
+    return FSDP_OK;
+}
+
+fsdp_status fsdp_matmul_forward(float *out, const float *inp, const void *weight, const void *bias,
+                                fsdp_dtype pdt, int M, int K, int N) {
+    FSDP_TRY(check_dims(__func__, M, K, N, pdt));
+    if (!out || !inp || !weight)
+        return FSDP_ERR(FSDP_EINVAL, "out, inp and weight must be non-NULL (out=%p inp=%p weight=%p)",
+                        (void *)out, (const void *)inp, weight);
+    pthread_mutex_lock(&G_lock);
+    fsdp_status st = init_locked();
+    const void *A = inp;
+    if (st == FSDP_OK && pdt == FSDP_BF16) {
+        void *a16;
+        st = slot_get(SLOT_A, (size_t)M * K * sizeof(fsdp_bf16), &a16);
+        if (st == FSDP_OK) {
+            to_bf16_par(a16, inp, (size_t)M * K);
+            A = a16;
+        }
+    }
+    /* weight [N,K] is B^T: tb = 1. */
+    if (st == FSDP_OK) st = gemm_exec(out, A, weight, bias, pdt, 0, 1, M, K, N, 0);
+    pthread_mutex_unlock(&G_lock);
+    return st;
+}
+
+/* dbias[N] (+)= column sums of dout[M,N]: columns split over threads, rows summed in order in double. */
+static void bias_grad(float *dbias, const float *dout, int M, int N, int acc) {
+    enum { CB = 64 };
+    int nb = (N + CB - 1) / CB;
+#pragma omp parallel for schedule(static)
+    for (int cb = 0; cb < nb; cb++) {
+        double s[CB] = {0};
+        int c0 = cb * CB, c1 = c0 + CB < N ? c0 + CB : N;
+        for (int m = 0; m < M; m++) {
+            const float *r = dout + (size_t)m * N;
+            for (int c = c0; c < c1; c++)
+                s[c - c0] += r[c];
+        }
+        for (int c = c0; c < c1; c++)
+            dbias[c] = (float)(acc ? dbias[c] + s[c - c0] : s[c - c0]);
+    }
+}
+
+fsdp_status fsdp_matmul_backward(float *dinp, int dinp_acc, float *dweight, int dweight_acc, float *dbias,
+                                 int dbias_acc, const float *dout, const float *inp, const void *weight,
+                                 fsdp_dtype pdt, int M, int K, int N) {
+    FSDP_TRY(check_dims(__func__, M, K, N, pdt));
+    if (!dout) return FSDP_ERR(FSDP_EINVAL, "dout must be non-NULL");
+    if (dinp && !weight) return FSDP_ERR(FSDP_EINVAL, "dinp requested but weight is NULL");
+    if (dweight && !inp) return FSDP_ERR(FSDP_EINVAL, "dweight requested but inp is NULL");
+    if (dinp && dinp == dout) return FSDP_ERR(FSDP_EINVAL, "dinp must not alias dout");
+
+    if (dbias) bias_grad(dbias, dout, M, N, dbias_acc);
+    if (!dinp && !dweight) return FSDP_OK;
+
+    pthread_mutex_lock(&G_lock);
+    fsdp_status st = init_locked();
+    const void *dY = dout, *X = inp;
+    if (st == FSDP_OK && pdt == FSDP_BF16) {
+        void *d16 = NULL, *x16 = NULL;
+        st = slot_get(SLOT_A, (size_t)M * N * sizeof(fsdp_bf16), &d16);
+        if (st == FSDP_OK && dweight) st = slot_get(SLOT_B, (size_t)M * K * sizeof(fsdp_bf16), &x16);
+        if (st == FSDP_OK) {
+            to_bf16_par(d16, dout, (size_t)M * N);
+            dY = d16;
+            if (dweight) {
+                to_bf16_par(x16, inp, (size_t)M * K);
+                X = x16;
+            }
+        }
+    }
+    /* dinp[M,K] (+)= dY[M,N] · W[N,K]: A = dY (ta 0), B = W stored [K'=N, N'=K] (tb 0). */
+    if (st == FSDP_OK && dinp) st = gemm_exec(dinp, dY, weight, NULL, pdt, 0, 0, M, N, K, dinp_acc);
+    /* dW[N,K] (+)= dY^T · X: A = dY stored [M,N] = [K',M'] (ta 1), B = X [M,K] (tb 0). */
+    if (st == FSDP_OK && dweight) st = gemm_exec(dweight, dY, X, NULL, pdt, 1, 0, N, M, K, dweight_acc);
+    pthread_mutex_unlock(&G_lock);
+    return st;
+}
