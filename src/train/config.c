@@ -1,0 +1,474 @@
+/* config.c — the flag table of `fsdp-train`: one row per setting (name, type, field, range, help,
+ * commands that take it). Parsing, usage text, the printed settings and the manifest's JSON record
+ * are all generated from this one table, so they cannot disagree. */
+#include "train/config.h"
+
+#include "core/core.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef enum { OPT_INT, OPT_I64, OPT_DBL, OPT_STR, OPT_BOOL, OPT_ENUM, OPT_LIST } opt_kind;
+
+#define C_TRAIN   (1u << FSDP_CMD_TRAIN)
+#define C_PREPARE (1u << FSDP_CMD_PREPARE)
+#define C_EXPORT  (1u << FSDP_CMD_EXPORT)
+#define C_SAMPLE  (1u << FSDP_CMD_SAMPLE)
+
+static const char *const precision_names[] = {"fp32", "mixed", NULL};
+static const char *const strategy_names[] = {"full", "grad-op", "none", NULL}; /* fsdp_strategy order */
+static const char *const main_grad_names[] = {"lazy", "eager", NULL};
+static const char *const accum_names[] = {"sharded", "no-sync", NULL};
+static const char *const dtype_names[] = {"f32", "bf16", NULL}; /* fsdp_dtype order */
+
+typedef struct {
+    const char *name; /* without the leading "--" */
+    opt_kind kind;
+    size_t off;
+    double min, max; /* numeric range (inclusive) */
+    const char *const *choices;
+    unsigned cmds;
+    const char *help;
+} opt_def;
+
+#define F(field) offsetof(fsdp_train_config, field)
+static const opt_def opts[] = {
+    {"data", OPT_STR, F(data), 0, 0, NULL, C_TRAIN, "folder with train.bin and val.bin (fsdp-train prepare)"},
+    {"layers", OPT_INT, F(layers), 1, 1024, NULL, C_TRAIN, "transformer blocks"},
+    {"width", OPT_INT, F(width), 1, 65536, NULL, C_TRAIN, "model width C (divisible by --heads)"},
+    {"heads", OPT_INT, F(heads), 1, 1024, NULL, C_TRAIN, "attention heads"},
+    {"vocab", OPT_INT, F(vocab), 0, 65536, NULL, C_TRAIN,
+     "vocabulary size; 0: DIR/meta.json's, else GPT-2's 50257"},
+    {"seq-len", OPT_INT, F(seq_len), 1, 1 << 20, NULL, C_TRAIN, "tokens per training sequence T"},
+    {"max-seq-len", OPT_INT, F(max_seq_len), 0, 1 << 20, NULL, C_TRAIN,
+     "position table size (>= --seq-len); 0: = --seq-len"},
+    {"batch", OPT_INT, F(batch), 1, 1 << 24, NULL, C_TRAIN,
+     "global sequences per step (same for any number of ranks)"},
+    {"micro-batches", OPT_INT, F(micro_batches), 1, 1 << 20, NULL, C_TRAIN,
+     "gradient-accumulation micro-batches per step"},
+    {"lr", OPT_DBL, F(lr), 0, 10, NULL, C_TRAIN, "peak learning rate"},
+    {"min-lr", OPT_DBL, F(min_lr), 0, 10, NULL, C_TRAIN, "learning rate at the end of the cosine decay"},
+    {"warmup", OPT_INT, F(warmup), 0, 1 << 30, NULL, C_TRAIN, "linear warmup steps"},
+    {"weight-decay", OPT_DBL, F(weight_decay), 0, 10, NULL, C_TRAIN, "AdamW decoupled weight decay"},
+    {"beta1", OPT_DBL, F(beta1), 0, 0.999999, NULL, C_TRAIN, "AdamW beta1"},
+    {"beta2", OPT_DBL, F(beta2), 0, 0.999999, NULL, C_TRAIN, "AdamW beta2"},
+    {"eps", OPT_DBL, F(eps), 1e-30, 1, NULL, C_TRAIN, "AdamW epsilon"},
+    {"clip", OPT_DBL, F(clip), 0, 1e30, NULL, C_TRAIN, "global gradient-norm clip (0: off)"},
+    {"steps", OPT_INT, F(steps), 0, 1 << 30, NULL, C_TRAIN,
+     "optimizer steps in total (a resumed run counts on)"},
+    {"eval-every", OPT_INT, F(eval_every), 0, 1 << 30, NULL, C_TRAIN,
+     "validation loss every N steps (0: off)"},
+    {"eval-batches", OPT_INT, F(eval_batches), 1, 1 << 20, NULL, C_TRAIN, "global batches per validation"},
+    {"seed", OPT_I64, F(seed), 0, 9.007199254740992e15, NULL, C_TRAIN | C_SAMPLE,
+     "seed of the initial weights (train) and of sampling"},
+    {"precision", OPT_ENUM, F(precision), 0, 0, precision_names, C_TRAIN,
+     "fp32 (reference) or mixed (bf16 params and GEMMs, fp32 master and main_grad)"},
+    {"strategy", OPT_ENUM, F(strategy), 0, 0, strategy_names, C_TRAIN,
+     "full (ZeRO-3), grad-op (keep params forward to backward), none (data parallel)"},
+    {"main-grad", OPT_ENUM, F(main_grad), 0, 0, main_grad_names, C_TRAIN,
+     "lazy (allocate in pre-backward) or eager (before forward)"},
+    {"accum", OPT_ENUM, F(accum), 0, 0, accum_names, C_TRAIN,
+     "micro-batch accumulation: sharded (reduce each) or no-sync (reduce at the last)"},
+    {"reduce-dtype", OPT_ENUM, F(reduce_dtype), 0, 0, dtype_names, C_TRAIN, "gradient dtype on the wire"},
+    {"recompute", OPT_BOOL, F(recompute), 0, 1, NULL, C_TRAIN, "recompute activations in backward"},
+    {"threads", OPT_INT, F(threads), 0, 4096, NULL, C_TRAIN | C_SAMPLE | C_EXPORT,
+     "OpenMP threads per rank; 0: cores / ranks on this node"},
+    {"comm-timeout", OPT_DBL, F(comm_timeout), -1, 1e9, NULL, C_TRAIN,
+     "seconds before a stuck collective aborts (<= 0: wait forever)"},
+    {"checkpoint-dir", OPT_STR, F(checkpoint_dir), 0, 0, NULL, C_TRAIN, "where step_NNNNNN/ folders go"},
+    {"checkpoint-every", OPT_INT, F(checkpoint_every), 0, 1 << 30, NULL, C_TRAIN,
+     "save every N steps (0: only at the end)"},
+    {"resume", OPT_BOOL, F(resume), 0, 1, NULL, C_TRAIN,
+     "continue from --checkpoint-dir's latest checkpoint"},
+    {"metrics", OPT_STR, F(metrics), 0, 0, NULL, C_TRAIN, "JSONL file: one object per step (appended)"},
+    {"log-every", OPT_INT, F(log_every), 1, 1 << 30, NULL, C_TRAIN, "print a line every N steps"},
+    {"sample-tokens", OPT_INT, F(sample_tokens), 0, 1 << 20, NULL, C_TRAIN,
+     "tokens of text generated after training (0: none)"},
+    {"checkpoint", OPT_STR, F(checkpoint), 0, 0, NULL, C_EXPORT | C_SAMPLE,
+     "a step folder, or a checkpoint folder (its `latest`)"},
+    {"prompt", OPT_STR, F(prompt), 0, 0, NULL, C_TRAIN | C_SAMPLE, "text the sample starts from"},
+    {"tokens", OPT_INT, F(tokens), 1, 1 << 20, NULL, C_SAMPLE, "tokens to generate"},
+    {"temperature", OPT_DBL, F(temperature), 0, 100, NULL, C_TRAIN | C_SAMPLE,
+     "sampling temperature (0: greedy)"},
+    {"top-k", OPT_INT, F(top_k), 0, 1 << 20, NULL, C_TRAIN | C_SAMPLE,
+     "sample among the k likeliest (0: all)"},
+    {"text", OPT_LIST, F(texts), 0, 0, NULL, C_PREPARE, "input text files (one or more)"},
+    {"out", OPT_STR, F(out), 0, 0, NULL, C_PREPARE | C_EXPORT,
+     "prepare: output folder; export: FILE.safetensors"},
+    {"val-fraction", OPT_DBL, F(val_fraction), 0, 0.999, NULL, C_PREPARE,
+     "share of documents kept for val.bin"},
+    {"doc-sep", OPT_STR, F(doc_sep), 0, 0, NULL, C_PREPARE,
+     "a line equal to this separates documents (e.g. % for fortune files)"},
+};
+#undef F
+#define NOPTS ((int)(sizeof opts / sizeof opts[0]))
+
+static const char *const cmd_names[FSDP_CMD_NCMD] = {"train", "prepare", "export", "sample"};
+const char *fsdp_train_cmd_name(fsdp_train_cmd c) { return (unsigned)c < FSDP_CMD_NCMD ? cmd_names[c] : "?"; }
+
+fsdp_train_config fsdp_train_config_default(void) {
+    fsdp_train_config c;
+    memset(&c, 0, sizeof c);
+    c.cmd = FSDP_CMD_TRAIN;
+    c.layers = 4;
+    c.width = 128;
+    c.heads = 4;
+    c.vocab = 0;
+    c.seq_len = 128;
+    c.max_seq_len = 0;
+    c.data = "data/fortunes";
+    c.batch = 16;
+    c.micro_batches = 1;
+    c.lr = 2e-3;
+    c.min_lr = 2e-4;
+    c.warmup = 20;
+    c.weight_decay = 0.1;
+    c.beta1 = 0.9;
+    c.beta2 = 0.95;
+    c.eps = 1e-8;
+    c.clip = 1.0;
+    c.steps = 300;
+    c.eval_every = 50;
+    c.eval_batches = 4;
+    c.seed = 1337;
+    c.precision = FSDP_PRECISION_MIXED;
+    c.strategy = FSDP_FULL_SHARD;
+    c.main_grad = FSDP_MAIN_GRAD_LAZY;
+    c.accum = FSDP_ACCUM_SHARDED;
+    c.reduce_dtype = FSDP_F32;
+    c.recompute = 0;
+    c.threads = 0;
+    c.comm_timeout = 600;
+    c.checkpoint_dir = "checkpoints";
+    c.checkpoint_every = 0;
+    c.resume = 0;
+    c.metrics = NULL;
+    c.log_every = 10;
+    c.sample_tokens = 200;
+    c.prompt = "";
+    c.temperature = 0.8;
+    c.top_k = 40;
+    c.tokens = 200;
+    c.val_fraction = 0.05;
+    c.doc_sep = NULL;
+    return c;
+}
+
+static fsdp_status set_value(fsdp_train_config *cfg, const opt_def *o, const char *v) {
+    char *p = (char *)cfg + o->off;
+    char *end = NULL;
+    errno = 0;
+    switch (o->kind) {
+    case OPT_INT:
+    case OPT_I64: {
+        long long x = strtoll(v, &end, 10);
+        if (end == v || *end != '\0' || errno == ERANGE)
+            return fsdp_set_error(FSDP_EINVAL, "--%s: \"%s\" is not a whole number", o->name, v);
+        if ((double)x < o->min || (double)x > o->max)
+            return fsdp_set_error(FSDP_EINVAL, "--%s %lld is outside its range %.0f..%.0f", o->name, x,
+                                  o->min, o->max);
+        if (o->kind == OPT_INT)
+            *(int *)p = (int)x;
+        else
+            *(int64_t *)p = (int64_t)x;
+        return FSDP_OK;
+    }
+    case OPT_DBL: {
+        double x = strtod(v, &end);
+        if (end == v || *end != '\0' || errno == ERANGE || !isfinite(x))
+            return fsdp_set_error(FSDP_EINVAL, "--%s: \"%s\" is not a finite number", o->name, v);
+        if (x < o->min || x > o->max)
+            return fsdp_set_error(FSDP_EINVAL, "--%s %g is outside its range [%g, %g]", o->name, x, o->min,
+                                  o->max);
+        *(double *)p = x;
+        return FSDP_OK;
+    }
+    case OPT_STR:
+        if (*v == '\0') return fsdp_set_error(FSDP_EINVAL, "--%s needs a non-empty value", o->name);
+        *(const char **)p = v;
+        return FSDP_OK;
+    case OPT_BOOL:
+        if (!strcmp(v, "1") || !strcmp(v, "true") || !strcmp(v, "on")) {
+            *(int *)p = 1;
+        } else if (!strcmp(v, "0") || !strcmp(v, "false") || !strcmp(v, "off")) {
+            *(int *)p = 0;
+        } else {
+            return fsdp_set_error(FSDP_EINVAL, "--%s=%s: a switch takes 0 or 1 (or no value)", o->name, v);
+        }
+        return FSDP_OK;
+    case OPT_ENUM:
+        for (int i = 0; o->choices[i]; i++)
+            if (!strcmp(v, o->choices[i])) {
+                *(int *)p = i;
+                return FSDP_OK;
+            }
+        {
+            char list[200] = "";
+            for (int i = 0; o->choices[i]; i++)
+                snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? "|" : "",
+                         o->choices[i]);
+            return fsdp_set_error(FSDP_EINVAL, "--%s: \"%s\" is not one of %s", o->name, v, list);
+        }
+    case OPT_LIST: break; /* handled by the parser (several argv words) */
+    }
+    return FSDP_ERR(FSDP_EINTERNAL, "flag kind %d of --%s", (int)o->kind, o->name);
+}
+
+fsdp_status fsdp_train_config_parse(fsdp_train_config *cfg, int argc, char **argv) {
+    *cfg = fsdp_train_config_default();
+    int i = 1;
+    if (argc > 1 && argv[1] && argv[1][0] != '-') {
+        int found = 0;
+        for (int c = 0; c < FSDP_CMD_NCMD; c++)
+            if (!strcmp(argv[1], cmd_names[c])) {
+                cfg->cmd = (fsdp_train_cmd)c;
+                found = 1;
+            }
+        if (!strcmp(argv[1], "help")) {
+            cfg->help = 1;
+            return FSDP_OK;
+        }
+        if (!found)
+            return fsdp_set_error(
+                FSDP_EINVAL,
+                "unknown command \"%s\": use train (the default), prepare, export or sample; "
+                "see fsdp-train --help",
+                argv[1]);
+        i = 2;
+    }
+    const char *cmd = cmd_names[cfg->cmd];
+    for (; i < argc; i++) {
+        const char *a = argv[i];
+        if (!a || strncmp(a, "--", 2) != 0 || a[2] == '\0')
+            return fsdp_set_error(FSDP_EINVAL,
+                                  "unexpected argument \"%s\" for `fsdp-train %s`: flags start with --; see "
+                                  "fsdp-train %s --help",
+                                  a ? a : "(null)", cmd, cmd);
+        const char *name = a + 2;
+        if (!strcmp(name, "help") || !strcmp(name, "h")) {
+            cfg->help = 1;
+            return FSDP_OK;
+        }
+        const char *eq = strchr(name, '=');
+        size_t nlen = eq ? (size_t)(eq - name) : strlen(name);
+        const opt_def *o = NULL;
+        for (int k = 0; k < NOPTS; k++)
+            if (strlen(opts[k].name) == nlen && !strncmp(opts[k].name, name, nlen)) o = &opts[k];
+        if (!o || !(o->cmds & (1u << cfg->cmd)))
+            return fsdp_set_error(FSDP_EINVAL,
+                                  "unknown flag --%.*s for `fsdp-train %s`: see fsdp-train %s --help",
+                                  (int)nlen, name, cmd, cmd);
+        if (o->kind == OPT_LIST) {
+            if (eq) return fsdp_set_error(FSDP_EINVAL, "--%s takes its files as separate words", o->name);
+            int n = 0;
+            while (i + 1 + n < argc && argv[i + 1 + n] && strncmp(argv[i + 1 + n], "--", 2) != 0)
+                n++;
+            if (n == 0) return fsdp_set_error(FSDP_EINVAL, "--%s needs at least one file", o->name);
+            cfg->texts = (const char *const *)&argv[i + 1];
+            cfg->n_texts = n;
+            i += n;
+            continue;
+        }
+        const char *v;
+        if (eq) {
+            v = eq + 1;
+        } else if (o->kind == OPT_BOOL) {
+            v = "1";
+        } else {
+            if (i + 1 >= argc || !argv[i + 1])
+                return fsdp_set_error(FSDP_EINVAL, "--%s needs a value; see fsdp-train %s --help", o->name,
+                                      cmd);
+            v = argv[++i];
+        }
+        FSDP_TRY(set_value(cfg, o, v));
+    }
+    return fsdp_train_config_check(cfg, 0);
+}
+
+fsdp_status fsdp_train_config_check(fsdp_train_config *c, int world) {
+    switch (c->cmd) {
+    case FSDP_CMD_TRAIN:
+        if (c->width % c->heads != 0)
+            return fsdp_set_error(FSDP_EINVAL,
+                                  "--width %d is not divisible by --heads %d: pick a width that is", c->width,
+                                  c->heads);
+        if (c->max_seq_len == 0) c->max_seq_len = c->seq_len;
+        if (c->seq_len > c->max_seq_len)
+            return fsdp_set_error(FSDP_EINVAL,
+                                  "--seq-len %d is longer than --max-seq-len %d (the position table)",
+                                  c->seq_len, c->max_seq_len);
+        if (c->vocab == 1)
+            return fsdp_set_error(FSDP_EINVAL, "--vocab 1 is too small: a model needs at least 2");
+        if (c->batch % c->micro_batches != 0)
+            return fsdp_set_error(FSDP_EINVAL, "--batch %d is not divisible by --micro-batches %d", c->batch,
+                                  c->micro_batches);
+        if (world > 0 && c->batch % (c->micro_batches * world) != 0)
+            return fsdp_set_error(
+                FSDP_EINVAL,
+                "--batch %d is not divisible by --micro-batches %d x %d ranks = %d: every rank "
+                "needs the same whole number of sequences per micro-batch",
+                c->batch, c->micro_batches, world, c->micro_batches * world);
+        if (c->min_lr > c->lr)
+            return fsdp_set_error(FSDP_EINVAL, "--min-lr %g is above --lr %g", c->min_lr, c->lr);
+        if (!c->checkpoint_dir && c->resume)
+            return fsdp_set_error(FSDP_EINVAL, "--resume needs --checkpoint-dir");
+        break;
+    case FSDP_CMD_PREPARE:
+        if (c->n_texts == 0) return fsdp_set_error(FSDP_EINVAL, "prepare needs --text FILE...");
+        if (!c->out) return fsdp_set_error(FSDP_EINVAL, "prepare needs --out DIR");
+        break;
+    case FSDP_CMD_EXPORT:
+        if (!c->checkpoint) return fsdp_set_error(FSDP_EINVAL, "export needs --checkpoint DIR");
+        if (!c->out) return fsdp_set_error(FSDP_EINVAL, "export needs --out FILE.safetensors");
+        break;
+    case FSDP_CMD_SAMPLE:
+        if (!c->checkpoint) return fsdp_set_error(FSDP_EINVAL, "sample needs --checkpoint DIR");
+        break;
+    default: return FSDP_ERR(FSDP_EINVAL, "unknown command %d", (int)c->cmd);
+    }
+    return FSDP_OK;
+}
+
+/* Value of a setting as text (the defaults and the printed settings). */
+static void format_value(char *buf, size_t cap, const fsdp_train_config *cfg, const opt_def *o) {
+    const char *p = (const char *)cfg + o->off;
+    switch (o->kind) {
+    case OPT_INT: snprintf(buf, cap, "%d", *(const int *)p); break;
+    case OPT_I64: snprintf(buf, cap, "%lld", (long long)*(const int64_t *)p); break;
+    case OPT_DBL: snprintf(buf, cap, "%g", *(const double *)p); break;
+    case OPT_BOOL: snprintf(buf, cap, "%d", *(const int *)p); break;
+    case OPT_ENUM: snprintf(buf, cap, "%s", o->choices[*(const int *)p]); break;
+    case OPT_STR: {
+        const char *s = *(const char *const *)p;
+        snprintf(buf, cap, "%s", s ? s : "(none)");
+        break;
+    }
+    case OPT_LIST: {
+        size_t used = 0;
+        buf[0] = '\0';
+        for (int i = 0; i < cfg->n_texts && used < cap; i++)
+            used += (size_t)snprintf(buf + used, cap - used, "%s%s", i ? " " : "", cfg->texts[i]);
+        if (cfg->n_texts == 0) snprintf(buf, cap, "(none)");
+        break;
+    }
+    }
+}
+
+void fsdp_train_usage(FILE *f, fsdp_train_cmd cmd) {
+    static const char *const what[FSDP_CMD_NCMD] = {
+        "train a GPT on token files with FSDP (the default command; under mpirun, one process per rank)",
+        "tokenise text files byte by byte into DIR/train.bin, DIR/val.bin (llm.c's token file layout)",
+        "write a checkpoint's full fp32 model as .safetensors with GPT-2's tensor names, plus config.json",
+        "generate text from a checkpoint",
+    };
+    fprintf(f, "usage: fsdp-train %s[flags]\n  %s\n\nflags (default in brackets):\n",
+            cmd == FSDP_CMD_TRAIN     ? "[train] "
+            : cmd == FSDP_CMD_PREPARE ? "prepare "
+            : cmd == FSDP_CMD_EXPORT  ? "export "
+                                      : "sample ",
+            what[cmd]);
+    fsdp_train_config d = fsdp_train_config_default();
+    for (int k = 0; k < NOPTS; k++) {
+        const opt_def *o = &opts[k];
+        if (!(o->cmds & (1u << cmd))) continue;
+        char def[256], name[64];
+        format_value(def, sizeof def, &d, o);
+        if (o->kind == OPT_ENUM) {
+            char list[128] = "";
+            for (int i = 0; o->choices[i]; i++)
+                snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? "|" : "",
+                         o->choices[i]);
+            snprintf(name, sizeof name, "--%s %s", o->name, list);
+        } else if (o->kind == OPT_BOOL) {
+            snprintf(name, sizeof name, "--%s", o->name);
+        } else if (o->kind == OPT_LIST) {
+            snprintf(name, sizeof name, "--%s FILE...", o->name);
+        } else {
+            snprintf(name, sizeof name, "--%s X", o->name);
+        }
+        fprintf(f, "  %-30s %s [%s]\n", name, o->help, def);
+    }
+    fprintf(f, "  %-30s this text\n", "--help");
+    if (cmd == FSDP_CMD_TRAIN)
+        fprintf(f, "\nother commands: fsdp-train prepare|export|sample --help\n"
+                   "many ranks: mpirun -np N fsdp-train ... (same flags; the global batch stays the same)\n");
+}
+
+void fsdp_train_config_print(FILE *f, const fsdp_train_config *cfg) {
+    fprintf(f, "fsdp-train %s settings:\n", cmd_names[cfg->cmd]);
+    for (int k = 0; k < NOPTS; k++) {
+        const opt_def *o = &opts[k];
+        if (!(o->cmds & (1u << cfg->cmd))) continue;
+        char v[1024];
+        format_value(v, sizeof v, cfg, o);
+        fprintf(f, "  --%-18s %s\n", o->name, v);
+    }
+}
+
+cJSON *fsdp_train_config_to_json(const fsdp_train_config *cfg) {
+    cJSON *j = cJSON_CreateObject();
+    if (!j) return NULL;
+    for (int k = 0; k < NOPTS; k++) {
+        const opt_def *o = &opts[k];
+        if (!(o->cmds & C_TRAIN)) continue;
+        const char *p = (const char *)cfg + o->off;
+        cJSON *item = NULL;
+        switch (o->kind) {
+        case OPT_INT:
+        case OPT_BOOL: item = cJSON_CreateNumber(*(const int *)p); break;
+        case OPT_I64: item = cJSON_CreateNumber((double)*(const int64_t *)p); break;
+        case OPT_DBL: item = cJSON_CreateNumber(*(const double *)p); break;
+        case OPT_ENUM: item = cJSON_CreateString(o->choices[*(const int *)p]); break;
+        case OPT_STR: {
+            const char *s = *(const char *const *)p;
+            item = s ? cJSON_CreateString(s) : cJSON_CreateNull();
+            break;
+        }
+        case OPT_LIST: continue;
+        }
+        if (!item || !cJSON_AddItemToObject(j, o->name, item)) {
+            cJSON_Delete(item);
+            cJSON_Delete(j);
+            return NULL;
+        }
+    }
+    return j;
+}
+
+fsdp_status fsdp_train_config_from_json(fsdp_train_config *cfg, const cJSON *j, const char *what) {
+    /* The settings that fix the model's shape and numerics: a checkpoint can only be read with these. */
+    static const char *const keys[] = {"layers",  "width",       "heads",     "vocab",
+                                       "seq-len", "max-seq-len", "precision", "seed"};
+    if (!cJSON_IsObject(j)) return fsdp_set_error(FSDP_EFORMAT, "%s: \"config\" is not a JSON object", what);
+    for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
+        const opt_def *o = NULL;
+        for (int i = 0; i < NOPTS; i++)
+            if (!strcmp(opts[i].name, keys[k])) o = &opts[i];
+        FSDP_INVARIANT(o != NULL);
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, o->name);
+        if (!v) return fsdp_set_error(FSDP_EFORMAT, "%s: config lacks \"%s\"", what, o->name);
+        char buf[64];
+        if (o->kind == OPT_ENUM && cJSON_IsString(v)) {
+            snprintf(buf, sizeof buf, "%s", v->valuestring);
+        } else if (o->kind != OPT_ENUM && cJSON_IsNumber(v) && v->valuedouble == floor(v->valuedouble)) {
+            snprintf(buf, sizeof buf, "%.0f", v->valuedouble);
+        } else {
+            return fsdp_set_error(FSDP_EFORMAT, "%s: config \"%s\" has the wrong type", what, o->name);
+        }
+        if (set_value(cfg, o, buf) != FSDP_OK) {
+            char msg[512];
+            snprintf(msg, sizeof msg, "%s", fsdp_last_error());
+            return fsdp_set_error(FSDP_EFORMAT, "%s: config value is invalid: %s", what, msg);
+        }
+    }
+    if (cfg->vocab < 2 || cfg->width % cfg->heads || cfg->seq_len > cfg->max_seq_len)
+        return fsdp_set_error(FSDP_EFORMAT,
+                              "%s: inconsistent model shape (vocab %d, width %d, heads %d, "
+                              "seq-len %d, max-seq-len %d)",
+                              what, cfg->vocab, cfg->width, cfg->heads, cfg->seq_len, cfg->max_seq_len);
+    return FSDP_OK;
+}

@@ -1,0 +1,107 @@
+/* config.h — every setting of `fsdp-train` as one struct, parsed from the command line with range and
+ * consistency checks whose messages name the flag. Library code: parsing returns fsdp_status and
+ * never exits, so it can be unit-tested and fuzzed; only the program's main() exits. */
+#ifndef FSDP_TRAIN_CONFIG_H
+#define FSDP_TRAIN_CONFIG_H
+
+#include "fsdp.h"
+
+#include <stdint.h>
+#include <stdio.h>
+
+typedef enum {
+    FSDP_CMD_TRAIN = 0,
+    FSDP_CMD_PREPARE,
+    FSDP_CMD_EXPORT,
+    FSDP_CMD_SAMPLE,
+    FSDP_CMD_NCMD
+} fsdp_train_cmd;
+
+typedef enum { FSDP_PRECISION_FP32 = 0, FSDP_PRECISION_MIXED } fsdp_precision;
+
+/* Strings point into argv or at static defaults: the struct owns nothing and needs no free. */
+typedef struct {
+    fsdp_train_cmd cmd;
+    int help; /* --help given: print fsdp_train_usage(cmd) and stop */
+
+    /* model (GPT-2 architecture) */
+    int layers, width, heads;
+    int vocab;       /* 0: auto (DIR/meta.json's vocab, else GPT-2's 50257) */
+    int seq_len;     /* T of training sequences */
+    int max_seq_len; /* position table size; 0: = seq_len */
+
+    /* data and batch */
+    const char *data; /* folder with train.bin and val.bin */
+    int batch;        /* global sequences per step, for any world size */
+    int micro_batches;
+
+    /* optimisation */
+    double lr, min_lr; /* peak learning rate; end of the cosine decay */
+    int warmup;        /* linear warmup steps */
+    double weight_decay, clip, beta1, beta2, eps;
+    int steps, eval_every, eval_batches;
+    int64_t seed;
+
+    /* engine policies */
+    int precision;    /* fsdp_precision */
+    int strategy;     /* fsdp_strategy */
+    int main_grad;    /* fsdp_main_grad_policy */
+    int accum;        /* fsdp_accum_mode */
+    int reduce_dtype; /* fsdp_dtype */
+    int recompute;
+    int threads;         /* OpenMP threads per rank; 0: cores / ranks on the node */
+    double comm_timeout; /* seconds; <= 0 waits forever */
+
+    /* checkpoints, metrics, output */
+    const char *checkpoint_dir;
+    int checkpoint_every; /* 0: only at the end */
+    int resume;
+    const char *metrics; /* JSONL file or NULL */
+    int log_every;
+    int sample_tokens; /* generated at the end of training (0: none) */
+
+    /* sample (and the sample after training) */
+    const char *prompt;
+    double temperature;
+    int top_k;
+    int tokens; /* sample: tokens to generate */
+
+    /* prepare */
+    const char *const *texts;
+    int n_texts;
+    const char *out; /* prepare: folder; export: .safetensors file */
+    double val_fraction;
+    const char *doc_sep;
+
+    /* export, sample */
+    const char *checkpoint; /* a step folder, or a checkpoint folder with `latest` */
+} fsdp_train_config;
+
+fsdp_train_config fsdp_train_config_default(void);
+
+/* Parses argv[1..argc): an optional command word (train, prepare, export, sample) then flags
+ * (`--name value` or `--name=value`; switches take no value or =0/=1). Fills *cfg starting from the
+ * defaults, then runs fsdp_train_config_check(cfg, 0). FSDP_EINVAL with a message naming the flag
+ * on anything wrong. With --help, returns FSDP_OK and cfg->help = 1 without checking. */
+fsdp_status fsdp_train_config_parse(fsdp_train_config *cfg, int argc, char **argv);
+
+/* Consistency checks (also run by parse). world > 0 additionally checks --batch against
+ * --micro-batches x world. Resolves max_seq_len 0 -> seq_len. */
+fsdp_status fsdp_train_config_check(fsdp_train_config *cfg, int world);
+
+/* Usage text of one command (all flags, their defaults and meaning). */
+void fsdp_train_usage(FILE *f, fsdp_train_cmd cmd);
+/* Every resolved setting of cfg->cmd, one per line ("  --layers 4"). */
+void fsdp_train_config_print(FILE *f, const fsdp_train_config *cfg);
+
+/* Every train setting as a JSON object keyed by flag name without dashes ("seq-len"), for manifests.
+ * Caller frees with cJSON_Delete. NULL if out of memory. */
+struct cJSON;
+struct cJSON *fsdp_train_config_to_json(const fsdp_train_config *cfg);
+/* Reads the model-shape settings back (layers, width, heads, vocab, seq-len, max-seq-len, precision,
+ * seed...: every key present is applied, then checked); FSDP_EFORMAT naming `what` on a bad value. */
+fsdp_status fsdp_train_config_from_json(fsdp_train_config *cfg, const struct cJSON *j, const char *what);
+
+const char *fsdp_train_cmd_name(fsdp_train_cmd c);
+
+#endif

@@ -1,0 +1,201 @@
+/* test_config.c — fsdp-train's flag parsing: defaults, every value kind, the consistency checks
+ * (each message names its flag), commands, the JSON record round trip, and a small fuzz loop of
+ * random argument vectors that must only ever succeed or fail cleanly. */
+#include "test_util.h"
+
+#include "fsdp.h"
+#include "train/config.h"
+
+#include <cjson/cJSON.h>
+#include <stdint.h>
+#include <string.h>
+
+static fsdp_status parse(fsdp_train_config *c, const char *line) {
+    static char buf[4096];
+    static char *argv[128];
+    snprintf(buf, sizeof buf, "%s", line);
+    int argc = 0;
+    argv[argc++] = "fsdp-train";
+    for (char *t = strtok(buf, " "); t && argc < 127; t = strtok(NULL, " "))
+        argv[argc++] = t;
+    argv[argc] = NULL;
+    return fsdp_train_config_parse(c, argc, argv);
+}
+
+static void test_values(void) {
+    fsdp_train_config c, d = fsdp_train_config_default();
+    CHECK_OK(parse(&c, ""));
+    CHECK(c.cmd == FSDP_CMD_TRAIN && c.layers == d.layers && c.max_seq_len == d.seq_len);
+    CHECK_OK(parse(&c, "train --layers 6 --width=96 --heads 3 --seq-len 64 --max-seq-len 128 --lr 1e-3 "
+                       "--precision fp32 --strategy grad-op --main-grad eager --accum no-sync --recompute "
+                       "--seed 99 --data /x --metrics m.jsonl --reduce-dtype bf16 --resume=0"));
+    CHECK(c.layers == 6 && c.width == 96 && c.heads == 3 && c.seq_len == 64 && c.max_seq_len == 128);
+    CHECK(c.lr == 1e-3 && c.precision == FSDP_PRECISION_FP32 && c.strategy == FSDP_SHARD_GRAD_OP);
+    CHECK(c.main_grad == FSDP_MAIN_GRAD_EAGER && c.accum == FSDP_ACCUM_NO_SYNC && c.recompute == 1);
+    CHECK(c.seed == 99 && !strcmp(c.data, "/x") && !strcmp(c.metrics, "m.jsonl") &&
+          c.reduce_dtype == FSDP_BF16);
+    CHECK(c.resume == 0);
+    CHECK_OK(parse(&c, "--strategy none --resume"));
+    CHECK(c.strategy == FSDP_NO_SHARD && c.resume == 1);
+    CHECK_OK(parse(&c, "--help"));
+    CHECK(c.help == 1);
+    CHECK_OK(parse(&c, "prepare --text a b c --out d --val-fraction 0.1 --doc-sep %"));
+    CHECK(c.cmd == FSDP_CMD_PREPARE && c.n_texts == 3 && !strcmp(c.texts[2], "c") && !strcmp(c.out, "d"));
+    CHECK(c.val_fraction == 0.1 && !strcmp(c.doc_sep, "%"));
+    CHECK_OK(parse(&c, "export --checkpoint ck --out m.safetensors"));
+    CHECK(c.cmd == FSDP_CMD_EXPORT && !strcmp(c.checkpoint, "ck"));
+    CHECK_OK(parse(&c, "sample --checkpoint ck --prompt hi --tokens 5 --temperature 0.5 --top-k 3 --seed 4"));
+    CHECK(c.cmd == FSDP_CMD_SAMPLE && c.tokens == 5 && c.top_k == 3 && c.temperature == 0.5 && c.seed == 4);
+}
+
+static void test_errors(void) {
+    fsdp_train_config c;
+    CHECK_ERR(parse(&c, "--width 100 --heads 3"), FSDP_EINVAL, "--width 100 is not divisible by --heads 3");
+    CHECK_ERR(parse(&c, "--seq-len 300 --max-seq-len 256"), FSDP_EINVAL,
+              "--seq-len 300 is longer than --max-seq-len");
+    CHECK_ERR(parse(&c, "--batch 0"), FSDP_EINVAL, "--batch 0 is outside");
+    CHECK_ERR(parse(&c, "--batch -3"), FSDP_EINVAL, "--batch");
+    CHECK_ERR(parse(&c, "--batch 10 --micro-batches 4"), FSDP_EINVAL, "--micro-batches 4");
+    CHECK_ERR(parse(&c, "--layers abc"), FSDP_EINVAL, "--layers: \"abc\" is not a whole number");
+    CHECK_ERR(parse(&c, "--layers 3x"), FSDP_EINVAL, "--layers");
+    CHECK_ERR(parse(&c, "--lr nan"), FSDP_EINVAL, "--lr");
+    CHECK_ERR(parse(&c, "--lr"), FSDP_EINVAL, "--lr needs a value");
+    CHECK_ERR(parse(&c, "--precision half"), FSDP_EINVAL, "fp32|mixed");
+    CHECK_ERR(parse(&c, "--bogus 1"), FSDP_EINVAL, "unknown flag --bogus");
+    CHECK_ERR(parse(&c, "--text a"), FSDP_EINVAL, "unknown flag --text for `fsdp-train train`");
+    CHECK_ERR(parse(&c, "frobnicate"), FSDP_EINVAL, "unknown command \"frobnicate\"");
+    CHECK_ERR(parse(&c, "--layers 2 stray"), FSDP_EINVAL, "unexpected argument \"stray\"");
+    CHECK_ERR(parse(&c, "--recompute=maybe"), FSDP_EINVAL, "--recompute");
+    CHECK_ERR(parse(&c, "--min-lr 1 --lr 0.1"), FSDP_EINVAL, "--min-lr");
+    CHECK_ERR(parse(&c, "--data="), FSDP_EINVAL, "--data needs a non-empty value");
+    CHECK_ERR(parse(&c, "prepare --out d"), FSDP_EINVAL, "--text");
+    CHECK_ERR(parse(&c, "prepare --text --out d"), FSDP_EINVAL, "--text needs at least one file");
+    CHECK_ERR(parse(&c, "export --checkpoint x"), FSDP_EINVAL, "--out");
+    CHECK_ERR(parse(&c, "sample"), FSDP_EINVAL, "--checkpoint");
+    /* The world-size check happens once the world is known. */
+    CHECK_OK(parse(&c, "--batch 6 --micro-batches 2"));
+    CHECK_OK(fsdp_train_config_check(&c, 3));
+    CHECK_ERR(fsdp_train_config_check(&c, 2), FSDP_EINVAL,
+              "--batch 6 is not divisible by --micro-batches 2 x 2 ranks");
+}
+
+static void test_json(void) {
+    fsdp_train_config c, d = fsdp_train_config_default();
+    CHECK_OK(parse(
+        &c, "--layers 3 --width 48 --heads 6 --vocab 300 --seq-len 20 --max-seq-len 40 --precision fp32"));
+    cJSON *j = fsdp_train_config_to_json(&c);
+    CHECK(j != NULL);
+    char *text = cJSON_PrintUnformatted(j);
+    cJSON *back = cJSON_Parse(text);
+    CHECK_OK(fsdp_train_config_from_json(&d, back, "manifest.json"));
+    CHECK(d.layers == 3 && d.width == 48 && d.heads == 6 && d.vocab == 300 && d.seq_len == 20 &&
+          d.max_seq_len == 40 && d.precision == FSDP_PRECISION_FP32 && d.seed == c.seed);
+    cJSON_ReplaceItemInObject(back, "heads", cJSON_CreateNumber(5)); /* 48 % 5 != 0 */
+    CHECK_ERR(fsdp_train_config_from_json(&d, back, "m.json"), FSDP_EFORMAT, "inconsistent model shape");
+    cJSON_ReplaceItemInObject(back, "heads", cJSON_CreateString("six"));
+    CHECK_ERR(fsdp_train_config_from_json(&d, back, "m.json"), FSDP_EFORMAT, "\"heads\" has the wrong type");
+    cJSON_DeleteItemFromObject(back, "layers");
+    CHECK_ERR(fsdp_train_config_from_json(&d, back, "m.json"), FSDP_EFORMAT, "lacks \"layers\"");
+    cJSON_Delete(back);
+    cJSON_free(text);
+    cJSON_Delete(j);
+    /* Usage and settings print without trouble and mention the flag names. */
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    fsdp_train_usage(f, FSDP_CMD_TRAIN);
+    fsdp_train_config_print(f, &c);
+    fclose(f);
+    const char *names[] = {"--data",
+                           "--layers",
+                           "--width",
+                           "--heads",
+                           "--vocab",
+                           "--seq-len",
+                           "--batch",
+                           "--micro-batches",
+                           "--lr",
+                           "--warmup",
+                           "--weight-decay",
+                           "--clip",
+                           "--precision",
+                           "--strategy",
+                           "--main-grad",
+                           "--accum",
+                           "--recompute",
+                           "--steps",
+                           "--eval-every",
+                           "--seed",
+                           "--checkpoint-dir",
+                           "--checkpoint-every",
+                           "--resume",
+                           "--metrics"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        CHECKF(strstr(buf, names[i]) != NULL, "%s", names[i]);
+    free(buf);
+}
+
+/* Random argument vectors from a pool of words: parse must return OK or EINVAL with a message. */
+static void test_fuzz(void) {
+    const char *pool[] = {"--layers",
+                          "--width",
+                          "--heads",
+                          "3",
+                          "0",
+                          "-1",
+                          "99999999999",
+                          "1e9",
+                          "x",
+                          "",
+                          "--batch",
+                          "--lr",
+                          "nan",
+                          "--precision",
+                          "mixed",
+                          "--text",
+                          "prepare",
+                          "export",
+                          "--resume",
+                          "--resume=",
+                          "--=",
+                          "--",
+                          "-",
+                          "--out",
+                          "sample",
+                          "--top-k",
+                          "1.5",
+                          "--checkpoint",
+                          "--seq-len=",
+                          "--max-seq-len",
+                          "--micro-batches",
+                          "%",
+                          "--doc-sep"};
+    const int npool = (int)(sizeof pool / sizeof pool[0]);
+    uint64_t st = 12345;
+    int clean = 1;
+    for (int it = 0; it < 20000; it++) {
+        char *argv[9];
+        int argc = 1 + (int)(st % 8);
+        argv[0] = "fsdp-train";
+        for (int i = 1; i < argc; i++) {
+            st = st * 6364136223846793005ull + 1442695040888963407ull;
+            argv[i] = (char *)pool[(st >> 33) % (uint64_t)npool];
+        }
+        argv[argc] = NULL;
+        fsdp_train_config c;
+        fsdp_status s = fsdp_train_config_parse(&c, argc, argv);
+        if (!(s == FSDP_OK || (s == FSDP_EINVAL && fsdp_last_error()[0] != '\0'))) clean = 0;
+        if (s == FSDP_OK && !c.help && c.cmd == FSDP_CMD_TRAIN &&
+            (c.width % c.heads || c.seq_len > c.max_seq_len))
+            clean = 0;
+    }
+    CHECK(clean);
+}
+
+int main(void) {
+    test_values();
+    test_errors();
+    test_json();
+    test_fuzz();
+    return TEST_MAIN_END();
+}
