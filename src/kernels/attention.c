@@ -1,0 +1,131 @@
+/* attention.c — causal multi-head self-attention from packed qkv [B,T,3C] to out [B,T,C] in plain C +
+ * OpenMP, as llm.c's attention_forward/backward: scores q·k/sqrt(hs), row-max-subtracted softmax
+ * (probabilities saved for backward), weighted sum of v; the backward uses the O(T) softmax gradient. */
+#include "kernels/kernels.h"
+
+#include "core/core.h"
+
+#include <math.h>
+#include <omp.h>
+#include <string.h>
+
+static fsdp_status check_att(int B, int T, int C, int NH) {
+    if (B <= 0 || T <= 0 || C <= 0 || NH <= 0)
+        return fsdp_set_error(FSDP_EINVAL, "attention: dims must be positive, got B=%d T=%d C=%d NH=%d", B, T,
+                              C, NH);
+    if (C % NH != 0)
+        return fsdp_set_error(FSDP_EINVAL, "attention: C=%d is not a multiple of the head count NH=%d", C,
+                              NH);
+    return FSDP_OK;
+}
+
+fsdp_status fsdp_attention_forward(float *out, float *preatt, float *att, const float *qkv, int B, int T,
+                                   int C, int NH) {
+    FSDP_TRY(check_att(B, T, C, NH));
+    if (!out || !att || !qkv) return FSDP_ERR(FSDP_EINVAL, "out, att and qkv must be non-NULL");
+    int hs = C / NH;
+    float scale = 1.0f / sqrtf((float)hs);
+    size_t C3 = (size_t)3 * C;
+#pragma omp parallel for collapse(3) schedule(static)
+    for (int b = 0; b < B; b++) {
+        for (int t = 0; t < T; t++) {
+            for (int h = 0; h < NH; h++) {
+                const float *q = qkv + ((size_t)b * T + t) * C3 + (size_t)h * hs;
+                size_t row = (((size_t)b * NH + h) * T + t) * T;
+                float *a = att + row;
+                /* scores into the att row (t2 <= t), tracking the max */
+                float mx = -INFINITY;
+                for (int t2 = 0; t2 <= t; t2++) {
+                    const float *k = qkv + ((size_t)b * T + t2) * C3 + C + (size_t)h * hs;
+                    float s = 0.0f;
+                    for (int i = 0; i < hs; i++)
+                        s += q[i] * k[i];
+                    s *= scale;
+                    a[t2] = s;
+                    if (s > mx) mx = s;
+                }
+                if (preatt) {
+                    memcpy(preatt + row, a, (size_t)(t + 1) * sizeof(float));
+                    memset(preatt + row + t + 1, 0, (size_t)(T - t - 1) * sizeof(float));
+                }
+                double sum = 0.0;
+                for (int t2 = 0; t2 <= t; t2++) {
+                    float e = expf(a[t2] - mx);
+                    a[t2] = e;
+                    sum += e;
+                }
+                float inv = (float)(1.0 / sum);
+                for (int t2 = 0; t2 <= t; t2++)
+                    a[t2] *= inv;
+                memset(a + t + 1, 0, (size_t)(T - t - 1) * sizeof(float));
+                float *o = out + ((size_t)b * T + t) * C + (size_t)h * hs;
+                for (int i = 0; i < hs; i++)
+                    o[i] = 0.0f;
+                for (int t2 = 0; t2 <= t; t2++) {
+                    const float *v = qkv + ((size_t)b * T + t2) * C3 + 2 * (size_t)C + (size_t)h * hs;
+                    float w = a[t2];
+                    for (int i = 0; i < hs; i++)
+                        o[i] += w * v[i];
+                }
+            }
+        }
+    }
+    return FSDP_OK;
+}
+
+fsdp_status fsdp_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att, int B,
+                                    int T, int C, int NH) {
+    FSDP_TRY(check_att(B, T, C, NH));
+    if (!dqkv || !dout || !qkv || !att)
+        return FSDP_ERR(FSDP_EINVAL, "dqkv, dout, qkv and att must be non-NULL");
+    int hs = C / NH;
+    float scale = 1.0f / sqrtf((float)hs);
+    size_t C3 = (size_t)3 * C;
+    int nthr = omp_get_max_threads();
+    float *scratch = NULL; /* [nthr, T]: dL/datt then dL/dpreatt of one row */
+    FSDP_TRY(fsdp_mem_alloc((void **)&scratch, (size_t)nthr * T * sizeof(float), FSDP_MEM_ACTIVATION));
+    /* Each (b, h) owns the channels [h*hs, (h+1)*hs) of q, k and v for its batch row: no races. */
+#pragma omp parallel for collapse(2) schedule(static) num_threads(nthr)
+    for (int b = 0; b < B; b++) {
+        for (int h = 0; h < NH; h++) {
+            float *dp = scratch + (size_t)omp_get_thread_num() * T;
+            for (int t = 0; t < T; t++) {
+                float *g = dqkv + ((size_t)b * T + t) * C3 + (size_t)h * hs;
+                for (int i = 0; i < hs; i++)
+                    g[i] = g[C + i] = g[2 * C + i] = 0.0f;
+            }
+            for (int t = 0; t < T; t++) {
+                const float *a = att + (((size_t)b * NH + h) * T + t) * T;
+                const float *d = dout + ((size_t)b * T + t) * C + (size_t)h * hs;
+                const float *q = qkv + ((size_t)b * T + t) * C3 + (size_t)h * hs;
+                float *dq = dqkv + ((size_t)b * T + t) * C3 + (size_t)h * hs;
+                /* datt[t2] = d · v[t2];  dv[t2] += att[t2] * d;  ds = sum att * datt */
+                double dsum = 0.0;
+                for (int t2 = 0; t2 <= t; t2++) {
+                    const float *v = qkv + ((size_t)b * T + t2) * C3 + 2 * (size_t)C + (size_t)h * hs;
+                    float *dv = dqkv + ((size_t)b * T + t2) * C3 + 2 * (size_t)C + (size_t)h * hs;
+                    float s = 0.0f;
+                    for (int i = 0; i < hs; i++) {
+                        s += d[i] * v[i];
+                        dv[i] += a[t2] * d[i];
+                    }
+                    dp[t2] = s;
+                    dsum += (double)a[t2] * s;
+                }
+                float ds = (float)dsum;
+                /* dpreatt = att * (datt - ds); scores were q·k*scale */
+                for (int t2 = 0; t2 <= t; t2++) {
+                    float gp = a[t2] * (dp[t2] - ds) * scale;
+                    const float *k = qkv + ((size_t)b * T + t2) * C3 + C + (size_t)h * hs;
+                    float *dk = dqkv + ((size_t)b * T + t2) * C3 + C + (size_t)h * hs;
+                    for (int i = 0; i < hs; i++) {
+                        dq[i] += gp * k[i];
+                        dk[i] += gp * q[i];
+                    }
+                }
+            }
+        }
+    }
+    fsdp_mem_free(scratch);
+    return FSDP_OK;
+}

@@ -1,0 +1,273 @@
+/* ops.c — element-wise GPT-2 kernels in plain C + OpenMP: encoder (token + position embedding) and
+ * its scatter-add backward, LayerNorm, GELU (tanh form) and residual add, forward and backward.
+ * Parameter inputs are F32 or BF16 (see kernels.h); all arithmetic is fp32 (statistics in double). */
+#include "kernels/kernels.h"
+
+#include "core/core.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+/* Exact bf16 -> f32 widening (the upper 16 bits of the f32). */
+static inline float bf16_val(fsdp_bf16 b) {
+    uint32_t u = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* Element i of a parameter of dtype pdt as float. */
+static inline float param_at(const void *p, fsdp_dtype pdt, size_t i) {
+    return pdt == FSDP_BF16 ? bf16_val(((const fsdp_bf16 *)p)[i]) : ((const float *)p)[i];
+}
+
+static fsdp_status check_pdt(const char *fn, fsdp_dtype pdt) {
+    if (pdt != FSDP_F32 && pdt != FSDP_BF16)
+        return fsdp_set_error(FSDP_EINVAL, "%s: parameter dtype %d is neither FSDP_F32 nor FSDP_BF16", fn,
+                              (int)pdt);
+    return FSDP_OK;
+}
+
+/* Copies n parameter values into a fresh fp32 buffer (fsdp_mem_alloc, other). */
+static fsdp_status param_to_f32(const void *p, fsdp_dtype pdt, size_t n, float **out) {
+    FSDP_TRY(fsdp_mem_alloc((void **)out, n * sizeof(float), FSDP_MEM_OTHER));
+    for (size_t i = 0; i < n; i++)
+        (*out)[i] = param_at(p, pdt, i);
+    return FSDP_OK;
+}
+
+/* ---------------------------------------------------------------- encoder */
+
+static fsdp_status check_tokens(const char *fn, const int *tokens, size_t n, int Vrows) {
+    for (size_t i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= Vrows)
+            return fsdp_set_error(FSDP_EINVAL,
+                                  "%s: token %d at position %zu is outside [0, %d); check the data "
+                                  "file against the model's vocabulary size",
+                                  fn, tokens[i], i, Vrows);
+    return FSDP_OK;
+}
+
+fsdp_status fsdp_encoder_forward(float *out, const int *tokens, const void *wte, const void *wpe,
+                                 fsdp_dtype pdt, int B, int T, int C, int Vrows, int maxT) {
+    if (B <= 0 || T <= 0 || C <= 0 || Vrows <= 0 || maxT <= 0)
+        return FSDP_ERR(FSDP_EINVAL, "dims must be positive, got B=%d T=%d C=%d Vrows=%d maxT=%d", B, T, C,
+                        Vrows, maxT);
+    if (T > maxT) return FSDP_ERR(FSDP_EINVAL, "sequence length T=%d exceeds the model's maxT=%d", T, maxT);
+    if (!out || !tokens || !wte || !wpe)
+        return FSDP_ERR(FSDP_EINVAL, "out, tokens, wte and wpe must be non-NULL");
+    FSDP_TRY(check_pdt(__func__, pdt));
+    FSDP_TRY(check_tokens(__func__, tokens, (size_t)B * T, Vrows));
+    long rows = (long)B * T;
+#pragma omp parallel for schedule(static)
+    for (long r = 0; r < rows; r++) {
+        int t = (int)(r % T);
+        size_t we = (size_t)tokens[r] * C, pe = (size_t)t * C;
+        float *o = out + (size_t)r * C;
+        if (pdt == FSDP_F32) {
+            const float *a = (const float *)wte + we, *b = (const float *)wpe + pe;
+            for (int c = 0; c < C; c++)
+                o[c] = a[c] + b[c];
+        } else {
+            const fsdp_bf16 *a = (const fsdp_bf16 *)wte + we, *b = (const fsdp_bf16 *)wpe + pe;
+            for (int c = 0; c < C; c++)
+                o[c] = bf16_val(a[c]) + bf16_val(b[c]);
+        }
+    }
+    return FSDP_OK;
+}
+
+fsdp_status fsdp_encoder_backward(float *dwte, int dwte_acc, float *dwpe, int dwpe_acc, const float *dout,
+                                  const int *tokens, int B, int T, int C, int Vrows, int maxT) {
+    if (B <= 0 || T <= 0 || C <= 0 || Vrows <= 0 || maxT <= 0)
+        return FSDP_ERR(FSDP_EINVAL, "dims must be positive, got B=%d T=%d C=%d Vrows=%d maxT=%d", B, T, C,
+                        Vrows, maxT);
+    if (T > maxT) return FSDP_ERR(FSDP_EINVAL, "sequence length T=%d exceeds the model's maxT=%d", T, maxT);
+    if (!dout || !tokens) return FSDP_ERR(FSDP_EINVAL, "dout and tokens must be non-NULL");
+    FSDP_TRY(check_tokens(__func__, tokens, (size_t)B * T, Vrows));
+    if (dwte) {
+        if (!dwte_acc) {
+            long nrow = Vrows;
+#pragma omp parallel for schedule(static)
+            for (long v = 0; v < nrow; v++)
+                memset(dwte + (size_t)v * C, 0, (size_t)C * sizeof(float));
+        }
+        /* Scatter-add: channel blocks (one cache line) are split over threads, so no two threads touch
+         * the same element, and each element sums its tokens in (b, t) order: deterministic. */
+        enum { CB = 16 };
+        int nb = (C + CB - 1) / CB;
+        long rows = (long)B * T;
+#pragma omp parallel for schedule(static)
+        for (int cb = 0; cb < nb; cb++) {
+            int c0 = cb * CB, c1 = c0 + CB < C ? c0 + CB : C;
+            for (long r = 0; r < rows; r++) {
+                float *g = dwte + (size_t)tokens[r] * C;
+                const float *d = dout + (size_t)r * C;
+                for (int c = c0; c < c1; c++)
+                    g[c] += d[c];
+            }
+        }
+    }
+    if (dwpe) {
+#pragma omp parallel for schedule(static)
+        for (int t = 0; t < maxT; t++) {
+            float *g = dwpe + (size_t)t * C;
+            if (t >= T) {
+                if (!dwpe_acc) memset(g, 0, (size_t)C * sizeof(float));
+                continue;
+            }
+            for (int c = 0; c < C; c++) {
+                float s = 0.0f;
+                for (int b = 0; b < B; b++)
+                    s += dout[((size_t)b * T + t) * C + c];
+                g[c] = dwpe_acc ? g[c] + s : s;
+            }
+        }
+    }
+    return FSDP_OK;
+}
+
+/* ---------------------------------------------------------------- LayerNorm */
+
+fsdp_status fsdp_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const void *weight,
+                                   const void *bias, fsdp_dtype pdt, int N, int C) {
+    if (N <= 0 || C <= 0) return FSDP_ERR(FSDP_EINVAL, "dims must be positive, got N=%d C=%d", N, C);
+    if (!out || !inp || !weight || !bias)
+        return FSDP_ERR(FSDP_EINVAL, "out, inp, weight and bias must be non-NULL");
+    FSDP_TRY(check_pdt(__func__, pdt));
+    float *w = NULL, *bb = NULL;
+    fsdp_status st = param_to_f32(weight, pdt, (size_t)C, &w);
+    if (st == FSDP_OK) st = param_to_f32(bias, pdt, (size_t)C, &bb);
+    if (st != FSDP_OK) goto done;
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float *x = inp + (size_t)n * C;
+        float *o = out + (size_t)n * C;
+        double s = 0.0;
+        for (int c = 0; c < C; c++)
+            s += x[c];
+        double m = s / C, v = 0.0;
+        for (int c = 0; c < C; c++)
+            v += ((double)x[c] - m) * ((double)x[c] - m);
+        float mf = (float)m, rs = (float)(1.0 / sqrt(v / C + (double)FSDP_LAYERNORM_EPS));
+        for (int c = 0; c < C; c++)
+            o[c] = (x[c] - mf) * rs * w[c] + bb[c];
+        if (mean) mean[n] = mf;
+        if (rstd) rstd[n] = rs;
+    }
+done:
+    fsdp_mem_free(bb);
+    fsdp_mem_free(w);
+    return st;
+}
+
+fsdp_status fsdp_layernorm_backward(float *dinp, int dinp_acc, float *dweight, float *dbias, int dparam_acc,
+                                    const float *dout, const float *inp, const void *weight, fsdp_dtype pdt,
+                                    const float *mean, const float *rstd, int N, int C) {
+    if (N <= 0 || C <= 0) return FSDP_ERR(FSDP_EINVAL, "dims must be positive, got N=%d C=%d", N, C);
+    if (!dout || !inp || !mean || !rstd)
+        return FSDP_ERR(FSDP_EINVAL,
+                        "dout, inp, mean and rstd must be non-NULL (mean/rstd from the forward)");
+    if (dinp && !weight) return FSDP_ERR(FSDP_EINVAL, "dinp requested but weight is NULL");
+    FSDP_TRY(check_pdt(__func__, pdt));
+    if (dweight || dbias) {
+        /* Parameter grads: channel blocks over threads, rows summed in order in double. */
+        enum { CB = 32 };
+        int nb = (C + CB - 1) / CB;
+#pragma omp parallel for schedule(static)
+        for (int cb = 0; cb < nb; cb++) {
+            double sw[CB] = {0}, sb[CB] = {0};
+            int c0 = cb * CB, c1 = c0 + CB < C ? c0 + CB : C;
+            for (int n = 0; n < N; n++) {
+                const float *x = inp + (size_t)n * C, *d = dout + (size_t)n * C;
+                float m = mean[n], rs = rstd[n];
+                for (int c = c0; c < c1; c++) {
+                    sw[c - c0] += (double)((x[c] - m) * rs) * d[c];
+                    sb[c - c0] += d[c];
+                }
+            }
+            for (int c = c0; c < c1; c++) {
+                if (dweight) dweight[c] = (float)(dparam_acc ? dweight[c] + sw[c - c0] : sw[c - c0]);
+                if (dbias) dbias[c] = (float)(dparam_acc ? dbias[c] + sb[c - c0] : sb[c - c0]);
+            }
+        }
+    }
+    if (!dinp) return FSDP_OK;
+    float *w = NULL;
+    FSDP_TRY(param_to_f32(weight, pdt, (size_t)C, &w));
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float *x = inp + (size_t)n * C, *d = dout + (size_t)n * C;
+        float *g = dinp + (size_t)n * C;
+        float m = mean[n], rs = rstd[n];
+        double a = 0.0, b = 0.0; /* mean of w*dout, mean of w*dout*xhat */
+        for (int c = 0; c < C; c++) {
+            float dn = w[c] * d[c];
+            a += dn;
+            b += (double)dn * ((x[c] - m) * rs);
+        }
+        float am = (float)(a / C), bm = (float)(b / C);
+        for (int c = 0; c < C; c++) {
+            float xh = (x[c] - m) * rs;
+            float v = (w[c] * d[c] - am - xh * bm) * rs;
+            g[c] = dinp_acc ? g[c] + v : v;
+        }
+    }
+    fsdp_mem_free(w);
+    return FSDP_OK;
+}
+
+/* ---------------------------------------------------------------- GELU, residual */
+
+#define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
+#define GELU_A 0.044715f
+
+fsdp_status fsdp_gelu_forward(float *out, const float *inp, size_t n) {
+    if (!out || !inp) return FSDP_ERR(FSDP_EINVAL, "out and inp must be non-NULL");
+    long ln = (long)n;
+#pragma omp parallel for schedule(static)
+    for (long i = 0; i < ln; i++) {
+        float x = inp[i];
+        out[i] = 0.5f * x * (1.0f + tanhf(GELU_K * (x + GELU_A * x * x * x)));
+    }
+    return FSDP_OK;
+}
+
+fsdp_status fsdp_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
+    if (!dinp || !inp || !dout) return FSDP_ERR(FSDP_EINVAL, "dinp, inp and dout must be non-NULL");
+    if (dinp == inp) return FSDP_ERR(FSDP_EINVAL, "dinp must not alias inp (it may alias dout)");
+    long ln = (long)n;
+#pragma omp parallel for schedule(static)
+    for (long i = 0; i < ln; i++) {
+        float x = inp[i];
+        float th = tanhf(GELU_K * (x + GELU_A * x * x * x));
+        /* sech^2 = 1 - tanh^2: no cosh overflow for large |x|. */
+        float g = 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * GELU_K * (1.0f + 3.0f * GELU_A * x * x);
+        dinp[i] = g * dout[i];
+    }
+    return FSDP_OK;
+}
+
+fsdp_status fsdp_residual_forward(float *out, const float *a, const float *b, size_t n) {
+    if (!out || !a || !b) return FSDP_ERR(FSDP_EINVAL, "out, a and b must be non-NULL");
+    long ln = (long)n;
+#pragma omp parallel for schedule(static)
+    for (long i = 0; i < ln; i++)
+        out[i] = a[i] + b[i];
+    return FSDP_OK;
+}
+
+fsdp_status fsdp_residual_backward(float *da, float *db, const float *dout, size_t n, int accumulate) {
+    if (!dout) return FSDP_ERR(FSDP_EINVAL, "dout must be non-NULL");
+    if (accumulate && (da == dout || db == dout))
+        return FSDP_ERR(FSDP_EINVAL, "da/db may alias dout only with accumulate == 0");
+    long ln = (long)n;
+#pragma omp parallel for schedule(static)
+    for (long i = 0; i < ln; i++) {
+        float d = dout[i];
+        if (da) da[i] = accumulate ? da[i] + d : d;
+        if (db) db[i] = accumulate ? db[i] + d : d;
+    }
+    return FSDP_OK;
+}
