@@ -1,0 +1,441 @@
+/* comm.c — the communicator front end: backend choice, argument checks shared by every backend, the
+ * `self` backend (world size 1, never calls MPI), and waiting on requests with a timeout.
+ * Every collective, blocking ones too, runs as a request that is polled until done, so a collective
+ * that never completes (a rank died, skipped or mis-ordered one) ends in FSDP_ETIMEOUT, not a hang. */
+#include "comm/comm_impl.h"
+
+#include <limits.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* ------------------------------------------------------------------------------------------ config */
+
+fsdp_comm_config fsdp_comm_config_default(void) {
+    fsdp_comm_config c = {.version = 1, .backend = FSDP_COMM_AUTO, .timeout_s = 0.0};
+    return c;
+}
+
+const char *comm_coll_name(comm_coll k) {
+    switch (k) {
+    case COLL_ALL_GATHER: return "all-gather";
+    case COLL_REDUCE_SCATTER: return "reduce-scatter";
+    case COLL_ALL_REDUCE: return "all-reduce";
+    case COLL_BROADCAST: return "broadcast";
+    case COLL_BARRIER: return "barrier";
+    }
+    return "collective";
+}
+
+/* A launcher (mpirun, srun with PMIx/PMI) leaves one of these in the environment. */
+static int launched_by_mpi(void) {
+    return getenv("OMPI_COMM_WORLD_SIZE") != NULL || getenv("PMIX_RANK") != NULL ||
+           getenv("PMI_SIZE") != NULL;
+}
+
+/* FSDP_TEST_SKIP_COLLECTIVE=<rank>:<n>: that rank returns FSDP_OK from its n-th collective (0-based)
+ * without communicating, so the other ranks' timeout path can be tested. Malformed values are an
+ * error rather than silently ignored. */
+static fsdp_status parse_skip(fsdp_comm_t *c) {
+    c->skip_rank = -1;
+    const char *v = getenv("FSDP_TEST_SKIP_COLLECTIVE");
+    if (v == NULL || v[0] == '\0') return FSDP_OK;
+    char *end = NULL;
+    long r = strtol(v, &end, 10);
+    if (end == v || *end != ':' || r < 0 || r > INT_MAX)
+        return FSDP_ERR(FSDP_EINVAL, "FSDP_TEST_SKIP_COLLECTIVE=\"%s\" is malformed; use <rank>:<n>", v);
+    const char *p = end + 1;
+    unsigned long long n = strtoull(p, &end, 10);
+    if (end == p || *end != '\0' || p[0] == '-')
+        return FSDP_ERR(FSDP_EINVAL, "FSDP_TEST_SKIP_COLLECTIVE=\"%s\" is malformed; use <rank>:<n>", v);
+    c->skip_rank = (int)r;
+    c->skip_seq = (uint64_t)n;
+    return FSDP_OK;
+}
+
+fsdp_status fsdp_comm_init(fsdp_comm_t **out, const fsdp_comm_config *cfg, int *argc, char ***argv) {
+    if (out == NULL) return FSDP_ERR(FSDP_EINVAL, "out is NULL; pass the address of an fsdp_comm_t *");
+    *out = NULL;
+    fsdp_comm_config def = fsdp_comm_config_default();
+    if (cfg == NULL) cfg = &def;
+    if (cfg->version != 1)
+        return FSDP_ERR(FSDP_EINVAL, "config version %d is not 1; start from fsdp_comm_config_default()",
+                        cfg->version);
+    if (cfg->backend != FSDP_COMM_AUTO && cfg->backend != FSDP_COMM_SELF && cfg->backend != FSDP_COMM_MPI)
+        return FSDP_ERR(FSDP_EINVAL, "backend %d is not AUTO, SELF or MPI", (int)cfg->backend);
+    if (cfg->timeout_s != cfg->timeout_s)
+        return FSDP_ERR(FSDP_EINVAL, "timeout_s is NaN; use a number of seconds, or <= 0 to wait forever");
+
+    fsdp_comm_t *c = calloc(1, sizeof *c);
+    if (c == NULL) return FSDP_ERR(FSDP_ENOMEM, "cannot allocate the communicator (%zu bytes)", sizeof *c);
+    c->backend = cfg->backend;
+    if (c->backend == FSDP_COMM_AUTO) c->backend = launched_by_mpi() ? FSDP_COMM_MPI : FSDP_COMM_SELF;
+    c->timeout_s = cfg->timeout_s;
+    c->int_limit = INT_MAX;
+    c->rank = 0;
+    c->size = 1;
+    c->local_size = 1;
+    fsdp_status s = parse_skip(c);
+    if (s != FSDP_OK) goto fail;
+    if (c->backend == FSDP_COMM_MPI) {
+        s = comm_mpi_init(c, argc, argv);
+        if (s != FSDP_OK) goto fail;
+    }
+    *out = c;
+    return FSDP_OK;
+fail:
+    free(c);
+    return s;
+}
+
+void fsdp_comm_free(fsdp_comm_t *c) {
+    if (c == NULL) return;
+    if (c->backend == FSDP_COMM_MPI) comm_mpi_free(c);
+    free(c);
+}
+
+int fsdp_comm_rank(const fsdp_comm_t *c) { return c ? c->rank : 0; }
+int fsdp_comm_size(const fsdp_comm_t *c) { return c ? c->size : 1; }
+int fsdp_comm_local_size(const fsdp_comm_t *c) { return c ? c->local_size : 1; }
+const char *fsdp_comm_backend_name(const fsdp_comm_t *c) {
+    if (c == NULL) return "none";
+    return c->backend == FSDP_COMM_MPI ? "mpi" : "self";
+}
+
+void fsdp_comm_set_label(fsdp_comm_t *c, const char *label) {
+    if (c == NULL) return;
+    snprintf(c->label, sizeof c->label, "%s", label ? label : "");
+}
+
+void fsdp_comm_abort(fsdp_comm_t *c, int code) {
+    if (c != NULL && c->backend == FSDP_COMM_MPI) comm_mpi_abort(c, code);
+    fflush(stdout);
+    fflush(stderr);
+    exit(code);
+}
+
+void comm_test_set_int_limit(fsdp_comm_t *c, size_t limit) {
+    if (c != NULL) c->int_limit = (limit == 0 || limit > INT_MAX) ? (size_t)INT_MAX : limit;
+}
+
+/* -------------------------------------------------------------------------------- argument checks */
+
+static int overlaps(const void *a, size_t abytes, const void *b, size_t bbytes) {
+    uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+    return x < y + bbytes && y < x + abytes;
+}
+
+/* Checks one collective's arguments (identical rules for every backend, so a bad call fails the same
+ * way with or without a launcher) and fills *req. Wrong use is FSDP_EINVAL. A count that differs
+ * between ranks cannot be detected without an extra collective and is not checked: it is undefined
+ * (in practice a wrong result, an MPI error or a timeout). */
+static fsdp_status check_args(fsdp_comm_t *c, comm_coll k, const void *send, void *recv, size_t count,
+                              fsdp_dtype t, fsdp_reduce_op op, int root, fsdp_comm_req_t *req) {
+    const char *name = comm_coll_name(k);
+    if (c == NULL)
+        return FSDP_ERR(FSDP_EINVAL, "%s: communicator is NULL; create one with fsdp_comm_init", name);
+    if (c->broken)
+        return FSDP_ERR(FSDP_ESTATE,
+                        "%s on rank %d: an earlier collective timed out, so this communicator is out of "
+                        "step with the other ranks; end the job with fsdp_comm_abort",
+                        name, c->rank);
+    if (k != COLL_BARRIER && t != FSDP_F32 && t != FSDP_BF16)
+        return FSDP_ERR(FSDP_EINVAL, "%s: dtype %d is not FSDP_F32 or FSDP_BF16", name, (int)t);
+    if ((k == COLL_REDUCE_SCATTER || k == COLL_ALL_REDUCE) && op != FSDP_SUM && op != FSDP_AVG &&
+        op != FSDP_MAX)
+        return FSDP_ERR(FSDP_EINVAL, "%s: reduce op %d is not FSDP_SUM, FSDP_AVG or FSDP_MAX", name, (int)op);
+    if (k == COLL_BROADCAST && (root < 0 || root >= c->size))
+        return FSDP_ERR(FSDP_EINVAL, "broadcast: root %d is outside [0, %d) (world size %d)", root, c->size,
+                        c->size);
+    size_t es = k == COLL_BARRIER ? 1 : fsdp_dtype_size(t);
+    /* Bytes of the larger side (world * count elements) must fit a size_t and a signed MPI_Aint. */
+    size_t big;
+    if (!fsdp_mul_ok(count, (size_t)c->size, &big) || !fsdp_mul_ok(big, es, &big) ||
+        big > (size_t)PTRDIFF_MAX)
+        return FSDP_ERR(FSDP_EINVAL,
+                        "%s: count %zu x world %d x %zu bytes overflows; counts are elements per rank", name,
+                        count, c->size, es);
+    req->c = c;
+    req->coll = k;
+    req->send = send;
+    req->recv = recv;
+    req->count = count;
+    req->t = t;
+    req->op = op;
+    req->root = root;
+    req->blk_type = MPI_DATATYPE_NULL;
+    if (k == COLL_BARRIER || count == 0) return FSDP_OK; /* count 0: a no-op, buffers may be NULL */
+
+    size_t n = count * es, nw = big; /* bytes of one rank's block, of all blocks */
+    switch (k) {
+    case COLL_ALL_GATHER:
+        if (send == NULL || recv == NULL)
+            return FSDP_ERR(FSDP_EINVAL, "all-gather: %s is NULL with count %zu", send ? "recv" : "send",
+                            count);
+        req->in_place = (const char *)send == (const char *)recv + (size_t)c->rank * n;
+        if (!req->in_place && overlaps(send, n, recv, nw))
+            return FSDP_ERR(
+                FSDP_EINVAL,
+                "all-gather: send overlaps recv but is not the in-place position recv + rank*count "
+                "(rank %d, count %zu); use separate buffers or exactly that position",
+                c->rank, count);
+        break;
+    case COLL_REDUCE_SCATTER:
+        if (send == NULL || recv == NULL)
+            return FSDP_ERR(FSDP_EINVAL, "reduce-scatter: %s is NULL with count %zu", send ? "recv" : "send",
+                            count);
+        req->in_place = send == recv;
+        if (!req->in_place && overlaps(send, nw, recv, n))
+            return FSDP_ERR(FSDP_EINVAL, "reduce-scatter: recv overlaps send but is not equal to it; use "
+                                         "separate buffers or recv == send");
+        break;
+    case COLL_ALL_REDUCE:
+        if (send == NULL || recv == NULL)
+            return FSDP_ERR(FSDP_EINVAL, "all-reduce: %s is NULL with count %zu", send ? "recv" : "send",
+                            count);
+        req->in_place = send == recv;
+        if (!req->in_place && overlaps(send, n, recv, n))
+            return FSDP_ERR(FSDP_EINVAL,
+                            "all-reduce: recv overlaps send but is not equal to it; use separate "
+                            "buffers or recv == send");
+        break;
+    case COLL_BROADCAST:
+        if (recv == NULL) return FSDP_ERR(FSDP_EINVAL, "broadcast: buf is NULL with count %zu", count);
+        break;
+    case COLL_BARRIER: break;
+    }
+    return FSDP_OK;
+}
+
+/* ------------------------------------------------------------------------------------ self backend */
+
+/* World size 1: every collective is a copy (or nothing, in place). SUM, AVG (divide by 1) and MAX of
+ * one contribution are that contribution exactly, in both dtypes. */
+static void self_run(fsdp_comm_req_t *r) {
+    size_t n = r->count * fsdp_dtype_size(r->t);
+    switch (r->coll) {
+    case COLL_ALL_GATHER:
+    case COLL_REDUCE_SCATTER:
+    case COLL_ALL_REDUCE:
+        if (!r->in_place) memcpy(r->recv, r->send, n);
+        break;
+    case COLL_BROADCAST:
+    case COLL_BARRIER: break;
+    }
+}
+
+/* --------------------------------------------------------------------------------- reduction helper */
+
+void comm_reduce_blocks(void *dst, const void *src, size_t stride, int world, size_t n, fsdp_dtype t,
+                        fsdp_reduce_op op) {
+    /* Tiles keep the fp32 accumulator in L1 while the contributions stream past in rank order. */
+    enum { TILE = 1024 };
+    float acc[TILE]; /* fp32 partial results of one tile */
+    for (size_t i0 = 0; i0 < n; i0 += TILE) {
+        size_t m = n - i0 < TILE ? n - i0 : TILE;
+        for (int s = 0; s < world; s++) {
+            size_t base = (size_t)s * stride + i0;
+            for (size_t i = 0; i < m; i++) {
+                float v = t == FSDP_BF16 ? fsdp_bf16_to_f32(((const fsdp_bf16 *)src)[base + i])
+                                         : ((const float *)src)[base + i];
+                if (s == 0)
+                    acc[i] = v; /* start from rank 0's value: keeps -0.0 and avoids a 0 + x */
+                else if (op == FSDP_MAX)
+                    acc[i] = (v > acc[i] || v != v) && acc[i] == acc[i] ? v : acc[i];
+                else
+                    acc[i] += v;
+            }
+        }
+        if (op == FSDP_AVG)
+            for (size_t i = 0; i < m; i++)
+                acc[i] /= (float)world;
+        if (t == FSDP_BF16)
+            for (size_t i = 0; i < m; i++)
+                ((fsdp_bf16 *)dst)[i0 + i] = fsdp_f32_to_bf16(acc[i]);
+        else
+            memcpy((float *)dst + i0, acc, m * sizeof(float));
+    }
+}
+
+/* ----------------------------------------------------------------------------- requests and waiting */
+
+static void req_free(fsdp_comm_req_t *r) {
+    if (r == NULL) return;
+    if (r->c->backend == FSDP_COMM_MPI) comm_mpi_req_release(r);
+    free(r);
+}
+
+/* Validates, then starts the collective. A count-0 call, the self backend and a fault-injected skip
+ * give a request that is already done. */
+static fsdp_status start(fsdp_comm_t *c, comm_coll k, const void *send, void *recv, size_t count,
+                         fsdp_dtype t, fsdp_reduce_op op, int root, fsdp_comm_req_t **out) {
+    fsdp_comm_req_t tmp = {0};
+    FSDP_TRY(check_args(c, k, send, recv, count, t, op, root, &tmp));
+    fsdp_comm_req_t *r = malloc(sizeof *r);
+    if (r == NULL) return FSDP_ERR(FSDP_ENOMEM, "%s: cannot allocate a request", comm_coll_name(k));
+    *r = tmp;
+    r->t0 = fsdp_time_s();
+    if (count == 0 && k != COLL_BARRIER) {
+        r->done = 1;
+    } else if (c->backend == FSDP_COMM_SELF) {
+        self_run(r);
+        r->done = 1;
+    } else {
+        uint64_t seq = c->seq++;
+        if (c->skip_rank == c->rank && c->skip_seq == seq) {
+            r->done = 1; /* test fault: this rank pretends the collective happened */
+        } else {
+            fsdp_status s = comm_mpi_start(r);
+            if (s != FSDP_OK) {
+                req_free(r);
+                return s;
+            }
+        }
+    }
+    *out = r;
+    return FSDP_OK;
+}
+
+static fsdp_status progress(fsdp_comm_req_t *r, int *done) {
+    if (r->done) {
+        *done = 1;
+        return FSDP_OK;
+    }
+    fsdp_status s = comm_mpi_progress(r, done);
+    if (s == FSDP_OK && *done) r->done = 1;
+    return s;
+}
+
+/* Past its deadline: the request stays with the communicator (MPI may still write its buffers; a
+ * non-blocking collective cannot be cancelled), the communicator is marked broken. */
+static fsdp_status timed_out(fsdp_comm_req_t *r, double elapsed) {
+    fsdp_comm_t *c = r->c;
+    c->broken = 1;
+    r->next_stale = c->stale;
+    c->stale = r;
+    return FSDP_ERR(FSDP_ETIMEOUT,
+                    "rank %d of %d: %s (label \"%s\", %zu x %s) not complete after %.3f s (timeout_s %.3f); "
+                    "another rank likely failed, stopped or called a different collective; end the job with "
+                    "fsdp_comm_abort (the buffers of this call must stay valid until then)",
+                    c->rank, c->size, comm_coll_name(r->coll), c->label, r->count, fsdp_dtype_name(r->t),
+                    elapsed, c->timeout_s);
+}
+
+static int past_deadline(const fsdp_comm_req_t *r, double *elapsed) {
+    *elapsed = fsdp_time_s() - r->t0;
+    return r->c->timeout_s > 0 && *elapsed > r->c->timeout_s;
+}
+
+fsdp_status fsdp_comm_test(fsdp_comm_req_t *req, int *done) {
+    if (done == NULL) return FSDP_ERR(FSDP_EINVAL, "done is NULL");
+    *done = 0;
+    if (req == NULL) return FSDP_ERR(FSDP_EINVAL, "request is NULL");
+    fsdp_status s = progress(req, done);
+    if (s != FSDP_OK) {
+        *done = 1;
+        req_free(req);
+        return s;
+    }
+    double el;
+    if (*done) {
+        req_free(req);
+    } else if (past_deadline(req, &el)) {
+        *done = 1;
+        return timed_out(req, el);
+    }
+    return FSDP_OK;
+}
+
+/* Polls with a short backoff: a few immediate retries (small collectives finish in microseconds),
+ * then sleeps doubling from 1 us to 128 us, which keeps oversubscribed ranks off the cores without
+ * adding much latency to large transfers (Open MPI progresses non-blocking collectives in MPI_Test). */
+fsdp_status fsdp_comm_wait(fsdp_comm_req_t *req) {
+    if (req == NULL) return FSDP_ERR(FSDP_EINVAL, "request is NULL");
+    long sleep_ns = 0;
+    int polls = 0;
+    for (;;) {
+        int done = 0;
+        fsdp_status s = progress(req, &done);
+        if (s != FSDP_OK) {
+            req_free(req);
+            return s;
+        }
+        if (done) break;
+        double el;
+        if (past_deadline(req, &el)) return timed_out(req, el);
+        if (++polls > 16) {
+            sleep_ns = sleep_ns == 0 ? 1000 : (sleep_ns < 128000 ? sleep_ns * 2 : sleep_ns);
+            struct timespec ts = {0, sleep_ns};
+            nanosleep(&ts, NULL);
+        }
+    }
+    req_free(req);
+    return FSDP_OK;
+}
+
+/* Waits for the requests abandoned by timeouts before the communicator goes away; 0 if some are
+ * still pending after `grace` seconds (then MPI must not be shut down: it would wait for them). */
+int comm_drain_stale(fsdp_comm_t *c, double grace) {
+    double t0 = fsdp_time_s();
+    while (c->stale != NULL) {
+        fsdp_comm_req_t *r = c->stale;
+        int done = 0;
+        if (progress(r, &done) != FSDP_OK) done = 1;
+        if (done) {
+            c->stale = r->next_stale;
+            req_free(r);
+            continue;
+        }
+        if (fsdp_time_s() - t0 > grace) return 0;
+        struct timespec ts = {0, 100000};
+        nanosleep(&ts, NULL);
+    }
+    return 1;
+}
+
+/* ------------------------------------------------------------------------------------ public calls */
+
+static fsdp_status run_blocking(fsdp_comm_t *c, comm_coll k, const void *send, void *recv, size_t count,
+                                fsdp_dtype t, fsdp_reduce_op op, int root) {
+    fsdp_comm_req_t *r = NULL;
+    FSDP_TRY(start(c, k, send, recv, count, t, op, root, &r));
+    return fsdp_comm_wait(r);
+}
+
+fsdp_status fsdp_comm_all_gather(fsdp_comm_t *c, const void *send, void *recv, size_t count, fsdp_dtype t) {
+    return run_blocking(c, COLL_ALL_GATHER, send, recv, count, t, FSDP_SUM, 0);
+}
+
+fsdp_status fsdp_comm_reduce_scatter(fsdp_comm_t *c, const void *send, void *recv, size_t count, fsdp_dtype t,
+                                     fsdp_reduce_op op) {
+    return run_blocking(c, COLL_REDUCE_SCATTER, send, recv, count, t, op, 0);
+}
+
+fsdp_status fsdp_comm_all_reduce(fsdp_comm_t *c, const void *send, void *recv, size_t count, fsdp_dtype t,
+                                 fsdp_reduce_op op) {
+    return run_blocking(c, COLL_ALL_REDUCE, send, recv, count, t, op, 0);
+}
+
+fsdp_status fsdp_comm_broadcast(fsdp_comm_t *c, void *buf, size_t count, fsdp_dtype t, int root) {
+    return run_blocking(c, COLL_BROADCAST, buf, buf, count, t, FSDP_SUM, root);
+}
+
+fsdp_status fsdp_comm_barrier(fsdp_comm_t *c) {
+    return run_blocking(c, COLL_BARRIER, NULL, NULL, 0, FSDP_F32, FSDP_SUM, 0);
+}
+
+fsdp_status fsdp_comm_iall_gather(fsdp_comm_t *c, const void *send, void *recv, size_t count, fsdp_dtype t,
+                                  fsdp_comm_req_t **req) {
+    if (req == NULL) return FSDP_ERR(FSDP_EINVAL, "all-gather: req is NULL; pass the address of a request");
+    *req = NULL;
+    return start(c, COLL_ALL_GATHER, send, recv, count, t, FSDP_SUM, 0, req);
+}
+
+fsdp_status fsdp_comm_ireduce_scatter(fsdp_comm_t *c, const void *send, void *recv, size_t count,
+                                      fsdp_dtype t, fsdp_reduce_op op, fsdp_comm_req_t **req) {
+    if (req == NULL)
+        return FSDP_ERR(FSDP_EINVAL, "reduce-scatter: req is NULL; pass the address of a request");
+    *req = NULL;
+    return start(c, COLL_REDUCE_SCATTER, send, recv, count, t, op, 0, req);
+}

@@ -1,0 +1,96 @@
+/* comm_impl.h — internals of the communicator shared by comm.c (argument checks, self backend,
+ * waiting with timeouts) and comm_mpi.c (the Open MPI backend). Tests include it for the test-only
+ * knobs at the bottom; nothing here is part of the public API. */
+#ifndef FSDP_COMM_IMPL_H
+#define FSDP_COMM_IMPL_H
+
+#include "core/core.h"
+
+#include <mpi.h>
+
+typedef enum {
+    COLL_ALL_GATHER = 0,
+    COLL_REDUCE_SCATTER,
+    COLL_ALL_REDUCE,
+    COLL_BROADCAST,
+    COLL_BARRIER
+} comm_coll;
+
+/* Where an MPI request is in its sequence of steps (what to do when the posted step completes). */
+typedef enum {
+    PH_NONE = 0,    /* nothing posted: done */
+    PH_FINAL,       /* the posted step is the last one; nothing to do after it */
+    PH_RS_NATIVE,   /* MPI_Ireduce_scatter_block (F32): divide by world for AVG afterwards */
+    PH_RS_A2A,      /* MPI_Ialltoall into stage: reduce the world contributions into recv afterwards */
+    PH_AR_F32,      /* MPI_Iallreduce of chunk [off, off+len): AVG divide, then the next chunk */
+    PH_AR_BF16_A2A, /* MPI_Ialltoallv of chunk blocks into stage: reduce own block, then all-gatherv */
+    PH_AR_BF16_AG   /* MPI_Iallgatherv of the reduced blocks of the chunk: then the next chunk */
+} comm_phase;
+
+struct fsdp_comm {
+    fsdp_comm_backend backend; /* SELF or MPI (AUTO resolved at init) */
+    int rank, size, local_size;
+    double timeout_s;            /* <= 0: wait forever */
+    char label[128];             /* fsdp_comm_set_label; "" if none */
+    int broken;                  /* a collective timed out: later collectives are refused */
+    uint64_t seq;                /* collectives started on this communicator (for fault injection) */
+    int skip_rank;               /* FSDP_TEST_SKIP_COLLECTIVE=<rank>:<n>; -1 when unset */
+    uint64_t skip_seq;           /* that rank skips its collective number skip_seq (0-based) */
+    size_t int_limit;            /* largest count handed to MPI as an int (INT_MAX; tests lower it) */
+    struct fsdp_comm_req *stale; /* timed-out requests MPI still owns (list via next_stale) */
+    int mpi_inited_here;         /* fsdp_comm_init called MPI_Init_thread: free finalises */
+    MPI_Comm comm;               /* MPI backend: a duplicate of MPI_COMM_WORLD with MPI_ERRORS_RETURN */
+};
+
+struct fsdp_comm_req {
+    fsdp_comm_t *c;
+    comm_coll coll;
+    double t0; /* fsdp_time_s() when started: timeouts are measured from here */
+    int done;
+    /* The call's arguments. Element counts; recv/send as given by the caller. */
+    const void *send;
+    void *recv;
+    size_t count;
+    fsdp_dtype t;
+    fsdp_reduce_op op;
+    int root;
+    int in_place;
+    /* MPI progress state. */
+    MPI_Request mreq;
+    comm_phase phase;
+    size_t off, len;       /* all-reduce: the chunk in flight, elements */
+    size_t blk;            /* BF16 all-reduce: elements per rank block of the chunk */
+    void *stage;           /* FSDP_MEM_COMM staging (alltoall receive), or NULL */
+    MPI_Datatype blk_type; /* a derived "count elements" type for counts > int_limit */
+    int blk_type_owned;
+    int *counts; /* BF16 all-reduce: 4*world ints: scount, sdispl, rcount, rdispl */
+    struct fsdp_comm_req *next_stale;
+};
+
+/* Backend entry points (comm_mpi.c). */
+fsdp_status comm_mpi_init(fsdp_comm_t *c, int *argc, char ***argv);
+void comm_mpi_free(fsdp_comm_t *c);
+void comm_mpi_abort(fsdp_comm_t *c, int code) __attribute__((noreturn));
+/* Posts the first step of req (arguments already validated). */
+fsdp_status comm_mpi_start(fsdp_comm_req_t *req);
+/* Drives req: tests the posted step and posts the next ones; *done = 1 once all completed. */
+fsdp_status comm_mpi_progress(fsdp_comm_req_t *req, int *done);
+/* Releases what req holds (staging, derived types). Only once MPI no longer uses them. */
+void comm_mpi_req_release(fsdp_comm_req_t *req);
+
+const char *comm_coll_name(comm_coll k);
+
+/* Waits up to grace seconds for requests abandoned by timeouts (comm.c); 1 if none is left. */
+int comm_drain_stale(fsdp_comm_t *c, double grace);
+
+/* Reduces world contributions laid out at src + s*stride (elements, dtype t) for s = 0..world-1 into
+ * dst[0..n): fp32 accumulation in rank order, AVG divides once, BF16 rounds once at the end. dst may
+ * alias a contribution (each element is read before it is written). */
+void comm_reduce_blocks(void *dst, const void *src, size_t stride, int world, size_t n, fsdp_dtype t,
+                        fsdp_reduce_op op);
+
+/* Test-only: lowers the largest count passed to MPI as an int, so the chunked and derived-datatype
+ * paths for counts above INT_MAX run with small buffers. limit 0 restores INT_MAX. */
+void comm_test_set_int_limit(fsdp_comm_t *c, size_t limit);
+
+#endif

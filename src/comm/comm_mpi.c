@@ -1,0 +1,320 @@
+/* comm_mpi.c — the Open MPI backend: MPI start-up and shut-down, and each collective as a short
+ * sequence of non-blocking MPI steps that comm.c polls (so every collective can time out).
+ * BF16 reductions are done here, deterministically, by moving the bf16 blocks with an all-to-all and
+ * summing each element's world contributions in fp32 in rank order, rounding once. */
+#include "comm/comm_impl.h"
+
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* An MPI failure as FSDP_ECOMM with MPI's own text, the rank, the label and the step. */
+static fsdp_status mpi_fail(const fsdp_comm_t *c, int rc, const char *step, const char *coll) {
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    if (MPI_Error_string(rc, msg, &len) != MPI_SUCCESS) snprintf(msg, sizeof msg, "MPI error code %d", rc);
+    return fsdp_set_error_at(FSDP_ECOMM, "fsdp_comm", "rank %d: %s failed in %s (label \"%s\"): %s",
+                             c ? c->rank : -1, step, coll, c ? c->label : "", msg);
+}
+
+fsdp_status comm_mpi_init(fsdp_comm_t *c, int *argc, char ***argv) {
+    int inited = 0, finalized = 0;
+    MPI_Initialized(&inited);
+    MPI_Finalized(&finalized);
+    if (finalized)
+        return FSDP_ERR(FSDP_ESTATE, "MPI is already finalised; create communicators before MPI_Finalize");
+    fsdp_status s = FSDP_OK;
+    int rc;
+    if (!inited) {
+        int provided = 0;
+        /* FUNNELED: only the thread that called init makes MPI calls (OpenMP threads never do). */
+        rc = MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+        if (rc != MPI_SUCCESS) return mpi_fail(c, rc, "MPI_Init_thread", "fsdp_comm_init");
+        c->mpi_inited_here = 1;
+    }
+    c->comm = MPI_COMM_NULL;
+    rc = MPI_Comm_dup(MPI_COMM_WORLD, &c->comm);
+    if (rc != MPI_SUCCESS) {
+        s = mpi_fail(c, rc, "MPI_Comm_dup", "fsdp_comm_init");
+        goto fail;
+    }
+    /* Failures come back as return codes (FSDP_ECOMM with MPI's text), not as an abort inside MPI. */
+    rc = MPI_Comm_set_errhandler(c->comm, MPI_ERRORS_RETURN);
+    if (rc == MPI_SUCCESS) rc = MPI_Comm_rank(c->comm, &c->rank);
+    if (rc == MPI_SUCCESS) rc = MPI_Comm_size(c->comm, &c->size);
+    if (rc != MPI_SUCCESS) {
+        s = mpi_fail(c, rc, "MPI_Comm_rank/size", "fsdp_comm_init");
+        goto fail_dup;
+    }
+    MPI_Comm node = MPI_COMM_NULL;
+    rc = MPI_Comm_split_type(c->comm, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &node);
+    if (rc == MPI_SUCCESS) rc = MPI_Comm_size(node, &c->local_size);
+    if (node != MPI_COMM_NULL) MPI_Comm_free(&node);
+    if (rc != MPI_SUCCESS) {
+        s = mpi_fail(c, rc, "MPI_Comm_split_type", "fsdp_comm_init");
+        goto fail_dup;
+    }
+    return FSDP_OK;
+fail_dup:
+    MPI_Comm_free(&c->comm);
+fail:
+    if (c->mpi_inited_here) MPI_Finalize();
+    c->mpi_inited_here = 0;
+    return s;
+}
+
+void comm_mpi_free(fsdp_comm_t *c) {
+    /* A timed-out collective still owned by MPI would make MPI_Finalize wait for it forever: give it a
+     * grace period (the other ranks may still join), else leave MPI alone; the job should be ending
+     * through fsdp_comm_abort anyway. */
+    if (c->stale != NULL) {
+        double grace = c->timeout_s > 1.0 ? 2.0 * c->timeout_s : 2.0;
+        if (!comm_drain_stale(c, grace)) {
+            fprintf(stderr,
+                    "fsdp_comm_free: rank %d: a timed-out collective is still pending after %.1f s; MPI is "
+                    "not finalised (end the job with fsdp_comm_abort)\n",
+                    c->rank, grace);
+            return;
+        }
+    }
+    if (c->comm != MPI_COMM_NULL) MPI_Comm_free(&c->comm);
+    if (c->mpi_inited_here) {
+        int fin = 0;
+        MPI_Finalized(&fin);
+        if (!fin) MPI_Finalize();
+    }
+}
+
+void comm_mpi_abort(fsdp_comm_t *c, int code) {
+    fflush(stdout);
+    fflush(stderr);
+    MPI_Abort(c->comm != MPI_COMM_NULL ? c->comm : MPI_COMM_WORLD, code);
+    exit(code); /* MPI_Abort does not return; this only satisfies noreturn */
+}
+
+/* ------------------------------------------------------------------------------------- datatypes */
+
+static MPI_Datatype base_type(fsdp_dtype t) {
+    /* bf16 travels as opaque 16-bit words: MPI never does arithmetic on it. */
+    return t == FSDP_BF16 ? MPI_UINT16_T : MPI_FLOAT;
+}
+
+/* Count and datatype describing n contiguous elements. Up to int_limit elements that is (n, base);
+ * above it, MPI's int counts would overflow, so one derived type of exactly n elements (q chunks of
+ * int_limit, then the remainder) is built, committed and kept in r->blk_type: (1, that type). Only for
+ * data movement: predefined reduction ops are not used on derived types. */
+static fsdp_status count_and_type(fsdp_comm_req_t *r, size_t n, int *cnt, MPI_Datatype *type) {
+    MPI_Datatype base = base_type(r->t);
+    size_t lim = r->c->int_limit, es = fsdp_dtype_size(r->t);
+    if (n <= lim) {
+        *cnt = (int)n;
+        *type = base;
+        return FSDP_OK;
+    }
+    size_t q = n / lim, rem = n % lim;
+    if (q > INT_MAX)
+        return FSDP_ERR(FSDP_EINVAL, "%s: count %zu is too large to describe to MPI", comm_coll_name(r->coll),
+                        n);
+    MPI_Datatype chunk = MPI_DATATYPE_NULL, body = MPI_DATATYPE_NULL, whole = MPI_DATATYPE_NULL;
+    int rc = MPI_Type_contiguous((int)lim, base, &chunk);
+    if (rc == MPI_SUCCESS) rc = MPI_Type_contiguous((int)q, chunk, &body);
+    if (rc == MPI_SUCCESS && rem > 0) {
+        int bl[2] = {1, (int)rem};
+        MPI_Aint disp[2] = {0, (MPI_Aint)(q * lim * es)};
+        MPI_Datatype ty[2] = {body, base};
+        rc = MPI_Type_create_struct(2, bl, disp, ty, &whole);
+    }
+    if (rc == MPI_SUCCESS)
+        rc = MPI_Type_create_resized(rem > 0 ? whole : body, 0, (MPI_Aint)(n * es), &r->blk_type);
+    if (rc == MPI_SUCCESS) {
+        r->blk_type_owned = 1;
+        rc = MPI_Type_commit(&r->blk_type);
+    }
+    if (whole != MPI_DATATYPE_NULL) MPI_Type_free(&whole);
+    if (body != MPI_DATATYPE_NULL) MPI_Type_free(&body);
+    if (chunk != MPI_DATATYPE_NULL) MPI_Type_free(&chunk);
+    if (rc != MPI_SUCCESS) return mpi_fail(r->c, rc, "building a datatype", comm_coll_name(r->coll));
+    *cnt = 1;
+    *type = r->blk_type;
+    return FSDP_OK;
+}
+
+void comm_mpi_req_release(fsdp_comm_req_t *r) {
+    if (r->blk_type_owned) MPI_Type_free(&r->blk_type);
+    r->blk_type_owned = 0;
+    fsdp_mem_free(r->stage);
+    r->stage = NULL;
+    free(r->counts);
+    r->counts = NULL;
+}
+
+/* ----------------------------------------------------------------------------------- collectives */
+
+static void divide_f32(float *x, size_t n, int world) {
+    for (size_t i = 0; i < n; i++)
+        x[i] /= (float)world;
+}
+
+/* Largest all-reduce chunk: elements, <= int_limit. For BF16 the alltoallv displacements
+ * (world-1)*ceil(len/world) < len + world must stay ints too. */
+static size_t ar_chunk_cap(const fsdp_comm_req_t *r) {
+    size_t cap = r->c->int_limit;
+    if (r->t == FSDP_BF16 && cap > (size_t)INT_MAX - (size_t)r->c->size)
+        cap = (size_t)INT_MAX - (size_t)r->c->size;
+    return cap;
+}
+
+/* Posts the all-reduce step(s) of chunk [r->off, r->off + len). Counts above int_limit are split into
+ * chunks because reductions need predefined datatypes; the op is element-wise, so chunking is exact. */
+static fsdp_status post_ar_chunk(fsdp_comm_req_t *r) {
+    fsdp_comm_t *c = r->c;
+    size_t es = fsdp_dtype_size(r->t), cap = ar_chunk_cap(r);
+    r->len = r->count - r->off < cap ? r->count - r->off : cap;
+    char *recv = (char *)r->recv + r->off * es;
+    const char *send = (const char *)r->send + r->off * es;
+    int rc;
+    if (r->t == FSDP_F32) {
+        rc = MPI_Iallreduce(r->in_place ? MPI_IN_PLACE : send, recv, (int)r->len, MPI_FLOAT,
+                            r->op == FSDP_MAX ? MPI_MAX : MPI_SUM, c->comm, &r->mreq);
+        if (rc != MPI_SUCCESS) return mpi_fail(c, rc, "MPI_Iallreduce", "all-reduce");
+        r->phase = PH_AR_F32;
+        return FSDP_OK;
+    }
+    /* BF16: reduce-scatter by alltoallv (block s of the chunk, len_s elements, to rank s), then each
+     * rank reduces its block and an all-gatherv puts the blocks back together. */
+    int w = c->size;
+    r->blk = (r->len + (size_t)w - 1) / (size_t)w;
+    if (r->stage == NULL) { /* the first chunk is the largest: size the staging for it */
+        fsdp_status s = fsdp_mem_alloc(&r->stage, (size_t)w * r->blk * es, FSDP_MEM_COMM);
+        if (s != FSDP_OK) return s;
+    }
+    if (r->counts == NULL) {
+        r->counts = malloc(4 * (size_t)w * sizeof(int));
+        if (r->counts == NULL) return FSDP_ERR(FSDP_ENOMEM, "all-reduce: cannot allocate %d counts", 4 * w);
+    }
+    int *scnt = r->counts, *sdsp = scnt + w, *rcnt = sdsp + w, *rdsp = rcnt + w;
+    for (int s = 0; s < w; s++) {
+        size_t b0 = (size_t)s * r->blk;
+        scnt[s] = b0 >= r->len ? 0 : (int)(r->len - b0 < r->blk ? r->len - b0 : r->blk);
+        sdsp[s] = (int)b0;
+        rdsp[s] = (int)b0;
+    }
+    for (int s = 0; s < w; s++)
+        rcnt[s] = scnt[c->rank];
+    rc =
+        MPI_Ialltoallv(send, scnt, sdsp, MPI_UINT16_T, r->stage, rcnt, rdsp, MPI_UINT16_T, c->comm, &r->mreq);
+    if (rc != MPI_SUCCESS) return mpi_fail(c, rc, "MPI_Ialltoallv", "all-reduce");
+    r->phase = PH_AR_BF16_A2A;
+    return FSDP_OK;
+}
+
+fsdp_status comm_mpi_start(fsdp_comm_req_t *r) {
+    fsdp_comm_t *c = r->c;
+    const char *name = comm_coll_name(r->coll);
+    size_t es = r->coll == COLL_BARRIER ? 1 : fsdp_dtype_size(r->t);
+    int cnt = 0, rc = MPI_SUCCESS;
+    MPI_Datatype type = MPI_DATATYPE_NULL;
+    switch (r->coll) {
+    case COLL_BARRIER:
+        rc = MPI_Ibarrier(c->comm, &r->mreq);
+        r->phase = PH_FINAL;
+        if (rc != MPI_SUCCESS) return mpi_fail(c, rc, "MPI_Ibarrier", name);
+        return FSDP_OK;
+    case COLL_BROADCAST:
+        FSDP_TRY(count_and_type(r, r->count, &cnt, &type));
+        rc = MPI_Ibcast(r->recv, cnt, type, r->root, c->comm, &r->mreq);
+        r->phase = PH_FINAL;
+        if (rc != MPI_SUCCESS) return mpi_fail(c, rc, "MPI_Ibcast", name);
+        return FSDP_OK;
+    case COLL_ALL_GATHER:
+        FSDP_TRY(count_and_type(r, r->count, &cnt, &type));
+        rc = MPI_Iallgather(r->in_place ? MPI_IN_PLACE : r->send, cnt, type, r->recv, cnt, type, c->comm,
+                            &r->mreq);
+        r->phase = PH_FINAL;
+        if (rc != MPI_SUCCESS) return mpi_fail(c, rc, "MPI_Iallgather", name);
+        return FSDP_OK;
+    case COLL_REDUCE_SCATTER:
+        if (r->t == FSDP_F32 && r->count <= c->int_limit) {
+            rc = MPI_Ireduce_scatter_block(r->in_place ? MPI_IN_PLACE : r->send, r->recv, (int)r->count,
+                                           MPI_FLOAT, r->op == FSDP_MAX ? MPI_MAX : MPI_SUM, c->comm,
+                                           &r->mreq);
+            r->phase = PH_RS_NATIVE;
+            if (rc != MPI_SUCCESS) return mpi_fail(c, rc, "MPI_Ireduce_scatter_block", name);
+            return FSDP_OK;
+        }
+        /* BF16 (and F32 above int_limit): all-to-all of the blocks, then a local reduction in fp32, in
+         * rank order, rounded once. Not a user-defined MPI_Op on bf16: MPI combines partial results
+         * pairwise along its algorithm's tree or ring, so every hop would round to bf16 again and the
+         * result would depend on the world size and the algorithm. The all-to-all moves the same
+         * volume as a reduce-scatter ((world-1)/world of the input per rank). */
+        FSDP_TRY(fsdp_mem_alloc(&r->stage, (size_t)c->size * r->count * es, FSDP_MEM_COMM));
+        FSDP_TRY(count_and_type(r, r->count, &cnt, &type));
+        rc = MPI_Ialltoall(r->send, cnt, type, r->stage, cnt, type, c->comm, &r->mreq);
+        r->phase = PH_RS_A2A;
+        if (rc != MPI_SUCCESS) return mpi_fail(c, rc, "MPI_Ialltoall", name);
+        return FSDP_OK;
+    case COLL_ALL_REDUCE: r->off = 0; return post_ar_chunk(r);
+    }
+    return FSDP_ERR(FSDP_EINTERNAL, "unknown collective %d", (int)r->coll);
+}
+
+fsdp_status comm_mpi_progress(fsdp_comm_req_t *r, int *done) {
+    fsdp_comm_t *c = r->c;
+    const char *name = comm_coll_name(r->coll);
+    size_t es = r->coll == COLL_BARRIER ? 1 : fsdp_dtype_size(r->t);
+    for (;;) {
+        if (r->phase == PH_NONE) {
+            *done = 1;
+            return FSDP_OK;
+        }
+        int flag = 0;
+        int rc = MPI_Test(&r->mreq, &flag, MPI_STATUS_IGNORE);
+        if (rc != MPI_SUCCESS) return mpi_fail(c, rc, "MPI_Test", name);
+        if (!flag) {
+            *done = 0;
+            return FSDP_OK;
+        }
+        switch (r->phase) {
+        case PH_NONE:
+        case PH_FINAL: r->phase = PH_NONE; break;
+        case PH_RS_NATIVE:
+            if (r->op == FSDP_AVG) divide_f32(r->recv, r->count, c->size);
+            r->phase = PH_NONE;
+            break;
+        case PH_RS_A2A:
+            comm_reduce_blocks(r->recv, r->stage, r->count, c->size, r->count, r->t, r->op);
+            fsdp_mem_free(r->stage);
+            r->stage = NULL;
+            r->phase = PH_NONE;
+            break;
+        case PH_AR_F32:
+            if (r->op == FSDP_AVG) divide_f32((float *)r->recv + r->off, r->len, c->size);
+            r->off += r->len;
+            if (r->off < r->count)
+                FSDP_TRY(post_ar_chunk(r));
+            else
+                r->phase = PH_NONE;
+            break;
+        case PH_AR_BF16_A2A: {
+            int w = c->size, *scnt = r->counts, *sdsp = scnt + w;
+            size_t mine = (size_t)scnt[c->rank];
+            char *chunk = (char *)r->recv + r->off * es;
+            if (mine > 0)
+                comm_reduce_blocks(chunk + (size_t)c->rank * r->blk * es, r->stage, r->blk, w, mine, r->t,
+                                   r->op);
+            rc = MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_UINT16_T, chunk, scnt, sdsp, MPI_UINT16_T, c->comm,
+                                 &r->mreq);
+            if (rc != MPI_SUCCESS) return mpi_fail(c, rc, "MPI_Iallgatherv", name);
+            r->phase = PH_AR_BF16_AG;
+            break;
+        }
+        case PH_AR_BF16_AG:
+            r->off += r->len;
+            if (r->off < r->count)
+                FSDP_TRY(post_ar_chunk(r));
+            else
+                r->phase = PH_NONE;
+            break;
+        }
+    }
+}

@@ -1,0 +1,168 @@
+/* test_comm_self.c — the `self` backend without a launcher: AUTO picks it, every collective is exact
+ * (world size 1), non-blocking requests complete, and every wrong use is FSDP_EINVAL with a message. */
+#include "comm/comm_impl.h"
+#include "test_util.h"
+
+#include <stdint.h>
+
+#define N 37
+
+static void fill(float *f, fsdp_bf16 *b, size_t n, int salt) {
+    for (size_t i = 0; i < n; i++) {
+        f[i] = (float)((int)(i * 7 + (size_t)salt) % 101) - 50.25f;
+        b[i] = fsdp_f32_to_bf16((float)((int)(i * 3 + (size_t)salt) % 61) - 30.0f);
+    }
+}
+
+/* One collective kind on both dtypes, out of place and in place: with world 1 the result is the
+ * input, bit for bit, for every op. */
+static void check_identity(fsdp_comm_t *c) {
+    float fs[N], fr[N];
+    fsdp_bf16 bs[N], br[N];
+    fsdp_reduce_op ops[] = {FSDP_SUM, FSDP_AVG, FSDP_MAX};
+    for (int o = 0; o < 3; o++) {
+        fill(fs, bs, N, o);
+        memset(fr, 0xff, sizeof fr);
+        memset(br, 0xff, sizeof br);
+        CHECK_OK(fsdp_comm_reduce_scatter(c, fs, fr, N, FSDP_F32, ops[o]));
+        CHECK(memcmp(fs, fr, sizeof fr) == 0);
+        CHECK_OK(fsdp_comm_reduce_scatter(c, bs, br, N, FSDP_BF16, ops[o]));
+        CHECK(memcmp(bs, br, sizeof br) == 0);
+        memset(fr, 0xff, sizeof fr);
+        memset(br, 0xff, sizeof br);
+        CHECK_OK(fsdp_comm_all_reduce(c, fs, fr, N, FSDP_F32, ops[o]));
+        CHECK(memcmp(fs, fr, sizeof fr) == 0);
+        CHECK_OK(fsdp_comm_all_reduce(c, bs, br, N, FSDP_BF16, ops[o]));
+        CHECK(memcmp(bs, br, sizeof br) == 0);
+        /* in place */
+        memcpy(fr, fs, sizeof fr);
+        CHECK_OK(fsdp_comm_all_reduce(c, fr, fr, N, FSDP_F32, ops[o]));
+        CHECK(memcmp(fs, fr, sizeof fr) == 0);
+        memcpy(br, bs, sizeof br);
+        CHECK_OK(fsdp_comm_reduce_scatter(c, br, br, N, FSDP_BF16, ops[o]));
+        CHECK(memcmp(bs, br, sizeof br) == 0);
+    }
+    fill(fs, bs, N, 9);
+    memset(fr, 0, sizeof fr);
+    CHECK_OK(fsdp_comm_all_gather(c, fs, fr, N, FSDP_F32));
+    CHECK(memcmp(fs, fr, sizeof fr) == 0);
+    memcpy(br, bs, sizeof br);
+    CHECK_OK(fsdp_comm_all_gather(c, br, br, N, FSDP_BF16)); /* in place: send == recv + 0*count */
+    CHECK(memcmp(bs, br, sizeof br) == 0);
+    memcpy(fr, fs, sizeof fr);
+    CHECK_OK(fsdp_comm_broadcast(c, fr, N, FSDP_F32, 0));
+    CHECK(memcmp(fs, fr, sizeof fr) == 0);
+    CHECK_OK(fsdp_comm_barrier(c));
+}
+
+static void check_nonblocking(fsdp_comm_t *c) {
+    float fs[N], fr[N];
+    fsdp_bf16 bs[N], br[N];
+    fill(fs, bs, N, 5);
+    fsdp_comm_req_t *a = NULL, *b = NULL;
+    CHECK_OK(fsdp_comm_iall_gather(c, fs, fr, N, FSDP_F32, &a));
+    CHECK_OK(fsdp_comm_ireduce_scatter(c, bs, br, N, FSDP_BF16, FSDP_AVG, &b));
+    CHECK(a != NULL && b != NULL);
+    int done = 0, polls = 0;
+    while (!done && polls++ < 1000)
+        CHECK_OK(fsdp_comm_test(a, &done));
+    CHECK(done == 1);
+    CHECK_OK(fsdp_comm_wait(b));
+    CHECK(memcmp(fs, fr, sizeof fr) == 0);
+    CHECK(memcmp(bs, br, sizeof br) == 0);
+    /* count 0 is a no-op that still gives a (completed) request */
+    fsdp_comm_req_t *z = NULL;
+    CHECK_OK(fsdp_comm_ireduce_scatter(c, NULL, NULL, 0, FSDP_F32, FSDP_SUM, &z));
+    CHECK(z != NULL);
+    CHECK_OK(fsdp_comm_wait(z));
+}
+
+static void check_einval(fsdp_comm_t *c) {
+    float buf[2 * N];
+    fsdp_comm_req_t *r = NULL;
+    CHECK_ERR(fsdp_comm_all_gather(NULL, buf, buf, 1, FSDP_F32), FSDP_EINVAL, "NULL");
+    CHECK_ERR(fsdp_comm_all_gather(c, NULL, buf, 1, FSDP_F32), FSDP_EINVAL, "send is NULL");
+    CHECK_ERR(fsdp_comm_all_gather(c, buf, NULL, 1, FSDP_F32), FSDP_EINVAL, "recv is NULL");
+    CHECK_ERR(fsdp_comm_reduce_scatter(c, NULL, buf, 3, FSDP_F32, FSDP_SUM), FSDP_EINVAL, "NULL");
+    CHECK_ERR(fsdp_comm_all_reduce(c, buf, NULL, 3, FSDP_BF16, FSDP_SUM), FSDP_EINVAL, "NULL");
+    CHECK_ERR(fsdp_comm_broadcast(c, NULL, 3, FSDP_F32, 0), FSDP_EINVAL, "NULL");
+    /* count 0: a no-op, NULL buffers allowed */
+    CHECK_OK(fsdp_comm_all_gather(c, NULL, NULL, 0, FSDP_F32));
+    CHECK_OK(fsdp_comm_all_reduce(c, NULL, NULL, 0, FSDP_BF16, FSDP_MAX));
+    CHECK_OK(fsdp_comm_broadcast(c, NULL, 0, FSDP_F32, 0));
+    /* count * size overflow */
+    CHECK_ERR(fsdp_comm_all_reduce(c, buf, buf + N, SIZE_MAX / 2, FSDP_F32, FSDP_SUM), FSDP_EINVAL,
+              "overflows");
+    CHECK_ERR(fsdp_comm_all_gather(c, buf, buf + N, (size_t)PTRDIFF_MAX / 2 + 1, FSDP_BF16), FSDP_EINVAL,
+              "overflows");
+    /* bad dtype, op, root */
+    CHECK_ERR(fsdp_comm_all_gather(c, buf, buf + N, 1, (fsdp_dtype)7), FSDP_EINVAL, "dtype");
+    CHECK_ERR(fsdp_comm_reduce_scatter(c, buf, buf + N, 1, FSDP_F32, (fsdp_reduce_op)9), FSDP_EINVAL, "op");
+    CHECK_ERR(fsdp_comm_all_reduce(c, buf, buf + N, 1, FSDP_BF16, (fsdp_reduce_op)-1), FSDP_EINVAL, "op");
+    CHECK_ERR(fsdp_comm_broadcast(c, buf, 1, FSDP_F32, 1), FSDP_EINVAL, "root 1");
+    CHECK_ERR(fsdp_comm_broadcast(c, buf, 1, FSDP_F32, -1), FSDP_EINVAL, "root -1");
+    /* partial overlaps that are not the documented in-place positions */
+    CHECK_ERR(fsdp_comm_all_gather(c, buf + 1, buf, 4, FSDP_F32), FSDP_EINVAL, "in-place position");
+    CHECK_ERR(fsdp_comm_reduce_scatter(c, buf, buf + 1, 4, FSDP_F32, FSDP_SUM), FSDP_EINVAL, "overlaps");
+    CHECK_ERR(fsdp_comm_all_reduce(c, buf + 1, buf, 4, FSDP_BF16, FSDP_SUM), FSDP_EINVAL, "overlaps");
+    /* non-blocking argument errors */
+    CHECK_ERR(fsdp_comm_iall_gather(c, buf, buf + N, 1, FSDP_F32, NULL), FSDP_EINVAL, "req is NULL");
+    CHECK_ERR(fsdp_comm_ireduce_scatter(c, buf, buf + N, 1, FSDP_F32, FSDP_SUM, NULL), FSDP_EINVAL, "req");
+    r = (fsdp_comm_req_t *)1;
+    CHECK_ERR(fsdp_comm_iall_gather(c, NULL, buf, 1, FSDP_F32, &r), FSDP_EINVAL, "NULL");
+    CHECK(r == NULL);
+    CHECK_ERR(fsdp_comm_ireduce_scatter(c, buf, buf + N, 1, FSDP_F32, (fsdp_reduce_op)5, &r), FSDP_EINVAL,
+              "op");
+    CHECK(r == NULL);
+    int done = 7;
+    CHECK_ERR(fsdp_comm_test(NULL, &done), FSDP_EINVAL, "NULL");
+    CHECK(done == 0);
+    CHECK_ERR(fsdp_comm_wait(NULL), FSDP_EINVAL, "NULL");
+    CHECK_OK(fsdp_comm_iall_gather(c, buf, buf + N, 1, FSDP_F32, &r));
+    CHECK_ERR(fsdp_comm_test(r, NULL), FSDP_EINVAL, "done is NULL");
+    CHECK_OK(fsdp_comm_wait(r));
+}
+
+int main(void) {
+    /* Run as ctest does, without a launcher: AUTO must choose self. */
+    unsetenv("OMPI_COMM_WORLD_SIZE");
+    unsetenv("PMIX_RANK");
+    unsetenv("PMI_SIZE");
+    unsetenv("FSDP_TEST_SKIP_COLLECTIVE");
+    fsdp_comm_t *c = NULL;
+    fsdp_comm_config cfg = fsdp_comm_config_default();
+    cfg.timeout_s = 5.0;
+    CHECK_OK(fsdp_comm_init(&c, &cfg, NULL, NULL));
+    CHECK(c != NULL);
+    if (c == NULL) return TEST_MAIN_END();
+    CHECK(strcmp(fsdp_comm_backend_name(c), "self") == 0);
+    CHECK(fsdp_comm_rank(c) == 0 && fsdp_comm_size(c) == 1 && fsdp_comm_local_size(c) == 1);
+    fsdp_comm_set_label(c, "unit test / self");
+    CHECK(strcmp(c->label, "unit test / self") == 0);
+    check_identity(c);
+    check_nonblocking(c);
+    check_einval(c);
+    fsdp_comm_free(c);
+    fsdp_comm_free(NULL);
+
+    /* Explicit self, and config errors. */
+    cfg.backend = FSDP_COMM_SELF;
+    CHECK_OK(fsdp_comm_init(&c, &cfg, NULL, NULL));
+    CHECK(c != NULL && strcmp(fsdp_comm_backend_name(c), "self") == 0);
+    fsdp_comm_free(c);
+    fsdp_comm_config bad = fsdp_comm_config_default();
+    bad.version = 2;
+    c = (fsdp_comm_t *)1;
+    CHECK_ERR(fsdp_comm_init(&c, &bad, NULL, NULL), FSDP_EINVAL, "version");
+    CHECK(c == NULL);
+    bad = fsdp_comm_config_default();
+    bad.backend = (fsdp_comm_backend)42;
+    CHECK_ERR(fsdp_comm_init(&c, &bad, NULL, NULL), FSDP_EINVAL, "backend");
+    CHECK_ERR(fsdp_comm_init(NULL, &cfg, NULL, NULL), FSDP_EINVAL, "out");
+    setenv("FSDP_TEST_SKIP_COLLECTIVE", "zero:1", 1);
+    CHECK_ERR(fsdp_comm_init(&c, &cfg, NULL, NULL), FSDP_EINVAL, "FSDP_TEST_SKIP_COLLECTIVE");
+    setenv("FSDP_TEST_SKIP_COLLECTIVE", "0:-1", 1);
+    CHECK_ERR(fsdp_comm_init(&c, &cfg, NULL, NULL), FSDP_EINVAL, "malformed");
+    unsetenv("FSDP_TEST_SKIP_COLLECTIVE");
+    return TEST_MAIN_END();
+}
