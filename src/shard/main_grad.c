@@ -1,0 +1,223 @@
+/* main_grad.c — the fp32 main_grad protocol of DESIGN.md section 4: per-unit flat buffer allocated
+ * uninitialised (LAZY in pre_backward, EAGER in pre_forward), a host bitmask of touched tensors that
+ * drives first-touch overwrite/accumulate and the zero-fill before reduction, the reduction into the
+ * fp32 sharded gradient (the one place averaging happens), and the step / micro-batch structure. */
+#include "shard/shard.h"
+
+#include <string.h>
+
+/* Quiet NaN with a recognisable payload: a freshly allocated or freed main_grad in debug builds. */
+#define MAIN_GRAD_POISON 0x7FC0DEADu
+
+static void poison(float *p, size_t n) {
+#ifdef FSDP_DEBUG_CHECKS
+    uint32_t bits = MAIN_GRAD_POISON;
+    float v;
+    memcpy(&v, &bits, sizeof v);
+    for (size_t i = 0; i < n; i++)
+        p[i] = v;
+#else
+    (void)p;
+    (void)n;
+#endif
+}
+
+static int bit_get(const uint64_t *m, int k) { return (int)((m[k >> 6] >> (k & 63)) & 1u); }
+static void bit_set(uint64_t *m, int k) { m[k >> 6] |= (uint64_t)1 << (k & 63); }
+
+int shard_touched_any(const fsdp_unit_t *u) {
+    for (int w = 0; w < (u->n_tensors + 63) / 64; w++)
+        if (u->touched[w]) return 1;
+    return 0;
+}
+
+static void clear_bits(fsdp_unit_t *u) {
+    memset(u->touched, 0, ((size_t)u->n_tensors + 63) / 64 * sizeof(uint64_t));
+}
+
+/* Allocates the unit's flat main_grad uninitialised (poisoned in debug builds, so nothing can rely on
+ * zeros) and re-points every tensor's view; the bitmask starts empty. */
+fsdp_status shard_main_grad_alloc(fsdp_unit_t *u) {
+    if (u->main_grad != NULL) return FSDP_OK;
+    fsdp_status st = fsdp_mem_alloc((void **)&u->main_grad, u->padded * sizeof(float), FSDP_MEM_MAIN_GRAD);
+    if (st != FSDP_OK)
+        return FSDP_ERR(st, "unit '%s': main_grad of %zu fp32 elements: %s", u->name, u->padded,
+                        fsdp_last_error());
+    poison(u->main_grad, u->padded);
+    clear_bits(u);
+    for (int t = 0; t < u->n_tensors; t++)
+        u->tensors[t].grad_view = u->main_grad + u->tensors[t].offset;
+    return FSDP_OK;
+}
+
+void shard_main_grad_release(fsdp_unit_t *u) {
+    if (u->main_grad == NULL) return;
+    for (int t = 0; t < u->n_tensors; t++)
+        u->tensors[t].grad_view = NULL;
+    poison(u->main_grad, u->padded);
+    fsdp_mem_free(u->main_grad);
+    u->main_grad = NULL;
+    clear_bits(u);
+}
+
+/* The window in which views may be handed out: between pre_backward and post_backward, and under EAGER
+ * also from pre_forward (the buffer exists from then). Checked in every build, not only debug. */
+static int in_window(const fsdp_unit_t *u) {
+    if (u->main_grad == NULL) return 0;
+    if (u->state == UNIT_BACKWARD || u->state == UNIT_RECOMPUTE) return 1;
+    return u->eng->cfg.main_grad == FSDP_MAIN_GRAD_EAGER &&
+           (u->state == UNIT_FORWARD || u->state == UNIT_FORWARD_DONE);
+}
+
+static fsdp_status get_view(fsdp_unit_t *u, int t, float **view, int *accumulate, const char *call) {
+    if (u == NULL) return fsdp_set_error(FSDP_EINVAL, "%s: unit must not be NULL", call);
+    if (t < 0 || t >= u->n_tensors)
+        return fsdp_set_error(FSDP_EINVAL, "%s: unit '%s': tensor index %d outside 0..%d", call, u->name, t,
+                              u->n_tensors - 1);
+    if (!in_window(u))
+        return fsdp_set_error(
+            FSDP_ESTATE,
+            "%s: unit '%s' tensor '%s': main_grad is only available between pre_backward and "
+            "post_backward (EAGER: from pre_forward); the unit is in state %s",
+            call, u->name, u->tensors[t].name, shard_state_name(u->state));
+    int k = u->tensors[t].alias_of >= 0 ? u->tensors[t].alias_of : t;
+    *accumulate = bit_get(u->touched, k);
+    bit_set(u->touched, k);
+    *view = u->tensors[k].grad_view;
+    return FSDP_OK;
+}
+
+fsdp_status fsdp_unit_main_grad(fsdp_unit_t *u, int t, float **view, int *accumulate) {
+    if (view) *view = NULL;
+    if (view == NULL || accumulate == NULL)
+        return FSDP_ERR(FSDP_EINVAL, "view and accumulate must not be NULL");
+    return get_view(u, t, view, accumulate, "fsdp_unit_main_grad");
+}
+
+fsdp_status fsdp_unit_grad_from_bf16(fsdp_unit_t *u, int t, const fsdp_bf16 *g) {
+    if (g == NULL) return FSDP_ERR(FSDP_EINVAL, "g must not be NULL");
+    float *dst;
+    int acc;
+    FSDP_TRY(get_view(u, t, &dst, &acc, "fsdp_unit_grad_from_bf16"));
+    size_t n = u->tensors[t].numel;
+    if (acc)
+        fsdp_bf16_add_f32_n(dst, g, n);
+    else
+        fsdp_bf16_to_f32_n(dst, g, n);
+    return FSDP_OK;
+}
+
+fsdp_status fsdp_unit_grad_from_f32(fsdp_unit_t *u, int t, const float *g) {
+    if (g == NULL) return FSDP_ERR(FSDP_EINVAL, "g must not be NULL");
+    float *dst;
+    int acc;
+    FSDP_TRY(get_view(u, t, &dst, &acc, "fsdp_unit_grad_from_f32"));
+    size_t n = u->tensors[t].numel;
+    if (acc) {
+#pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < n; i++)
+            dst[i] += g[i];
+    } else {
+        memcpy(dst, g, n * sizeof(float));
+    }
+    return FSDP_OK;
+}
+
+int fsdp_unit_grad_touched(const fsdp_unit_t *u, int t) {
+    if (u == NULL || t < 0 || t >= u->n_tensors || u->main_grad == NULL) return 0;
+    int k = u->tensors[t].alias_of >= 0 ? u->tensors[t].alias_of : t;
+    return bit_get(u->touched, k);
+}
+
+/* ---------------------------------------------------------------- reduction */
+
+/* post_backward's reduction. Runs when this micro-batch reduces (ACCUM_SHARDED: every one;
+ * ACCUM_NO_SYNC: the last of the step), otherwise keeps main_grad and its bitmask for the next one.
+ *  1. zero-fill, decided from the bitmask and the layout only: untouched non-alias tensors, the
+ *     alignment gaps and the tail padding (never reading the buffer: no sync, a real zero stays right);
+ *  2. reduce-scatter (SUM) the whole flat buffer (NO_SHARD: all-reduce), fp32 or bf16 on the wire;
+ *  3. grad_shard += reduced * 1 / (world * n_micro). This is the ONE place averaging happens: the
+ *     model's loss is a mean over its own micro-batch on its own rank, so the sum over ranks and
+ *     micro-batches divided by world * n_micro is the mean over the global batch of the step;
+ *  4. free main_grad (poisoned first in debug builds). */
+fsdp_status shard_reduce(fsdp_unit_t *u) {
+    fsdp_engine_t *e = u->eng;
+    FSDP_INVARIANT(u->main_grad != NULL);
+    if (e->cfg.accum == FSDP_ACCUM_NO_SYNC && e->micro != e->n_micro - 1) return FSDP_OK;
+
+    float *mg = u->main_grad;
+    for (int t = 0; t < u->n_tensors; t++)
+        if (u->tensors[t].alias_of < 0 && !bit_get(u->touched, t))
+            memset(mg + u->tensors[t].offset, 0, u->tensors[t].numel * sizeof(float));
+    for (int g = 0; g < u->n_gaps; g++)
+        memset(mg + u->gaps[g].offset, 0, u->gaps[g].len * sizeof(float));
+
+    int no_shard = e->cfg.strategy == FSDP_NO_SHARD;
+    size_t n_out = u->shard_len; /* NO_SHARD: padded (everything) */
+    const float scale = 1.0f / (float)((double)e->world * (double)e->n_micro);
+    fsdp_status st = FSDP_OK;
+    if (e->cfg.reduce_dtype == FSDP_F32) {
+        shard_set_label(u, no_shard ? "all-reduce grads" : "reduce-scatter grads");
+        st = no_shard ? fsdp_comm_all_reduce(e->comm, mg, mg, u->padded, FSDP_F32, FSDP_SUM)
+                      : fsdp_comm_reduce_scatter(e->comm, mg, mg, u->shard_len, FSDP_F32, FSDP_SUM);
+    } else {
+        /* bf16 wire: one cast into a comm buffer, reduce in place, upcast the result back into mg. */
+        fsdp_bf16 *wire;
+        st = fsdp_mem_alloc((void **)&wire, u->padded * sizeof(fsdp_bf16), FSDP_MEM_COMM);
+        if (st == FSDP_OK) {
+            fsdp_f32_to_bf16_n(wire, mg, u->padded);
+            shard_set_label(u, no_shard ? "all-reduce grads (bf16)" : "reduce-scatter grads (bf16)");
+            st = no_shard ? fsdp_comm_all_reduce(e->comm, wire, wire, u->padded, FSDP_BF16, FSDP_SUM)
+                          : fsdp_comm_reduce_scatter(e->comm, wire, wire, u->shard_len, FSDP_BF16, FSDP_SUM);
+            if (st == FSDP_OK) fsdp_bf16_to_f32_n(mg, wire, n_out);
+            fsdp_mem_free(wire);
+        }
+    }
+    if (st != FSDP_OK) return st;
+    float *g = u->grad;
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n_out; i++)
+        g[i] += mg[i] * scale;
+    shard_main_grad_release(u);
+    return FSDP_OK;
+}
+
+/* ---------------------------------------------------------------- step structure */
+
+fsdp_status fsdp_engine_zero_grad(fsdp_engine_t *e) {
+    if (e == NULL) return FSDP_ERR(FSDP_EINVAL, "engine must not be NULL");
+    for (int i = 0; i < e->n_units; i++)
+        memset(e->units[i]->grad, 0, e->units[i]->shard_len * sizeof(float));
+    return FSDP_OK;
+}
+
+fsdp_status fsdp_engine_begin_step(fsdp_engine_t *e, int n_micro) {
+    if (e == NULL) return FSDP_ERR(FSDP_EINVAL, "engine must not be NULL");
+    if (n_micro < 1) return FSDP_ERR(FSDP_EINVAL, "n_micro must be >= 1 (got %d)", n_micro);
+    for (int i = 0; i < e->n_units; i++) {
+        fsdp_unit_t *u = e->units[i];
+        if (u->state == UNIT_FORWARD || u->state == UNIT_BACKWARD || u->state == UNIT_RECOMPUTE)
+            return fsdp_set_error(FSDP_ESTATE,
+                                  "fsdp_engine_begin_step: unit '%s' is in state %s; finish its pass first",
+                                  u->name, shard_state_name(u->state));
+        if (u->main_grad != NULL && shard_touched_any(u))
+            return fsdp_set_error(
+                FSDP_ESTATE,
+                "fsdp_engine_begin_step: unit '%s' holds main_grad accumulated under NO_SYNC but "
+                "never reduced (micro-batch %d of %d was the last announced); run every "
+                "micro-batch of the step",
+                u->name, e->micro, e->n_micro);
+    }
+    e->n_micro = n_micro;
+    e->micro = 0;
+    return fsdp_engine_zero_grad(e);
+}
+
+fsdp_status fsdp_engine_begin_micro(fsdp_engine_t *e, int m) {
+    if (e == NULL) return FSDP_ERR(FSDP_EINVAL, "engine must not be NULL");
+    if (m < 0 || m >= e->n_micro)
+        return FSDP_ERR(FSDP_EINVAL, "micro-batch %d outside 0..%d (begin_step fixed n_micro = %d)", m,
+                        e->n_micro - 1, e->n_micro);
+    e->micro = m;
+    return FSDP_OK;
+}

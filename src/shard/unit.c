@@ -1,0 +1,618 @@
+/* unit.c — the engine and its FSDP units: flat layout (computed once per unit), fp32 master shards,
+ * world-size-independent initialisation, the unshard/reshard lifecycle with its state machine, and
+ * gathering/loading full tensors for export, checkpoints and tests. main_grad lives in main_grad.c. */
+#include "shard/shard.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---------------------------------------------------------------- small helpers */
+
+void fsdp_shard_range(size_t padded_numel, int rank, int world, size_t *offset, size_t *len) {
+    /* padded_numel is a multiple of world for every flat buffer; the remainder split only keeps the
+     * function total for other inputs (the first padded_numel % world ranks get one more). */
+    size_t w = world > 0 ? (size_t)world : 1, r = rank > 0 ? (size_t)rank : 0;
+    size_t base = padded_numel / w, rem = padded_numel % w;
+    *offset = r * base + (r < rem ? r : rem);
+    *len = base + (r < rem ? 1 : 0);
+}
+
+const char *shard_state_name(unit_state s) {
+    switch (s) {
+    case UNIT_IDLE: return "IDLE (sharded, no pass in progress)";
+    case UNIT_FORWARD: return "FORWARD (between pre_forward and post_forward)";
+    case UNIT_FORWARD_DONE: return "FORWARD_DONE (after post_forward, before pre_backward)";
+    case UNIT_BACKWARD: return "BACKWARD (between pre_backward and post_backward)";
+    case UNIT_RECOMPUTE: return "RECOMPUTE (forward inside backward)";
+    }
+    return "unknown";
+}
+
+void shard_set_label(fsdp_unit_t *u, const char *phase) {
+    char label[256];
+    snprintf(label, sizeof label, "unit %s / %s", u->name, phase);
+    fsdp_comm_set_label(u->eng->comm, label);
+}
+
+static char *dup_str(const char *s) {
+    size_t n = strlen(s) + 1;
+    char *d = malloc(n);
+    if (d) memcpy(d, s, n);
+    return d;
+}
+
+static size_t round_up(size_t x, size_t m) { return (x + m - 1) / m * m; }
+
+/* ---------------------------------------------------------------- configs, engine */
+
+fsdp_engine_config fsdp_engine_config_default(void) {
+    fsdp_engine_config c;
+    memset(&c, 0, sizeof c);
+    c.version = 1;
+    c.strategy = FSDP_FULL_SHARD;
+    c.compute_dtype = FSDP_BF16;
+    c.reduce_dtype = FSDP_F32;
+    c.main_grad = FSDP_MAIN_GRAD_LAZY;
+    c.accum = FSDP_ACCUM_SHARDED;
+    c.seed = 1234;
+    c.align = 16;
+    return c;
+}
+
+fsdp_unit_config fsdp_unit_config_default(void) {
+    fsdp_unit_config c = {.version = 1, .reshard_after_forward = -1};
+    return c;
+}
+
+fsdp_status fsdp_engine_init(fsdp_engine_t **out, fsdp_comm_t *comm, const fsdp_engine_config *cfg) {
+    if (out == NULL) return FSDP_ERR(FSDP_EINVAL, "out must not be NULL");
+    *out = NULL;
+    if (comm == NULL) return FSDP_ERR(FSDP_EINVAL, "comm must not be NULL; create one with fsdp_comm_init");
+    fsdp_engine_config c = cfg ? *cfg : fsdp_engine_config_default();
+    if (c.version != 1)
+        return FSDP_ERR(FSDP_EINVAL,
+                        "engine config version %d unsupported; start from fsdp_engine_config_default()",
+                        c.version);
+    if ((unsigned)c.strategy > FSDP_NO_SHARD)
+        return FSDP_ERR(FSDP_EINVAL, "unknown strategy %d", (int)c.strategy);
+    if (c.compute_dtype != FSDP_F32 && c.compute_dtype != FSDP_BF16)
+        return FSDP_ERR(FSDP_EINVAL, "compute_dtype must be FSDP_F32 or FSDP_BF16 (got %d)",
+                        (int)c.compute_dtype);
+    if (c.reduce_dtype != FSDP_F32 && c.reduce_dtype != FSDP_BF16)
+        return FSDP_ERR(FSDP_EINVAL, "reduce_dtype must be FSDP_F32 or FSDP_BF16 (got %d)",
+                        (int)c.reduce_dtype);
+    if ((unsigned)c.main_grad > FSDP_MAIN_GRAD_EAGER)
+        return FSDP_ERR(FSDP_EINVAL, "unknown main_grad policy %d", (int)c.main_grad);
+    if ((unsigned)c.accum > FSDP_ACCUM_NO_SYNC)
+        return FSDP_ERR(FSDP_EINVAL, "unknown accum mode %d", (int)c.accum);
+    if (c.align == 0 || c.align > 4096)
+        return FSDP_ERR(FSDP_EINVAL, "align must be 1..4096 elements (got %zu); 16 suits AVX-512", c.align);
+
+    fsdp_engine_t *e = calloc(1, sizeof *e);
+    if (e == NULL) return FSDP_ERR(FSDP_ENOMEM, "engine struct");
+    e->comm = comm;
+    e->cfg = c;
+    e->rank = fsdp_comm_rank(comm);
+    e->world = fsdp_comm_size(comm);
+    e->n_micro = 1;
+    *out = e;
+    return FSDP_OK;
+}
+
+static void unit_free(fsdp_unit_t *u) {
+    if (u == NULL) return;
+    shard_main_grad_release(u);
+    fsdp_mem_free(u->full);
+    fsdp_mem_free(u->adam_v);
+    fsdp_mem_free(u->adam_m);
+    fsdp_mem_free(u->grad);
+    fsdp_mem_free(u->master);
+    free(u->touched);
+    free(u->gaps);
+    for (int t = 0; t < u->n_tensors; t++)
+        free(u->tensors[t].name);
+    free(u->tensors);
+    free(u->name);
+    free(u);
+}
+
+void fsdp_engine_free(fsdp_engine_t *e) {
+    if (e == NULL) return;
+    for (int i = e->n_units - 1; i >= 0; i--)
+        unit_free(e->units[i]);
+    free(e->units);
+    free(e);
+}
+
+int fsdp_engine_num_units(const fsdp_engine_t *e) { return e ? e->n_units : 0; }
+fsdp_unit_t *fsdp_engine_unit(fsdp_engine_t *e, int i) {
+    return (e && i >= 0 && i < e->n_units) ? e->units[i] : NULL;
+}
+const fsdp_engine_config *fsdp_engine_get_config(const fsdp_engine_t *e) { return e ? &e->cfg : NULL; }
+fsdp_comm_t *fsdp_engine_comm(fsdp_engine_t *e) { return e ? e->comm : NULL; }
+
+/* ---------------------------------------------------------------- unit creation and layout */
+
+static fsdp_unit_t *engine_find_unit(fsdp_engine_t *e, const char *name, size_t name_len) {
+    for (int i = 0; i < e->n_units; i++)
+        if (strlen(e->units[i]->name) == name_len && strncmp(e->units[i]->name, name, name_len) == 0)
+            return e->units[i];
+    return NULL;
+}
+
+/* Validates the specs and fills u->tensors (names, shapes, alias targets). */
+static fsdp_status unit_read_specs(fsdp_engine_t *e, fsdp_unit_t *u, const fsdp_tensor_spec *specs, int n) {
+    for (int t = 0; t < n; t++) {
+        const fsdp_tensor_spec *s = &specs[t];
+        shard_tensor *ts = &u->tensors[t];
+        ts->alias_of = -1;
+        if (s->name == NULL || s->name[0] == '\0')
+            return FSDP_ERR(FSDP_EINVAL, "unit '%s': tensor %d has no name; every tensor needs a unique name",
+                            u->name, t);
+        for (int k = 0; k < t; k++)
+            if (strcmp(u->tensors[k].name, s->name) == 0)
+                return FSDP_ERR(FSDP_EINVAL, "unit '%s': tensor name '%s' used twice (tensors %d and %d)",
+                                u->name, s->name, k, t);
+        if ((ts->name = dup_str(s->name)) == NULL) return FSDP_ERR(FSDP_ENOMEM, "tensor name");
+        if (s->ndim < 1 || s->ndim > FSDP_MAX_DIMS)
+            return FSDP_ERR(FSDP_EINVAL, "unit '%s' tensor '%s': ndim %d outside 1..%d", u->name, s->name,
+                            s->ndim, FSDP_MAX_DIMS);
+        size_t numel = 1;
+        for (int d = 0; d < s->ndim; d++) {
+            if (s->shape[d] < 1)
+                return FSDP_ERR(FSDP_EINVAL,
+                                "unit '%s' tensor '%s': shape[%d] = %lld; dimensions must be >= 1", u->name,
+                                s->name, d, (long long)s->shape[d]);
+            if (!fsdp_mul_ok(numel, (size_t)s->shape[d], &numel))
+                return FSDP_ERR(FSDP_EINVAL, "unit '%s' tensor '%s': element count overflows", u->name,
+                                s->name);
+        }
+        ts->ndim = s->ndim;
+        memcpy(ts->shape, s->shape, sizeof ts->shape);
+        for (int d = s->ndim; d < FSDP_MAX_DIMS; d++)
+            ts->shape[d] = 0;
+        ts->numel = numel;
+        ts->no_decay = s->no_decay ? 1 : 0;
+        ts->init = s->init;
+        ts->std = s->std;
+        if ((unsigned)s->init > FSDP_INIT_NORMAL)
+            return FSDP_ERR(FSDP_EINVAL, "unit '%s' tensor '%s': unknown init kind %d", u->name, s->name,
+                            (int)s->init);
+        if (s->init == FSDP_INIT_NORMAL && !(s->std >= 0.0f && isfinite(s->std)))
+            return FSDP_ERR(FSDP_EINVAL, "unit '%s' tensor '%s': std %g must be finite and >= 0", u->name,
+                            s->name, (double)s->std);
+        if (s->alias_of == NULL) continue;
+
+        /* A tie: first an earlier tensor of this unit (names may contain dots), else "unit.tensor". */
+        int target = -1;
+        for (int k = 0; k < t; k++)
+            if (strcmp(u->tensors[k].name, s->alias_of) == 0) target = k;
+        if (target < 0) {
+            const char *dot = strchr(s->alias_of, '.');
+            if (dot != NULL) {
+                fsdp_unit_t *other = engine_find_unit(e, s->alias_of, (size_t)(dot - s->alias_of));
+                if (other != NULL || strncmp(s->alias_of, u->name, (size_t)(dot - s->alias_of)) != 0 ||
+                    strlen(u->name) != (size_t)(dot - s->alias_of))
+                    return FSDP_ERR(
+                        FSDP_EINVAL,
+                        "tensor '%s' of unit '%s' is tied to '%s' in unit '%.*s': a tensor cannot be "
+                        "tied across units '%s' and '%.*s'; put both uses in one unit (declare the "
+                        "tensor once there and the tie as an alias in the same unit)",
+                        s->name, u->name, dot + 1, (int)(dot - s->alias_of), s->alias_of, u->name,
+                        (int)(dot - s->alias_of), s->alias_of);
+                for (int k = 0; k < t; k++) /* "thisunit.tensor" */
+                    if (strcmp(u->tensors[k].name, dot + 1) == 0) target = k;
+            }
+        }
+        for (int i = 0; target < 0 && i < e->n_units; i++) /* a bare name that lives in another unit */
+            if (fsdp_unit_find(e->units[i], s->alias_of) >= 0)
+                return FSDP_ERR(
+                    FSDP_EINVAL,
+                    "tensor '%s' of unit '%s' is tied to '%s' in unit '%s': a tensor cannot be tied "
+                    "across units '%s' and '%s'; put both uses in one unit (declare the tensor once "
+                    "there and the tie as an alias in the same unit)",
+                    s->name, u->name, s->alias_of, e->units[i]->name, u->name, e->units[i]->name);
+        if (target < 0)
+            return FSDP_ERR(
+                FSDP_EINVAL,
+                "unit '%s' tensor '%s': alias_of '%s' names no earlier tensor of this unit; declare "
+                "the target before its alias",
+                u->name, s->name, s->alias_of);
+        if (u->tensors[target].alias_of >= 0) target = u->tensors[target].alias_of;
+        if (u->tensors[target].numel != numel)
+            return FSDP_ERR(FSDP_EINVAL, "unit '%s': alias '%s' has %zu elements but its target '%s' has %zu",
+                            u->name, s->name, numel, u->tensors[target].name, u->tensors[target].numel);
+        ts->alias_of = target;
+    }
+    return FSDP_OK;
+}
+
+/* The flat layout, computed once: non-alias tensors in declaration order, each at a multiple of align;
+ * aliases share their target's offset; total padded to a multiple of world. Gaps are recorded so the
+ * zero-fill before reduction never has to look at the buffer. */
+static fsdp_status unit_layout(fsdp_engine_t *e, fsdp_unit_t *u) {
+    size_t cur = 0;
+    u->gaps = calloc((size_t)u->n_tensors + 1, sizeof *u->gaps);
+    if (u->gaps == NULL) return FSDP_ERR(FSDP_ENOMEM, "unit '%s' gap table", u->name);
+    for (int t = 0; t < u->n_tensors; t++) {
+        shard_tensor *ts = &u->tensors[t];
+        if (ts->alias_of >= 0) continue;
+        size_t off = round_up(cur, e->cfg.align);
+        if (off < cur || off + ts->numel < off)
+            return FSDP_ERR(FSDP_EINVAL, "unit '%s': flat size overflows", u->name);
+        if (off > cur) u->gaps[u->n_gaps++] = (shard_gap){cur, off - cur};
+        ts->offset = off;
+        cur = off + ts->numel;
+    }
+    for (int t = 0; t < u->n_tensors; t++)
+        if (u->tensors[t].alias_of >= 0) u->tensors[t].offset = u->tensors[u->tensors[t].alias_of].offset;
+    u->numel = cur;
+    u->padded = round_up(cur, (size_t)e->world);
+    if (u->padded > cur) u->gaps[u->n_gaps++] = (shard_gap){cur, u->padded - cur};
+    if (e->cfg.strategy == FSDP_NO_SHARD) {
+        u->shard_off = 0;
+        u->shard_len = u->padded;
+    } else {
+        fsdp_shard_range(u->padded, e->rank, e->world, &u->shard_off, &u->shard_len);
+    }
+    return FSDP_OK;
+}
+
+fsdp_status fsdp_engine_add_unit(fsdp_engine_t *e, const char *name, const fsdp_tensor_spec *specs, int n,
+                                 const fsdp_unit_config *cfg, fsdp_unit_t **out) {
+    if (out) *out = NULL;
+    if (e == NULL || name == NULL || name[0] == '\0' || specs == NULL || n < 1)
+        return FSDP_ERR(FSDP_EINVAL,
+                        "need an engine, a non-empty unit name and n >= 1 tensor specs (got n = %d)", n);
+    fsdp_unit_config uc = cfg ? *cfg : fsdp_unit_config_default();
+    if (uc.version != 1)
+        return FSDP_ERR(FSDP_EINVAL,
+                        "unit '%s': config version %d unsupported; use fsdp_unit_config_default()", name,
+                        uc.version);
+    if (uc.reshard_after_forward < -1 || uc.reshard_after_forward > 1)
+        return FSDP_ERR(FSDP_EINVAL, "unit '%s': reshard_after_forward must be -1, 0 or 1 (got %d)", name,
+                        uc.reshard_after_forward);
+    if (engine_find_unit(e, name, strlen(name)) != NULL)
+        return FSDP_ERR(FSDP_EINVAL, "unit name '%s' is already registered; unit names must be unique", name);
+
+    fsdp_status st = FSDP_OK;
+    if (e->n_units == e->cap_units) {
+        int cap = e->cap_units ? 2 * e->cap_units : 8;
+        fsdp_unit_t **nu = realloc(e->units, (size_t)cap * sizeof *nu);
+        if (nu == NULL) return FSDP_ERR(FSDP_ENOMEM, "unit table");
+        e->units = nu;
+        e->cap_units = cap;
+    }
+    fsdp_unit_t *u = calloc(1, sizeof *u);
+    if (u == NULL) return FSDP_ERR(FSDP_ENOMEM, "unit struct");
+    u->eng = e;
+    u->index = e->n_units;
+    u->state = UNIT_IDLE;
+    if ((u->name = dup_str(name)) == NULL) {
+        st = FSDP_ERR(FSDP_ENOMEM, "unit name");
+        goto fail;
+    }
+    u->tensors = calloc((size_t)n, sizeof *u->tensors);
+    u->touched = calloc(((size_t)n + 63) / 64, sizeof *u->touched);
+    if (u->tensors == NULL || u->touched == NULL) {
+        st = FSDP_ERR(FSDP_ENOMEM, "unit '%s' tensor table", name);
+        goto fail;
+    }
+    u->n_tensors = n;
+    if ((st = unit_read_specs(e, u, specs, n)) != FSDP_OK) goto fail;
+    if ((st = unit_layout(e, u)) != FSDP_OK) goto fail;
+    u->reshard_after_forward =
+        uc.reshard_after_forward >= 0 ? uc.reshard_after_forward : (e->cfg.strategy == FSDP_FULL_SHARD);
+
+    size_t bytes;
+    if (!fsdp_mul_ok(u->shard_len, sizeof(float), &bytes)) {
+        st = FSDP_ERR(FSDP_EINVAL, "unit '%s': shard too large", name);
+        goto fail;
+    }
+    if ((st = fsdp_mem_alloc((void **)&u->master, bytes, FSDP_MEM_MASTER)) != FSDP_OK) goto fail;
+    if ((st = fsdp_mem_calloc((void **)&u->grad, bytes, FSDP_MEM_GRAD_SHARD)) != FSDP_OK) goto fail;
+    if ((st = fsdp_mem_calloc((void **)&u->adam_m, bytes, FSDP_MEM_OPTIM)) != FSDP_OK) goto fail;
+    if ((st = fsdp_mem_calloc((void **)&u->adam_v, bytes, FSDP_MEM_OPTIM)) != FSDP_OK) goto fail;
+
+    e->units[e->n_units++] = u;
+    if (out) *out = u;
+    return FSDP_OK;
+fail:
+    unit_free(u);
+    return st;
+}
+
+/* ---------------------------------------------------------------- initialisation */
+
+static uint64_t splitmix64(uint64_t x) {
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+/* Standard normal for element j of a stream: counter-based (a pure function of key and j), so any
+ * shard computes exactly the values the 1-rank run has at those indices. Box-Muller, cosine branch. */
+static float normal_at(uint64_t key, uint64_t j) {
+    uint64_t r = splitmix64(key ^ splitmix64(j + 0x632BE59BD9B4E019ull));
+    double u1 = ((double)(r >> 32) + 1.0) * (1.0 / 4294967296.0); /* (0, 1] */
+    double u2 = (double)(uint32_t)r * (1.0 / 4294967296.0);       /* [0, 1) */
+    return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+}
+
+fsdp_status fsdp_engine_init_params(fsdp_engine_t *e) {
+    if (e == NULL) return FSDP_ERR(FSDP_EINVAL, "engine must not be NULL");
+    for (int i = 0; i < e->n_units; i++) {
+        fsdp_unit_t *u = e->units[i];
+        size_t lo = u->shard_off, hi = u->shard_off + u->shard_len;
+        memset(u->master, 0, u->shard_len * sizeof(float)); /* gaps and padding are zero */
+        for (int t = 0; t < u->n_tensors; t++) {
+            const shard_tensor *ts = &u->tensors[t];
+            if (ts->alias_of >= 0) continue;
+            size_t a = ts->offset > lo ? ts->offset : lo,
+                   b = ts->offset + ts->numel < hi ? ts->offset + ts->numel : hi;
+            if (a >= b) continue;
+            /* stream key: (seed, unit index, tensor index) */
+            uint64_t key =
+                splitmix64(e->cfg.seed ^ splitmix64(((uint64_t)(uint32_t)u->index << 32) | (uint32_t)t));
+            float *dst = u->master + (a - lo);
+            size_t j0 = a - ts->offset, cnt = b - a;
+            switch (ts->init) {
+            case FSDP_INIT_ZEROS:
+                for (size_t k = 0; k < cnt; k++)
+                    dst[k] = 0.0f;
+                break;
+            case FSDP_INIT_ONES:
+                for (size_t k = 0; k < cnt; k++)
+                    dst[k] = 1.0f;
+                break;
+            case FSDP_INIT_NORMAL: {
+                float sd = ts->std;
+#pragma omp parallel for schedule(static)
+                for (size_t k = 0; k < cnt; k++)
+                    dst[k] = sd * normal_at(key, j0 + k);
+                break;
+            }
+            }
+        }
+    }
+    return FSDP_OK;
+}
+
+/* ---------------------------------------------------------------- introspection */
+
+const char *fsdp_unit_name(const fsdp_unit_t *u) { return u ? u->name : ""; }
+int fsdp_unit_index(const fsdp_unit_t *u) { return u ? u->index : -1; }
+int fsdp_unit_num_tensors(const fsdp_unit_t *u) { return u ? u->n_tensors : 0; }
+size_t fsdp_unit_numel(const fsdp_unit_t *u) { return u ? u->numel : 0; }
+size_t fsdp_unit_padded_numel(const fsdp_unit_t *u) { return u ? u->padded : 0; }
+
+int fsdp_unit_find(const fsdp_unit_t *u, const char *name) {
+    if (u == NULL || name == NULL) return -1;
+    for (int t = 0; t < u->n_tensors; t++)
+        if (strcmp(u->tensors[t].name, name) == 0) return t;
+    return -1;
+}
+
+fsdp_status fsdp_unit_tensor_info(const fsdp_unit_t *u, int t, fsdp_tensor_info *out) {
+    if (u == NULL || out == NULL) return FSDP_ERR(FSDP_EINVAL, "unit and out must not be NULL");
+    if (t < 0 || t >= u->n_tensors)
+        return FSDP_ERR(FSDP_EINVAL, "unit '%s': tensor index %d outside 0..%d", u->name, t,
+                        u->n_tensors - 1);
+    const shard_tensor *ts = &u->tensors[t];
+    out->name = ts->name;
+    out->ndim = ts->ndim;
+    memcpy(out->shape, ts->shape, sizeof out->shape);
+    out->numel = ts->numel;
+    out->offset = ts->offset;
+    out->alias_of = ts->alias_of;
+    out->no_decay = ts->no_decay;
+    return FSDP_OK;
+}
+
+fsdp_status fsdp_unit_shard(fsdp_unit_t *u, fsdp_shard_view *out) {
+    if (u == NULL || out == NULL) return FSDP_ERR(FSDP_EINVAL, "unit and out must not be NULL");
+    out->master = u->master;
+    out->grad = u->grad;
+    out->adam_m = u->adam_m;
+    out->adam_v = u->adam_v;
+    out->offset = u->shard_off;
+    out->numel = u->shard_len;
+    return FSDP_OK;
+}
+
+/* ---------------------------------------------------------------- unshard / reshard */
+
+/* Cast the fp32 shard to the compute dtype straight into this rank's slot of the full buffer, then
+ * all-gather in place. NO_SHARD: every rank has everything, so the cast is the whole unshard. */
+static fsdp_status unit_unshard(fsdp_unit_t *u) {
+    if (u->full != NULL) return FSDP_OK;
+    fsdp_engine_t *e = u->eng;
+    fsdp_dtype dt = e->cfg.compute_dtype;
+    size_t esz = fsdp_dtype_size(dt);
+    FSDP_TRY(fsdp_mem_alloc(&u->full, u->padded * esz, FSDP_MEM_PARAM_FULL));
+    char *slot = (char *)u->full + u->shard_off * esz;
+    if (dt == FSDP_BF16)
+        fsdp_f32_to_bf16_n((fsdp_bf16 *)slot, u->master, u->shard_len);
+    else
+        memcpy(slot, u->master, u->shard_len * sizeof(float));
+    if (e->cfg.strategy != FSDP_NO_SHARD) {
+        shard_set_label(u, "all-gather params");
+        fsdp_status st = fsdp_comm_all_gather(e->comm, slot, u->full, u->shard_len, dt);
+        if (st != FSDP_OK) {
+            fsdp_mem_free(u->full);
+            u->full = NULL;
+            return st;
+        }
+    }
+    for (int t = 0; t < u->n_tensors; t++)
+        u->tensors[t].param_view = (char *)u->full + u->tensors[t].offset * esz;
+    return FSDP_OK;
+}
+
+static void unit_reshard(fsdp_unit_t *u) {
+    for (int t = 0; t < u->n_tensors; t++)
+        u->tensors[t].param_view = NULL;
+    fsdp_mem_free(u->full);
+    u->full = NULL;
+}
+
+static fsdp_status bad_state(const fsdp_unit_t *u, const char *call, const char *hint) {
+    return fsdp_set_error(FSDP_ESTATE, "%s: unit '%s' is in state %s; %s", call, u->name,
+                          shard_state_name(u->state), hint);
+}
+
+fsdp_status fsdp_unit_pre_forward(fsdp_unit_t *u) {
+    if (u == NULL) return FSDP_ERR(FSDP_EINVAL, "unit must not be NULL");
+    switch (u->state) {
+    case UNIT_IDLE:
+    case UNIT_FORWARD_DONE: /* FORWARD_DONE: evaluation, the earlier forward is abandoned */
+        FSDP_TRY(unit_unshard(u));
+        if (u->eng->cfg.main_grad == FSDP_MAIN_GRAD_EAGER) FSDP_TRY(shard_main_grad_alloc(u));
+        u->state = UNIT_FORWARD;
+        return FSDP_OK;
+    case UNIT_BACKWARD: /* activation recompute: parameters are already unsharded */
+        u->state = UNIT_RECOMPUTE;
+        return FSDP_OK;
+    default: return bad_state(u, "fsdp_unit_pre_forward", "call post_forward before the next pre_forward");
+    }
+}
+
+fsdp_status fsdp_unit_post_forward(fsdp_unit_t *u) {
+    if (u == NULL) return FSDP_ERR(FSDP_EINVAL, "unit must not be NULL");
+    switch (u->state) {
+    case UNIT_FORWARD:
+        if (u->reshard_after_forward) unit_reshard(u);
+        u->state = UNIT_FORWARD_DONE;
+        return FSDP_OK;
+    case UNIT_RECOMPUTE: /* backward needs the parameters next: keep them */
+        u->state = UNIT_BACKWARD;
+        return FSDP_OK;
+    default: return bad_state(u, "fsdp_unit_post_forward", "post_forward must follow pre_forward");
+    }
+}
+
+fsdp_status fsdp_unit_pre_backward(fsdp_unit_t *u) {
+    if (u == NULL) return FSDP_ERR(FSDP_EINVAL, "unit must not be NULL");
+    if (u->state != UNIT_FORWARD_DONE)
+        return bad_state(u, "fsdp_unit_pre_backward",
+                         "pre_backward must follow post_forward (and come once per backward)");
+    FSDP_TRY(unit_unshard(u));
+    FSDP_TRY(shard_main_grad_alloc(u));
+    u->state = UNIT_BACKWARD;
+    return FSDP_OK;
+}
+
+fsdp_status fsdp_unit_post_backward(fsdp_unit_t *u) {
+    if (u == NULL) return FSDP_ERR(FSDP_EINVAL, "unit must not be NULL");
+    if (u->state != UNIT_BACKWARD)
+        return bad_state(u, "fsdp_unit_post_backward",
+                         u->state == UNIT_RECOMPUTE
+                             ? "finish the recompute forward with post_forward first"
+                             : "post_backward must follow pre_backward, once per backward");
+    FSDP_TRY(shard_reduce(u));
+    unit_reshard(u);
+    u->state = UNIT_IDLE;
+    return FSDP_OK;
+}
+
+fsdp_status fsdp_engine_reshard_all(fsdp_engine_t *e) {
+    if (e == NULL) return FSDP_ERR(FSDP_EINVAL, "engine must not be NULL");
+    for (int i = 0; i < e->n_units; i++) {
+        fsdp_unit_t *u = e->units[i];
+        if (u->state != UNIT_IDLE && u->state != UNIT_FORWARD_DONE)
+            return bad_state(u, "fsdp_engine_reshard_all", "finish the unit's forward or backward first");
+    }
+    for (int i = 0; i < e->n_units; i++) {
+        fsdp_unit_t *u = e->units[i];
+        unit_reshard(u);
+        u->state = UNIT_IDLE;
+        /* EAGER buffers from evaluation forwards hold nothing; NO_SYNC accumulations are kept. */
+        if (u->main_grad != NULL && !shard_touched_any(u)) shard_main_grad_release(u);
+    }
+    return FSDP_OK;
+}
+
+fsdp_status fsdp_unit_param(fsdp_unit_t *u, int t, void **view) {
+    if (view) *view = NULL;
+    if (u == NULL || view == NULL) return FSDP_ERR(FSDP_EINVAL, "unit and view must not be NULL");
+    if (t < 0 || t >= u->n_tensors)
+        return FSDP_ERR(FSDP_EINVAL, "unit '%s': tensor index %d outside 0..%d", u->name, t,
+                        u->n_tensors - 1);
+    if (u->full == NULL)
+        return fsdp_set_error(
+            FSDP_ESTATE,
+            "fsdp_unit_param: unit '%s' tensor '%s': parameters are sharded (state %s); call "
+            "pre_forward or pre_backward first",
+            u->name, u->tensors[t].name, shard_state_name(u->state));
+    *view = u->tensors[t].param_view;
+    return FSDP_OK;
+}
+
+/* ---------------------------------------------------------------- full tensors */
+
+static fsdp_status check_tensor_arg(const fsdp_unit_t *u, int t, const char *call) {
+    if (u == NULL) return fsdp_set_error(FSDP_EINVAL, "%s: unit must not be NULL", call);
+    if (t < 0 || t >= u->n_tensors)
+        return fsdp_set_error(FSDP_EINVAL, "%s: unit '%s': tensor index %d outside 0..%d", call, u->name, t,
+                              u->n_tensors - 1);
+    return FSDP_OK;
+}
+
+fsdp_status fsdp_unit_gather_tensor(fsdp_unit_t *u, int t, float *out, int root) {
+    FSDP_TRY(check_tensor_arg(u, t, "fsdp_unit_gather_tensor"));
+    fsdp_engine_t *e = u->eng;
+    if (root >= e->world)
+        return FSDP_ERR(FSDP_EINVAL, "unit '%s': root %d outside 0..%d (or < 0 for all ranks)", u->name, root,
+                        e->world - 1);
+    int want = root < 0 || root == e->rank;
+    if (want && out == NULL)
+        return FSDP_ERR(FSDP_EINVAL, "unit '%s' tensor '%s': out must not be NULL on rank %d", u->name,
+                        u->tensors[t].name, e->rank);
+    const shard_tensor *ts = &u->tensors[t];
+    if (e->cfg.strategy == FSDP_NO_SHARD) {
+        if (want) memcpy(out, u->master + ts->offset, ts->numel * sizeof(float));
+        return FSDP_OK;
+    }
+    /* All-gather the unit's fp32 flat master (transient, category other), then slice: bit-exact. */
+    float *flat;
+    FSDP_TRY(fsdp_mem_alloc((void **)&flat, u->padded * sizeof(float), FSDP_MEM_OTHER));
+    memcpy(flat + u->shard_off, u->master, u->shard_len * sizeof(float));
+    shard_set_label(u, "gather tensor");
+    fsdp_status st = fsdp_comm_all_gather(e->comm, flat + u->shard_off, flat, u->shard_len, FSDP_F32);
+    if (st == FSDP_OK && want) memcpy(out, flat + ts->offset, ts->numel * sizeof(float));
+    fsdp_mem_free(flat);
+    return st;
+}
+
+fsdp_status fsdp_unit_load_tensor(fsdp_unit_t *u, int t, const float *full, int root) {
+    FSDP_TRY(check_tensor_arg(u, t, "fsdp_unit_load_tensor"));
+    fsdp_engine_t *e = u->eng;
+    if (root >= e->world)
+        return FSDP_ERR(FSDP_EINVAL, "unit '%s': root %d outside 0..%d (or < 0: every rank passes the data)",
+                        u->name, root, e->world - 1);
+    const shard_tensor *ts = &u->tensors[t];
+    if ((root < 0 || root == e->rank) && full == NULL)
+        return FSDP_ERR(FSDP_EINVAL, "unit '%s' tensor '%s': full must not be NULL on rank %d", u->name,
+                        ts->name, e->rank);
+    const float *src = full;
+    float *tmp = NULL;
+    if (root >= 0) {
+        FSDP_TRY(fsdp_mem_alloc((void **)&tmp, ts->numel * sizeof(float), FSDP_MEM_OTHER));
+        if (root == e->rank) memcpy(tmp, full, ts->numel * sizeof(float));
+        shard_set_label(u, "load tensor broadcast");
+        fsdp_status st = fsdp_comm_broadcast(e->comm, tmp, ts->numel, FSDP_F32, root);
+        if (st != FSDP_OK) {
+            fsdp_mem_free(tmp);
+            return st;
+        }
+        src = tmp;
+    }
+    size_t lo = u->shard_off, hi = u->shard_off + u->shard_len;
+    size_t a = ts->offset > lo ? ts->offset : lo,
+           b = ts->offset + ts->numel < hi ? ts->offset + ts->numel : hi;
+    if (a < b) memcpy(u->master + (a - lo), src + (a - ts->offset), (b - a) * sizeof(float));
+    fsdp_mem_free(tmp);
+    return FSDP_OK;
+}
