@@ -203,7 +203,7 @@ done:
 static void test_bulk_up(const char *path) {
     const size_t n_big = ((size_t)8 << 20) / 4 + 4099;
     fsdp_bf16 *src = NULL;
-    float *dst = NULL, *d0 = NULL, *scal = NULL;
+    float *dst = NULL, *d0 = NULL;
     CHECK_OK(fsdp_mem_alloc((void **)&src, (n_big + 8) * sizeof *src, FSDP_MEM_OTHER));
     CHECK_OK(fsdp_mem_alloc((void **)&dst, (n_big + 8) * sizeof *dst, FSDP_MEM_OTHER));
     CHECK_OK(fsdp_mem_alloc((void **)&d0, (n_big + 8) * sizeof *d0, FSDP_MEM_OTHER));
@@ -281,7 +281,6 @@ static void test_bulk_up(const char *path) {
     fsdp_bf16_to_f32_n(NULL, NULL, 0);
     fsdp_bf16_add_f32_n(NULL, NULL, 0);
 done:
-    fsdp_mem_free(scal);
     fsdp_mem_free(d0);
     fsdp_mem_free(dst);
     fsdp_mem_free(src);
