@@ -67,18 +67,18 @@ enum {
     GPT_ROOT_NTENSORS
 };
 enum {
-    GPT_LN1_W = 0,  /* "ln1_w"     (C) */
-    GPT_LN1_B,      /* "ln1_b"     (C) */
-    GPT_QKV_W,      /* "qkv_w"     (3C, C): rows q | k | v */
-    GPT_QKV_B,      /* "qkv_b"     (3C) */
-    GPT_ATTPROJ_W,  /* "attproj_w" (C, C) */
-    GPT_ATTPROJ_B,  /* "attproj_b" (C) */
-    GPT_LN2_W,      /* "ln2_w"     (C) */
-    GPT_LN2_B,      /* "ln2_b"     (C) */
-    GPT_FC_W,       /* "fc_w"      (4C, C) */
-    GPT_FC_B,       /* "fc_b"      (4C) */
-    GPT_FCPROJ_W,   /* "fcproj_w"  (C, 4C) */
-    GPT_FCPROJ_B,   /* "fcproj_b"  (C) */
+    GPT_LN1_W = 0, /* "ln1_w"     (C) */
+    GPT_LN1_B,     /* "ln1_b"     (C) */
+    GPT_QKV_W,     /* "qkv_w"     (3C, C): rows q | k | v */
+    GPT_QKV_B,     /* "qkv_b"     (3C) */
+    GPT_ATTPROJ_W, /* "attproj_w" (C, C) */
+    GPT_ATTPROJ_B, /* "attproj_b" (C) */
+    GPT_LN2_W,     /* "ln2_w"     (C) */
+    GPT_LN2_B,     /* "ln2_b"     (C) */
+    GPT_FC_W,      /* "fc_w"      (4C, C) */
+    GPT_FC_B,      /* "fc_b"      (4C) */
+    GPT_FCPROJ_W,  /* "fcproj_w"  (C, 4C) */
+    GPT_FCPROJ_B,  /* "fcproj_b"  (C) */
     GPT_BLOCK_NTENSORS
 };
 

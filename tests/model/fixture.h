@@ -11,9 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define GPT_FIXTURE_MAGIC 0x32545047 /* "GPT2" */
-#define GPT_FIXTURE_VERSION 1
-#define GPT_FIXTURE_HEADER_BYTES 256
+#define GPT_FIXTURE_MAGIC            0x32545047 /* "GPT2" */
+#define GPT_FIXTURE_VERSION          1
+#define GPT_FIXTURE_HEADER_BYTES     256
 #define GPT_FIXTURE_REC_HEADER_BYTES 64
 
 typedef enum { FX_F32 = 0, FX_I32 = 1, FX_F64 = 2, FX_BF16 = 3 } gpt_fixture_dtype;
@@ -56,15 +56,17 @@ static inline void gpt_fixture_free(gpt_fixture *fx) {
 static inline fsdp_status gpt_fixture_load(const char *path, gpt_fixture *fx) {
     memset(fx, 0, sizeof *fx);
     FILE *f = fopen(path, "rb");
-    if (!f) return fsdp_set_error(FSDP_EIO, "fixture %s: cannot open (regenerate with tools/gpt2_reference.py)", path);
+    if (!f)
+        return fsdp_set_error(FSDP_EIO, "fixture %s: cannot open (regenerate with tools/gpt2_reference.py)",
+                              path);
     if (fseek(f, 0, SEEK_END) != 0) goto io_fail;
     long len = ftell(f);
     if (len < 0 || fseek(f, 0, SEEK_SET) != 0) goto io_fail;
     size_t size = (size_t)len;
     if (size < GPT_FIXTURE_HEADER_BYTES) {
         fclose(f);
-        return fsdp_set_error(FSDP_EFORMAT, "fixture %s: %zu bytes, shorter than the %d-byte header", path, size,
-                              GPT_FIXTURE_HEADER_BYTES);
+        return fsdp_set_error(FSDP_EFORMAT, "fixture %s: %zu bytes, shorter than the %d-byte header", path,
+                              size, GPT_FIXTURE_HEADER_BYTES);
     }
     fx->blob = malloc(size);
     if (!fx->blob) {
@@ -79,14 +81,15 @@ static inline fsdp_status gpt_fixture_load(const char *path, gpt_fixture *fx) {
     memcpy(h, fx->blob, sizeof h);
     if ((uint32_t)h[0] != GPT_FIXTURE_MAGIC) {
         gpt_fixture_free(fx);
-        return fsdp_set_error(FSDP_EFORMAT, "fixture %s: bad magic 0x%08x (want 0x%08x): not a GPT-2 fixture", path,
-                              (unsigned)h[0], (unsigned)GPT_FIXTURE_MAGIC);
+        return fsdp_set_error(FSDP_EFORMAT, "fixture %s: bad magic 0x%08x (want 0x%08x): not a GPT-2 fixture",
+                              path, (unsigned)h[0], (unsigned)GPT_FIXTURE_MAGIC);
     }
     if (h[1] != GPT_FIXTURE_VERSION || h[2] != GPT_FIXTURE_HEADER_BYTES) {
         int v = h[1], hb = h[2];
         gpt_fixture_free(fx);
-        return fsdp_set_error(FSDP_EFORMAT, "fixture %s: version %d, header %d bytes (want %d, %d): regenerate it",
-                              path, v, hb, GPT_FIXTURE_VERSION, GPT_FIXTURE_HEADER_BYTES);
+        return fsdp_set_error(FSDP_EFORMAT,
+                              "fixture %s: version %d, header %d bytes (want %d, %d): regenerate it", path, v,
+                              hb, GPT_FIXTURE_VERSION, GPT_FIXTURE_HEADER_BYTES);
     }
     fx->n_records = h[3];
     fx->L = h[4], fx->C = h[5], fx->NH = h[6], fx->V = h[7], fx->Vp = h[8], fx->T_max = h[9];
@@ -96,8 +99,8 @@ static inline fsdp_status gpt_fixture_load(const char *path, gpt_fixture *fx) {
     fx->lr = hf[0], fx->beta1 = hf[1], fx->beta2 = hf[2], fx->eps = hf[3];
     fx->weight_decay = hf[4], fx->grad_clip = hf[5], fx->ln_eps = hf[6];
     if (fx->n_records <= 0 || fx->n_records > 100000 || fx->L <= 0 || fx->C <= 0 || fx->NH <= 0 ||
-        fx->C % fx->NH != 0 || fx->V <= 0 || fx->Vp < fx->V || fx->T <= 0 || fx->T > fx->T_max || fx->B <= 0 ||
-        fx->steps < 0) {
+        fx->C % fx->NH != 0 || fx->V <= 0 || fx->Vp < fx->V || fx->T <= 0 || fx->T > fx->T_max ||
+        fx->B <= 0 || fx->steps < 0) {
         gpt_fixture_free(fx);
         return fsdp_set_error(FSDP_EFORMAT, "fixture %s: inconsistent config in header", path);
     }
@@ -111,8 +114,8 @@ static inline fsdp_status gpt_fixture_load(const char *path, gpt_fixture *fx) {
         gpt_fixture_record *r = &fx->recs[i];
         if (size - off < GPT_FIXTURE_REC_HEADER_BYTES) {
             gpt_fixture_free(fx);
-            return fsdp_set_error(FSDP_EFORMAT, "fixture %s: truncated at record %d header (offset %zu)", path, i,
-                                  off);
+            return fsdp_set_error(FSDP_EFORMAT, "fixture %s: truncated at record %d header (offset %zu)",
+                                  path, i, off);
         }
         const unsigned char *p = fx->blob + off;
         int32_t ri[6];
@@ -126,8 +129,10 @@ static inline fsdp_status gpt_fixture_load(const char *path, gpt_fixture *fx) {
         int ok = es != 0 && r->ndim >= 1 && r->ndim <= 4;
         for (int d = 0; ok && d < 4; d++) {
             r->shape[d] = ri[2 + d];
-            if (r->shape[d] <= 0 || r->shape[d] > (1 << 28)) ok = 0;
-            else if (d < r->ndim) numel *= (size_t)r->shape[d];
+            if (r->shape[d] <= 0 || r->shape[d] > (1 << 28))
+                ok = 0;
+            else if (d < r->ndim)
+                numel *= (size_t)r->shape[d];
         }
         if (!ok || nbytes != numel * es) {
             gpt_fixture_free(fx);
@@ -136,8 +141,9 @@ static inline fsdp_status gpt_fixture_load(const char *path, gpt_fixture *fx) {
         off += GPT_FIXTURE_REC_HEADER_BYTES;
         if (size - off < nbytes) {
             gpt_fixture_free(fx);
-            return fsdp_set_error(FSDP_EFORMAT, "fixture %s: record %d (%s) needs %llu bytes, %zu left: truncated",
-                                  path, i, r->name, (unsigned long long)nbytes, size - off);
+            return fsdp_set_error(FSDP_EFORMAT,
+                                  "fixture %s: record %d (%s) needs %llu bytes, %zu left: truncated", path, i,
+                                  r->name, (unsigned long long)nbytes, size - off);
         }
         r->numel = numel;
         r->data = fx->blob + off;
@@ -164,20 +170,24 @@ static inline fsdp_status gpt_fixture_find(const gpt_fixture *fx, const char *na
         const gpt_fixture_record *r = &fx->recs[i];
         if (strcmp(r->name, name) != 0) continue;
         if ((dtype >= 0 && r->dtype != dtype) || (numel && r->numel != numel))
-            return fsdp_set_error(FSDP_EINVAL, "fixture record %s: dtype %d, %zu elements (want dtype %d, %zu)",
-                                  name, r->dtype, r->numel, dtype, numel);
+            return fsdp_set_error(FSDP_EINVAL,
+                                  "fixture record %s: dtype %d, %zu elements (want dtype %d, %zu)", name,
+                                  r->dtype, r->numel, dtype, numel);
         *out = r;
         return FSDP_OK;
     }
-    return fsdp_set_error(FSDP_EINVAL, "fixture has no record %s: regenerate it with tools/gpt2_reference.py", name);
+    return fsdp_set_error(FSDP_EINVAL, "fixture has no record %s: regenerate it with tools/gpt2_reference.py",
+                          name);
 }
 
 /* Copies record `name` (f32, f64 or bf16) converted to float into out[numel]. */
-static inline fsdp_status gpt_fixture_get_f32(const gpt_fixture *fx, const char *name, size_t numel, float *out) {
+static inline fsdp_status gpt_fixture_get_f32(const gpt_fixture *fx, const char *name, size_t numel,
+                                              float *out) {
     const gpt_fixture_record *r;
     fsdp_status s = gpt_fixture_find(fx, name, -1, numel, &r);
     if (s != FSDP_OK) return s;
-    if (r->dtype == FX_I32) return fsdp_set_error(FSDP_EINVAL, "fixture record %s holds integers, not floats", name);
+    if (r->dtype == FX_I32)
+        return fsdp_set_error(FSDP_EINVAL, "fixture record %s holds integers, not floats", name);
     const unsigned char *p = r->data;
     for (size_t i = 0; i < numel; i++) {
         if (r->dtype == FX_F32) {
@@ -196,7 +206,8 @@ static inline fsdp_status gpt_fixture_get_f32(const gpt_fixture *fx, const char 
     return FSDP_OK;
 }
 
-static inline fsdp_status gpt_fixture_get_f64(const gpt_fixture *fx, const char *name, size_t numel, double *out) {
+static inline fsdp_status gpt_fixture_get_f64(const gpt_fixture *fx, const char *name, size_t numel,
+                                              double *out) {
     const gpt_fixture_record *r;
     fsdp_status s = gpt_fixture_find(fx, name, FX_F64, numel, &r);
     if (s != FSDP_OK) return s;
@@ -204,7 +215,8 @@ static inline fsdp_status gpt_fixture_get_f64(const gpt_fixture *fx, const char 
     return FSDP_OK;
 }
 
-static inline fsdp_status gpt_fixture_get_i32(const gpt_fixture *fx, const char *name, size_t numel, int *out) {
+static inline fsdp_status gpt_fixture_get_i32(const gpt_fixture *fx, const char *name, size_t numel,
+                                              int *out) {
     const gpt_fixture_record *r;
     fsdp_status s = gpt_fixture_find(fx, name, FX_I32, numel, &r);
     if (s != FSDP_OK) return s;

@@ -1,0 +1,529 @@
+/* gpt.c — GPT-2 forward and backward on FSDP units (see gpt.h for the contract and hook order).
+ * Activations live in one tracked allocation (category activation) carved into named buffers, like
+ * llm.c's activation table; with recompute only the residual stream per layer is kept and one set of
+ * per-block buffers is reused, recomputed bit for bit in each block's backward. */
+#include "model/gpt.h"
+
+#include "core/core.h"
+#include "kernels/kernels.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Per-block saved activations (N = B*T rows). */
+typedef struct {
+    float *ln1;      /* (N, C)   LN1 output, input of the QKV GEMM */
+    float *ln1_mean; /* (N) */
+    float *ln1_rstd; /* (N) */
+    float *qkv;      /* (N, 3C) */
+    float *atty;     /* (N, C)   attention output, input of the attention projection */
+    float *att;      /* (B, NH, T, T) softmax probabilities */
+    float *res2;     /* (N, C)   residual after attention */
+    float *ln2;      /* (N, C) */
+    float *ln2_mean; /* (N) */
+    float *ln2_rstd; /* (N) */
+    float *fch;      /* (N, 4C)  MLP pre-activation */
+    float *fch_gelu; /* (N, 4C) */
+} block_acts;
+
+struct gpt_model {
+    gpt_config cfg; /* resolved (padded vocab set) */
+    fsdp_engine_t *eng;
+    fsdp_dtype pdt;       /* the engine's compute dtype: parameter views are float* or fsdp_bf16* */
+    fsdp_unit_t *root;    /* "root": wte, wpe, lnf_w, lnf_b, lm_head (alias of wte) */
+    fsdp_unit_t **blocks; /* (L) "h<l>" */
+    int recompute;        /* what the next forward does */
+
+    /* Activation arena, sized for cap_rows = B*T rows and the (B, T) it was carved for. */
+    void *arena;
+    size_t arena_bytes;
+    int act_B, act_T, act_recompute;
+    block_acts *acts; /* (L) or (1) with recompute: all alias the same buffers */
+    float *res;       /* (L+1, N, C) residual stream: res[0] = embeddings, res[l+1] = block l out */
+    float *lnf;       /* (N, C) */
+    float *lnf_mean;  /* (N) */
+    float *lnf_rstd;  /* (N) */
+    float *logits;    /* (N, Vp); becomes dlogits in backward */
+    float *tmpC;      /* (N, C) GEMM outputs before a residual add */
+    float *dres;      /* (N, C) gradient of the residual stream */
+    float *dtmpC;     /* (N, C) */
+    float *dqkv;      /* (N, 3C) */
+    float *d4C;       /* (N, 4C) */
+    int *tokens;      /* (N) copy of the last forward's tokens */
+    int *targets;     /* (N) copy of its targets */
+
+    int B, T;             /* of the last forward */
+    int have_targets;     /* the last forward had targets */
+    int pending_backward; /* a training forward ran and its backward has not */
+    int logits_valid;
+};
+
+/* ---------------------------------------------------------------- config */
+
+gpt_config gpt_config_default(void) {
+    gpt_config c = {.version = 1,
+                    .n_layer = 12,
+                    .n_embd = 768,
+                    .n_head = 12,
+                    .vocab_size = 50257,
+                    .padded_vocab_size = 50304,
+                    .max_seq_len = 1024,
+                    .recompute = 0};
+    return c;
+}
+
+fsdp_status gpt_config_validate(const gpt_config *c) {
+    if (c == NULL) return FSDP_ERR(FSDP_EINVAL, "config must not be NULL");
+    if (c->version != 1)
+        return FSDP_ERR(FSDP_EINVAL,
+                        "gpt_config.version is %d; this library knows 1 (start from gpt_config_default())",
+                        c->version);
+    if (c->n_layer < 1 || c->n_layer > 100000)
+        return FSDP_ERR(FSDP_EINVAL, "gpt_config.n_layer = %d: need 1..100000", c->n_layer);
+    if (c->n_head < 1) return FSDP_ERR(FSDP_EINVAL, "gpt_config.n_head = %d: need >= 1", c->n_head);
+    if (c->n_embd < 1 || c->n_embd % c->n_head != 0 || c->n_embd > (1 << 20))
+        return FSDP_ERR(FSDP_EINVAL,
+                        "gpt_config.n_embd = %d: need a positive multiple of n_head (%d), <= 2^20", c->n_embd,
+                        c->n_head);
+    if (c->vocab_size < 1 || c->vocab_size > (1 << 30))
+        return FSDP_ERR(FSDP_EINVAL, "gpt_config.vocab_size = %d: need 1..2^30", c->vocab_size);
+    if (c->padded_vocab_size != 0 &&
+        (c->padded_vocab_size < c->vocab_size || c->padded_vocab_size > (1 << 30)))
+        return FSDP_ERR(FSDP_EINVAL,
+                        "gpt_config.padded_vocab_size = %d: need 0 (auto) or >= vocab_size (%d), <= 2^30",
+                        c->padded_vocab_size, c->vocab_size);
+    if (c->max_seq_len < 1 || c->max_seq_len > (1 << 20))
+        return FSDP_ERR(FSDP_EINVAL, "gpt_config.max_seq_len = %d: need 1..2^20", c->max_seq_len);
+    if (c->recompute != 0 && c->recompute != 1)
+        return FSDP_ERR(FSDP_EINVAL, "gpt_config.recompute = %d: need 0 or 1", c->recompute);
+    return FSDP_OK;
+}
+
+static gpt_config resolve(const gpt_config *c) {
+    gpt_config r = *c;
+    if (r.padded_vocab_size == 0) r.padded_vocab_size = (r.vocab_size + 127) / 128 * 128;
+    return r;
+}
+
+size_t gpt_num_params(const gpt_config *cfg) {
+    if (gpt_config_validate(cfg) != FSDP_OK) return 0;
+    gpt_config c = resolve(cfg);
+    size_t C = (size_t)c.n_embd, L = (size_t)c.n_layer;
+    size_t root = (size_t)c.padded_vocab_size * C + (size_t)c.max_seq_len * C + 2 * C;
+    size_t block = 2 * C + 3 * C * C + 3 * C + C * C + C + 2 * C + 4 * C * C + 4 * C + 4 * C * C + C;
+    return root + L * block;
+}
+
+/* Arena layout: every buffer's element count for N = B*T rows, in carving order. Each buffer is
+ * rounded up to 16 floats (64 bytes) so every pointer stays 64-byte aligned. */
+#define ALIGN_F 16
+static size_t align_f(size_t n) { return (n + ALIGN_F - 1) / ALIGN_F * ALIGN_F; }
+
+static size_t block_acts_floats(const gpt_config *c, size_t B, size_t T) {
+    size_t N = B * T, C = (size_t)c->n_embd, NH = (size_t)c->n_head;
+    return align_f(N * C) * 4 + align_f(N) * 4 + align_f(3 * N * C) + align_f(B * NH * T * T) +
+           align_f(4 * N * C) * 2;
+}
+
+static size_t arena_floats(const gpt_config *c, int B, int T, int recompute) {
+    size_t N = (size_t)B * T, C = (size_t)c->n_embd, L = (size_t)c->n_layer;
+    size_t n = (recompute ? 1 : L) * block_acts_floats(c, (size_t)B, (size_t)T);
+    n += (L + 1) * align_f(N * C);                                     /* res */
+    n += align_f(N * C) + 2 * align_f(N);                              /* lnf, mean, rstd */
+    n += align_f(N * (size_t)c->padded_vocab_size);                    /* logits */
+    n += 3 * align_f(N * C) + align_f(3 * N * C) + align_f(4 * N * C); /* tmpC dres dtmpC dqkv d4C */
+    n += 2 * align_f(N); /* tokens, targets (int32, same size) */
+    return n;
+}
+
+size_t gpt_activation_bytes(const gpt_config *cfg, int B, int T) {
+    if (gpt_config_validate(cfg) != FSDP_OK || B < 1 || T < 1) return 0;
+    gpt_config c = resolve(cfg);
+    return arena_floats(&c, B, T, c.recompute) * sizeof(float);
+}
+
+/* Carves the arena for (B, T) and the current recompute setting; reallocates only when it must grow. */
+static fsdp_status ensure_arena(gpt_model_t *m, int B, int T) {
+    const gpt_config *c = &m->cfg;
+    if (m->arena && m->act_B == B && m->act_T == T && m->act_recompute == m->recompute) return FSDP_OK;
+    size_t nf = arena_floats(c, B, T, m->recompute), bytes;
+    if (!fsdp_mul_ok(nf, sizeof(float), &bytes))
+        return FSDP_ERR(FSDP_EINVAL, "activations for B=%d T=%d overflow size_t", B, T);
+    if (bytes > m->arena_bytes) {
+        fsdp_mem_free(m->arena);
+        m->arena = NULL;
+        m->arena_bytes = 0;
+        FSDP_TRY(fsdp_mem_alloc(&m->arena, bytes, FSDP_MEM_ACTIVATION));
+        m->arena_bytes = bytes;
+    }
+    size_t N = (size_t)B * T, C = (size_t)c->n_embd, NH = (size_t)c->n_head, L = (size_t)c->n_layer;
+    float *p = m->arena;
+#define TAKE(n) (p += align_f(n), p - align_f(n))
+    int nsets = m->recompute ? 1 : c->n_layer;
+    for (int s = 0; s < nsets; s++) {
+        block_acts *a = &m->acts[s];
+        a->ln1 = TAKE(N * C);
+        a->ln1_mean = TAKE(N);
+        a->ln1_rstd = TAKE(N);
+        a->qkv = TAKE(3 * N * C);
+        a->atty = TAKE(N * C);
+        a->att = TAKE((size_t)B * NH * T * T);
+        a->res2 = TAKE(N * C);
+        a->ln2 = TAKE(N * C);
+        a->ln2_mean = TAKE(N);
+        a->ln2_rstd = TAKE(N);
+        a->fch = TAKE(4 * N * C);
+        a->fch_gelu = TAKE(4 * N * C);
+    }
+    for (int s = nsets; s < c->n_layer; s++)
+        m->acts[s] = m->acts[0]; /* recompute: one shared set */
+    m->res = p;                  /* (L+1) slices at an aligned stride of align_f(N*C): see res_at */
+    p += (L + 1) * align_f(N * C);
+    m->lnf = TAKE(N * C);
+    m->lnf_mean = TAKE(N);
+    m->lnf_rstd = TAKE(N);
+    m->logits = TAKE(N * (size_t)c->padded_vocab_size);
+    m->tmpC = TAKE(N * C);
+    m->dres = TAKE(N * C);
+    m->dtmpC = TAKE(N * C);
+    m->dqkv = TAKE(3 * N * C);
+    m->d4C = TAKE(4 * N * C);
+    m->tokens = (int *)TAKE(N);
+    m->targets = (int *)TAKE(N);
+#undef TAKE
+    FSDP_INVARIANT((size_t)(p - (float *)m->arena) <= nf);
+    m->act_B = B, m->act_T = T, m->act_recompute = m->recompute;
+    return FSDP_OK;
+}
+
+/* Residual stream slice l (0..L): (N, C) at a 64-byte aligned stride. */
+static float *res_at(const gpt_model_t *m, int l) {
+    return m->res + (size_t)l * align_f((size_t)m->act_B * m->act_T * m->cfg.n_embd);
+}
+
+/* ---------------------------------------------------------------- init / free */
+
+fsdp_status gpt_init(gpt_model_t **out, fsdp_engine_t *eng, const gpt_config *cfg) {
+    if (out == NULL || eng == NULL) return FSDP_ERR(FSDP_EINVAL, "out and eng must not be NULL");
+    *out = NULL;
+    FSDP_TRY(gpt_config_validate(cfg));
+    gpt_model_t *m = calloc(1, sizeof *m);
+    if (m == NULL) return FSDP_ERR(FSDP_ENOMEM, "cannot allocate the model struct");
+    fsdp_status st;
+    m->cfg = resolve(cfg);
+    m->eng = eng;
+    m->pdt = fsdp_engine_get_config(eng)->compute_dtype;
+    m->recompute = m->cfg.recompute;
+    const int64_t L = m->cfg.n_layer, C = m->cfg.n_embd;
+    m->blocks = calloc((size_t)L, sizeof *m->blocks);
+    m->acts = calloc((size_t)L, sizeof *m->acts);
+    if (m->blocks == NULL || m->acts == NULL) {
+        st = FSDP_ERR(FSDP_ENOMEM, "cannot allocate the model's unit table (%lld layers)", (long long)L);
+        goto fail;
+    }
+
+    /* Root: embeddings and final LN; the LM head is an alias of wte in the same unit. */
+    const fsdp_tensor_spec root[GPT_ROOT_NTENSORS] = {
+        [GPT_WTE] = {.name = "wte",
+                     .ndim = 2,
+                     .shape = {m->cfg.padded_vocab_size, C},
+                     .init = FSDP_INIT_NORMAL,
+                     .std = 0.02f},
+        [GPT_WPE] = {.name = "wpe",
+                     .ndim = 2,
+                     .shape = {m->cfg.max_seq_len, C},
+                     .init = FSDP_INIT_NORMAL,
+                     .std = 0.02f},
+        [GPT_LNF_W] = {.name = "lnf_w", .ndim = 1, .shape = {C}, .init = FSDP_INIT_ONES, .no_decay = 1},
+        [GPT_LNF_B] = {.name = "lnf_b", .ndim = 1, .shape = {C}, .init = FSDP_INIT_ZEROS, .no_decay = 1},
+        [GPT_LM_HEAD] = {.name = "lm_head",
+                         .ndim = 2,
+                         .shape = {m->cfg.padded_vocab_size, C},
+                         .alias_of = "wte"},
+    };
+    fsdp_unit_config rc = fsdp_unit_config_default();
+    rc.reshard_after_forward = 0; /* the LM head runs at the end of forward and first in backward */
+    st = fsdp_engine_add_unit(eng, "root", root, GPT_ROOT_NTENSORS, &rc, &m->root);
+    if (st != FSDP_OK) goto fail;
+
+    const float std_proj = 0.02f / sqrtf(2.0f * (float)L); /* GPT-2: residual projections scaled */
+    for (int l = 0; l < L; l++) {
+        const fsdp_tensor_spec blk[GPT_BLOCK_NTENSORS] = {
+            [GPT_LN1_W] = {.name = "ln1_w", .ndim = 1, .shape = {C}, .init = FSDP_INIT_ONES, .no_decay = 1},
+            [GPT_LN1_B] = {.name = "ln1_b", .ndim = 1, .shape = {C}, .init = FSDP_INIT_ZEROS, .no_decay = 1},
+            [GPT_QKV_W] =
+                {.name = "qkv_w", .ndim = 2, .shape = {3 * C, C}, .init = FSDP_INIT_NORMAL, .std = 0.02f},
+            [GPT_QKV_B] =
+                {.name = "qkv_b", .ndim = 1, .shape = {3 * C}, .init = FSDP_INIT_ZEROS, .no_decay = 1},
+            [GPT_ATTPROJ_W] =
+                {.name = "attproj_w", .ndim = 2, .shape = {C, C}, .init = FSDP_INIT_NORMAL, .std = std_proj},
+            [GPT_ATTPROJ_B] =
+                {.name = "attproj_b", .ndim = 1, .shape = {C}, .init = FSDP_INIT_ZEROS, .no_decay = 1},
+            [GPT_LN2_W] = {.name = "ln2_w", .ndim = 1, .shape = {C}, .init = FSDP_INIT_ONES, .no_decay = 1},
+            [GPT_LN2_B] = {.name = "ln2_b", .ndim = 1, .shape = {C}, .init = FSDP_INIT_ZEROS, .no_decay = 1},
+            [GPT_FC_W] =
+                {.name = "fc_w", .ndim = 2, .shape = {4 * C, C}, .init = FSDP_INIT_NORMAL, .std = 0.02f},
+            [GPT_FC_B] =
+                {.name = "fc_b", .ndim = 1, .shape = {4 * C}, .init = FSDP_INIT_ZEROS, .no_decay = 1},
+            [GPT_FCPROJ_W] = {.name = "fcproj_w",
+                              .ndim = 2,
+                              .shape = {C, 4 * C},
+                              .init = FSDP_INIT_NORMAL,
+                              .std = std_proj},
+            [GPT_FCPROJ_B] =
+                {.name = "fcproj_b", .ndim = 1, .shape = {C}, .init = FSDP_INIT_ZEROS, .no_decay = 1},
+        };
+        char name[32];
+        snprintf(name, sizeof name, "h%d", l);
+        st = fsdp_engine_add_unit(eng, name, blk, GPT_BLOCK_NTENSORS, NULL, &m->blocks[l]);
+        if (st != FSDP_OK) goto fail;
+    }
+    *out = m;
+    return FSDP_OK;
+fail: /* units already added belong to the engine (freed with it) */
+    free(m->acts);
+    free(m->blocks);
+    free(m);
+    return st;
+}
+
+void gpt_free(gpt_model_t *m) {
+    if (m == NULL) return;
+    fsdp_mem_free(m->arena);
+    free(m->acts);
+    free(m->blocks);
+    free(m);
+}
+
+const gpt_config *gpt_get_config(const gpt_model_t *m) { return m ? &m->cfg : NULL; }
+fsdp_unit_t *gpt_root_unit(gpt_model_t *m) { return m ? m->root : NULL; }
+fsdp_unit_t *gpt_block_unit(gpt_model_t *m, int layer) {
+    return (m && layer >= 0 && layer < m->cfg.n_layer) ? m->blocks[layer] : NULL;
+}
+
+fsdp_status gpt_set_recompute(gpt_model_t *m, int on) {
+    if (m == NULL) return FSDP_ERR(FSDP_EINVAL, "model must not be NULL");
+    if (on != 0 && on != 1) return FSDP_ERR(FSDP_EINVAL, "recompute must be 0 or 1, got %d", on);
+    if (m->pending_backward)
+        return FSDP_ERR(FSDP_ESTATE,
+                        "cannot switch recompute between a forward and its backward; run gpt_backward first");
+    m->recompute = on;
+    m->cfg.recompute = on;
+    return FSDP_OK;
+}
+
+/* ---------------------------------------------------------------- parameter views */
+
+static fsdp_status views(fsdp_unit_t *u, int n, const void **p) {
+    for (int t = 0; t < n; t++) {
+        void *v;
+        FSDP_TRY(fsdp_unit_param(u, t, &v));
+        p[t] = v;
+    }
+    return FSDP_OK;
+}
+
+/* main_grad views of tensors t0 and t1 that one kernel writes with one accumulate flag (LayerNorm
+ * weight and bias); their flags always agree in this model because both are first touched together. */
+static fsdp_status grad_pair(fsdp_unit_t *u, int t0, int t1, float **g0, float **g1, int *acc) {
+    int a0, a1;
+    FSDP_TRY(fsdp_unit_main_grad(u, t0, g0, &a0));
+    FSDP_TRY(fsdp_unit_main_grad(u, t1, g1, &a1));
+    if (a0 != a1)
+        return FSDP_ERR(FSDP_EINTERNAL, "unit '%s': tensors %d and %d disagree on first touch (%d vs %d)",
+                        fsdp_unit_name(u), t0, t1, a0, a1);
+    *acc = a0;
+    return FSDP_OK;
+}
+
+/* ---------------------------------------------------------------- block forward / backward */
+
+/* Block l's forward from x (N, C) into the activations a. out (N, C) receives the block output, or
+ * NULL during recompute: the backward needs nothing after the GELU, so the last GEMM is skipped. */
+static fsdp_status block_forward(gpt_model_t *m, int l, const float *x, block_acts *a, float *out) {
+    const int B = m->act_B, T = m->act_T, N = B * T, C = m->cfg.n_embd, NH = m->cfg.n_head;
+    const fsdp_dtype pdt = m->pdt;
+    const void *w[GPT_BLOCK_NTENSORS];
+    FSDP_TRY(views(m->blocks[l], GPT_BLOCK_NTENSORS, w));
+    FSDP_TRY(
+        fsdp_layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, w[GPT_LN1_W], w[GPT_LN1_B], pdt, N, C));
+    FSDP_TRY(fsdp_matmul_forward(a->qkv, a->ln1, w[GPT_QKV_W], w[GPT_QKV_B], pdt, N, C, 3 * C));
+    FSDP_TRY(fsdp_attention_forward(a->atty, NULL, a->att, a->qkv, B, T, C, NH));
+    FSDP_TRY(fsdp_matmul_forward(m->tmpC, a->atty, w[GPT_ATTPROJ_W], w[GPT_ATTPROJ_B], pdt, N, C, C));
+    FSDP_TRY(fsdp_residual_forward(a->res2, x, m->tmpC, (size_t)N * C));
+    FSDP_TRY(fsdp_layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w[GPT_LN2_W], w[GPT_LN2_B],
+                                    pdt, N, C));
+    FSDP_TRY(fsdp_matmul_forward(a->fch, a->ln2, w[GPT_FC_W], w[GPT_FC_B], pdt, N, C, 4 * C));
+    FSDP_TRY(fsdp_gelu_forward(a->fch_gelu, a->fch, (size_t)N * 4 * C));
+    if (out == NULL) return FSDP_OK;
+    FSDP_TRY(fsdp_matmul_forward(m->tmpC, a->fch_gelu, w[GPT_FCPROJ_W], w[GPT_FCPROJ_B], pdt, N, 4 * C, C));
+    return fsdp_residual_forward(out, a->res2, m->tmpC, (size_t)N * C);
+}
+
+/* Block l's backward. On entry m->dres holds dL/d(block output); on exit dL/d(block input) x. */
+static fsdp_status block_backward(gpt_model_t *m, int l, const float *x, const block_acts *a) {
+    const int B = m->act_B, T = m->act_T, N = B * T, C = m->cfg.n_embd, NH = m->cfg.n_head;
+    const fsdp_dtype pdt = m->pdt;
+    fsdp_unit_t *u = m->blocks[l];
+    const void *w[GPT_BLOCK_NTENSORS];
+    FSDP_TRY(views(u, GPT_BLOCK_NTENSORS, w));
+    float *gw, *gb;
+    int aw, ab, acc;
+
+    /* MLP: out = res2 + fcproj(gelu(fc(ln2(res2)))); the residual passes dres through unchanged. */
+    FSDP_TRY(fsdp_unit_main_grad(u, GPT_FCPROJ_W, &gw, &aw));
+    FSDP_TRY(fsdp_unit_main_grad(u, GPT_FCPROJ_B, &gb, &ab));
+    FSDP_TRY(fsdp_matmul_backward(m->d4C, 0, gw, aw, gb, ab, m->dres, a->fch_gelu, w[GPT_FCPROJ_W], pdt, N,
+                                  4 * C, C));
+    FSDP_TRY(fsdp_gelu_backward(m->d4C, a->fch, m->d4C, (size_t)N * 4 * C));
+    FSDP_TRY(fsdp_unit_main_grad(u, GPT_FC_W, &gw, &aw));
+    FSDP_TRY(fsdp_unit_main_grad(u, GPT_FC_B, &gb, &ab));
+    FSDP_TRY(
+        fsdp_matmul_backward(m->dtmpC, 0, gw, aw, gb, ab, m->d4C, a->ln2, w[GPT_FC_W], pdt, N, C, 4 * C));
+    FSDP_TRY(grad_pair(u, GPT_LN2_W, GPT_LN2_B, &gw, &gb, &acc));
+    FSDP_TRY(fsdp_layernorm_backward(m->dres, 1, gw, gb, acc, m->dtmpC, a->res2, w[GPT_LN2_W], pdt,
+                                     a->ln2_mean, a->ln2_rstd, N, C));
+    /* Attention: res2 = x + attproj(attention(qkv(ln1(x)))). */
+    FSDP_TRY(fsdp_unit_main_grad(u, GPT_ATTPROJ_W, &gw, &aw));
+    FSDP_TRY(fsdp_unit_main_grad(u, GPT_ATTPROJ_B, &gb, &ab));
+    FSDP_TRY(
+        fsdp_matmul_backward(m->dtmpC, 0, gw, aw, gb, ab, m->dres, a->atty, w[GPT_ATTPROJ_W], pdt, N, C, C));
+    FSDP_TRY(fsdp_attention_backward(m->dqkv, m->dtmpC, a->qkv, a->att, B, T, C, NH));
+    FSDP_TRY(fsdp_unit_main_grad(u, GPT_QKV_W, &gw, &aw));
+    FSDP_TRY(fsdp_unit_main_grad(u, GPT_QKV_B, &gb, &ab));
+    FSDP_TRY(
+        fsdp_matmul_backward(m->dtmpC, 0, gw, aw, gb, ab, m->dqkv, a->ln1, w[GPT_QKV_W], pdt, N, C, 3 * C));
+    FSDP_TRY(grad_pair(u, GPT_LN1_W, GPT_LN1_B, &gw, &gb, &acc));
+    return fsdp_layernorm_backward(m->dres, 1, gw, gb, acc, m->dtmpC, x, w[GPT_LN1_W], pdt, a->ln1_mean,
+                                   a->ln1_rstd, N, C);
+}
+
+/* ---------------------------------------------------------------- forward */
+
+fsdp_status gpt_forward(gpt_model_t *m, const int *tokens, const int *targets, int B, int T, float *loss) {
+    if (m == NULL || tokens == NULL) return FSDP_ERR(FSDP_EINVAL, "model and tokens must not be NULL");
+    const gpt_config *c = &m->cfg;
+    if (B < 1 || T < 1 || T > c->max_seq_len)
+        return FSDP_ERR(FSDP_EINVAL, "batch B=%d T=%d: need B >= 1 and 1 <= T <= max_seq_len (%d)", B, T,
+                        c->max_seq_len);
+    if ((size_t)B * (size_t)T > (size_t)1 << 31)
+        return FSDP_ERR(FSDP_EINVAL, "batch B=%d T=%d: more than 2^31 positions", B, T);
+    const int N = B * T, C = c->n_embd, L = c->n_layer, V = c->vocab_size, Vp = c->padded_vocab_size;
+    for (int i = 0; i < N; i++) {
+        if (tokens[i] < 0 || tokens[i] >= V)
+            return FSDP_ERR(FSDP_EINVAL, "tokens[%d] = %d is outside the vocabulary [0, %d)", i, tokens[i],
+                            V);
+        if (targets && (targets[i] < 0 || targets[i] >= V))
+            return FSDP_ERR(FSDP_EINVAL, "targets[%d] = %d is outside the vocabulary [0, %d)", i, targets[i],
+                            V);
+    }
+    m->logits_valid = 0;
+    m->pending_backward = 0;
+    FSDP_TRY(ensure_arena(m, B, T));
+    memcpy(m->tokens, tokens, (size_t)N * sizeof(int));
+    if (targets) memcpy(m->targets, targets, (size_t)N * sizeof(int));
+    m->B = B, m->T = T;
+    const fsdp_dtype pdt = m->pdt;
+
+    FSDP_TRY(fsdp_unit_pre_forward(m->root));
+    const void *r[GPT_ROOT_NTENSORS];
+    FSDP_TRY(views(m->root, GPT_ROOT_NTENSORS, r));
+    FSDP_TRY(fsdp_encoder_forward(res_at(m, 0), m->tokens, r[GPT_WTE], r[GPT_WPE], pdt, B, T, C, Vp,
+                                  c->max_seq_len));
+    for (int l = 0; l < L; l++) {
+        FSDP_TRY(fsdp_unit_pre_forward(m->blocks[l]));
+        FSDP_TRY(block_forward(m, l, res_at(m, l), &m->acts[l], res_at(m, l + 1)));
+        FSDP_TRY(fsdp_unit_post_forward(m->blocks[l]));
+    }
+    FSDP_TRY(fsdp_layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, res_at(m, L), r[GPT_LNF_W],
+                                    r[GPT_LNF_B], pdt, N, C));
+    FSDP_TRY(fsdp_matmul_forward(m->logits, m->lnf, r[GPT_WTE], NULL, pdt, N, C, Vp));
+    if (targets) {
+        float mean;
+        FSDP_TRY(fsdp_softmax_crossentropy(NULL, &mean, NULL, m->logits, m->targets, N, V, Vp, 1.0f));
+        if (loss) *loss = mean;
+    } else if (loss) {
+        *loss = NAN;
+    }
+    FSDP_TRY(fsdp_unit_post_forward(m->root));
+    m->have_targets = targets != NULL;
+    m->pending_backward = targets != NULL;
+    m->logits_valid = 1;
+    return FSDP_OK;
+}
+
+fsdp_status gpt_logits(const gpt_model_t *m, const float **logits, int *B, int *T, int *Vp) {
+    if (m == NULL || logits == NULL) return FSDP_ERR(FSDP_EINVAL, "model and logits must not be NULL");
+    if (!m->logits_valid)
+        return FSDP_ERR(FSDP_ESTATE,
+                        "no logits: run gpt_forward first (gpt_backward turns them into gradients)");
+    *logits = m->logits;
+    if (B) *B = m->B;
+    if (T) *T = m->T;
+    if (Vp) *Vp = m->cfg.padded_vocab_size;
+    return FSDP_OK;
+}
+
+/* ---------------------------------------------------------------- backward */
+
+fsdp_status gpt_backward(gpt_model_t *m, float loss_scale) {
+    if (m == NULL) return FSDP_ERR(FSDP_EINVAL, "model must not be NULL");
+    if (!m->pending_backward)
+        return FSDP_ERR(FSDP_ESTATE, m->have_targets
+                                         ? "backward already ran for the last forward; run gpt_forward again"
+                                         : "the last forward had no targets (inference); "
+                                           "run gpt_forward with targets before gpt_backward");
+    if (!isfinite(loss_scale))
+        return FSDP_ERR(FSDP_EINVAL, "loss_scale must be finite, got %g", (double)loss_scale);
+    const gpt_config *c = &m->cfg;
+    const int B = m->B, T = m->T, N = B * T, C = c->n_embd, L = c->n_layer, V = c->vocab_size;
+    const int Vp = c->padded_vocab_size;
+    const fsdp_dtype pdt = m->pdt;
+    m->pending_backward = 0;
+    m->logits_valid = 0;
+
+    /* Loss and LM head: dlogits (in place of the logits), then the tied weight's first use. */
+    FSDP_TRY(fsdp_unit_pre_backward(m->root));
+    const void *r[GPT_ROOT_NTENSORS];
+    FSDP_TRY(views(m->root, GPT_ROOT_NTENSORS, r));
+    FSDP_TRY(fsdp_softmax_crossentropy(NULL, NULL, m->logits, m->logits, m->targets, N, V, Vp,
+                                       loss_scale / (float)N));
+    float *gw, *gb;
+    int aw, acc;
+    FSDP_TRY(fsdp_unit_main_grad(m->root, GPT_LM_HEAD, &gw, &aw));
+    FSDP_TRY(
+        fsdp_matmul_backward(m->dtmpC, 0, gw, aw, NULL, 0, m->logits, m->lnf, r[GPT_WTE], pdt, N, C, Vp));
+    FSDP_TRY(grad_pair(m->root, GPT_LNF_W, GPT_LNF_B, &gw, &gb, &acc));
+    FSDP_TRY(fsdp_layernorm_backward(m->dres, 0, gw, gb, acc, m->dtmpC, res_at(m, L), r[GPT_LNF_W], pdt,
+                                     m->lnf_mean, m->lnf_rstd, N, C));
+
+    for (int l = L - 1; l >= 0; l--) {
+        fsdp_unit_t *u = m->blocks[l];
+        FSDP_TRY(fsdp_unit_pre_backward(u));
+        if (m->act_recompute) { /* same kernels on the same input: bitwise the forward's activations */
+            FSDP_TRY(fsdp_unit_pre_forward(u));
+            FSDP_TRY(block_forward(m, l, res_at(m, l), &m->acts[l], NULL));
+            FSDP_TRY(fsdp_unit_post_forward(u));
+        }
+        FSDP_TRY(block_backward(m, l, res_at(m, l), &m->acts[l]));
+        FSDP_TRY(fsdp_unit_post_backward(u));
+    }
+
+    /* Embeddings: wte's second use (after the LM head) accumulates by the first-touch flag. */
+    float *gwte, *gwpe;
+    int awte, awpe;
+    FSDP_TRY(fsdp_unit_main_grad(m->root, GPT_WTE, &gwte, &awte));
+    FSDP_TRY(fsdp_unit_main_grad(m->root, GPT_WPE, &gwpe, &awpe));
+    FSDP_TRY(fsdp_encoder_backward(gwte, awte, gwpe, awpe, m->dres, m->tokens, B, T, C, Vp, c->max_seq_len));
+    return fsdp_unit_post_backward(m->root);
+}
+
+fsdp_status gpt_end_eval(gpt_model_t *m) {
+    if (m == NULL) return FSDP_ERR(FSDP_EINVAL, "model must not be NULL");
+    if (m->pending_backward)
+        return FSDP_ERR(FSDP_ESTATE,
+                        "a training forward is waiting for its backward; run gpt_backward first");
+    return fsdp_engine_reshard_all(m->eng);
+}
