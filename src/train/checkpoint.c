@@ -1,0 +1,746 @@
+/* checkpoint.c — the checkpoint format and its crash-safe commit protocol, independent of the engine:
+ * shard files (header + CRC32C-checked payload), manifest.json (cJSON), the temporary-folder /
+ * fsync / rename / `latest` sequence, and a reader that serves any element range of any unit from
+ * whichever shard files hold it (how a different world size re-slices). Layout: checkpoint.h. */
+#include "train/checkpoint.h"
+
+#include "core/core.h"
+#include "train/io.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* ---------------------------------------------------------------- CRC32C (Castagnoli) */
+
+static uint32_t crc_tab[8][256];
+static pthread_once_t crc_once = PTHREAD_ONCE_INIT;
+static int crc_hw;
+
+static void crc_init(void) {
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++)
+            c = (c >> 1) ^ (0x82F63B78u & (0u - (c & 1u)));
+        crc_tab[0][i] = c;
+    }
+    for (int t = 1; t < 8; t++)
+        for (int i = 0; i < 256; i++)
+            crc_tab[t][i] = (crc_tab[t - 1][i] >> 8) ^ crc_tab[0][crc_tab[t - 1][i] & 0xff];
+#if defined(__x86_64__)
+    crc_hw = __builtin_cpu_supports("sse4.2");
+#endif
+}
+
+#if defined(__x86_64__)
+__attribute__((target("sse4.2"))) static uint32_t crc_hw_run(uint32_t c, const unsigned char *p, size_t n) {
+    uint64_t c64 = c;
+    for (; n >= 8; n -= 8, p += 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        c64 = __builtin_ia32_crc32di(c64, w);
+    }
+    c = (uint32_t)c64;
+    for (; n > 0; n--, p++)
+        c = __builtin_ia32_crc32qi(c, *p);
+    return c;
+}
+#endif
+
+uint32_t fsdp_crc32c(uint32_t crc, const void *data, size_t n) {
+    pthread_once(&crc_once, crc_init);
+    const unsigned char *p = data;
+    uint32_t c = ~crc;
+#if defined(__x86_64__)
+    if (crc_hw) return ~crc_hw_run(c, p, n);
+#endif
+    for (; n >= 8; n -= 8, p += 8) {
+        uint32_t lo, hi;
+        memcpy(&lo, p, 4);
+        memcpy(&hi, p + 4, 4);
+        lo ^= c;
+        c = crc_tab[7][lo & 0xff] ^ crc_tab[6][(lo >> 8) & 0xff] ^ crc_tab[5][(lo >> 16) & 0xff] ^
+            crc_tab[4][lo >> 24] ^ crc_tab[3][hi & 0xff] ^ crc_tab[2][(hi >> 8) & 0xff] ^
+            crc_tab[1][(hi >> 16) & 0xff] ^ crc_tab[0][hi >> 24];
+    }
+    for (; n > 0; n--, p++)
+        c = (c >> 8) ^ crc_tab[0][(c ^ *p) & 0xff];
+    return ~c;
+}
+
+/* ---------------------------------------------------------------- shard file layout */
+
+#define STATE_BYTES 40 /* i64 step, u64 pos, u64 epoch, u64 rng[2] */
+#define TABLE_ENTRY 24 /* u64 offset, numel, padded */
+
+/* Header field offsets (bytes). */
+enum {
+    H_MAGIC = 0,
+    H_VERSION = 8,
+    H_HBYTES = 12,
+    H_RANK = 16,
+    H_WORLD = 20,
+    H_NUNITS = 24,
+    H_PCRC = 28,
+    H_PBYTES = 32,
+    H_STEP = 40,
+    H_HCRC = 124
+};
+
+static void put32(unsigned char *b, int off, uint32_t v) { memcpy(b + off, &v, 4); }
+static void put64(unsigned char *b, int off, uint64_t v) { memcpy(b + off, &v, 8); }
+static uint32_t get32(const unsigned char *b, int off) {
+    uint32_t v;
+    memcpy(&v, b + off, 4);
+    return v;
+}
+static uint64_t get64(const unsigned char *b, int off) {
+    uint64_t v;
+    memcpy(&v, b + off, 8);
+    return v;
+}
+
+static void state_pack(unsigned char *b, const fsdp_ckpt_state *st) {
+    put64(b, 0, (uint64_t)st->step);
+    put64(b, 8, st->data_pos);
+    put64(b, 16, st->data_epoch);
+    put64(b, 24, st->rng[0]);
+    put64(b, 32, st->rng[1]);
+}
+static void state_unpack(const unsigned char *b, fsdp_ckpt_state *st) {
+    st->step = (int64_t)get64(b, 0);
+    st->data_pos = get64(b, 8);
+    st->data_epoch = get64(b, 16);
+    st->rng[0] = get64(b, 24);
+    st->rng[1] = get64(b, 32);
+}
+
+/* Writes n bytes and folds them into *crc. */
+static fsdp_status write_crc(int fd, const void *p, size_t n, uint32_t *crc, const char *path) {
+    *crc = fsdp_crc32c(*crc, p, n);
+    return fsdp_io_write_all(fd, p, n, path);
+}
+
+fsdp_status fsdp_ckpt_write_shard(const char *path, int rank, int world, int n_units,
+                                  const fsdp_ckpt_unit *units, const fsdp_ckpt_part *parts,
+                                  const fsdp_ckpt_state *st, uint32_t *crc_out, uint64_t *bytes_out) {
+    uint64_t payload = (uint64_t)TABLE_ENTRY * (uint64_t)n_units + STATE_BYTES;
+    for (int u = 0; u < n_units; u++) {
+        if (parts[u].offset + parts[u].numel > units[u].padded_numel)
+            return FSDP_ERR(FSDP_EINVAL, "unit %s: shard [%zu, +%zu) is outside its %zu elements",
+                            units[u].name, parts[u].offset, parts[u].numel, units[u].padded_numel);
+        payload += 12 * (uint64_t)parts[u].numel;
+    }
+    unsigned char *table = calloc((size_t)n_units ? (size_t)n_units : 1, TABLE_ENTRY);
+    if (!table) return FSDP_ERR(FSDP_ENOMEM, "no memory for a shard table of %d units", n_units);
+    for (int u = 0; u < n_units; u++) {
+        put64(table, u * TABLE_ENTRY, parts[u].offset);
+        put64(table, u * TABLE_ENTRY + 8, parts[u].numel);
+        put64(table, u * TABLE_ENTRY + 16, units[u].padded_numel);
+    }
+    fsdp_status s;
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        s = fsdp_set_error(FSDP_EIO, "cannot create %s: %s", path, strerror(errno));
+        free(table);
+        return s;
+    }
+    unsigned char hdr[FSDP_CKPT_HEADER_BYTES] = {0}, state[STATE_BYTES];
+    uint32_t crc = 0;
+    s = fsdp_io_write_all(fd, hdr, sizeof hdr, path); /* placeholder; the real header goes last */
+    if (s == FSDP_OK) s = write_crc(fd, table, (size_t)TABLE_ENTRY * (size_t)n_units, &crc, path);
+    for (int u = 0; u < n_units && s == FSDP_OK; u++) {
+        const float *arr[3] = {parts[u].master, parts[u].adam_m, parts[u].adam_v};
+        for (int k = 0; k < 3 && s == FSDP_OK; k++) {
+            if (parts[u].numel && !arr[k]) {
+                s = FSDP_ERR(FSDP_EINVAL, "unit %s: array %d of the shard is NULL", units[u].name, k);
+                break;
+            }
+            s = write_crc(fd, arr[k], 4 * parts[u].numel, &crc, path);
+        }
+    }
+    state_pack(state, st);
+    if (s == FSDP_OK) s = write_crc(fd, state, sizeof state, &crc, path);
+    if (s == FSDP_OK) {
+        memcpy(hdr + H_MAGIC, FSDP_CKPT_MAGIC, 8);
+        put32(hdr, H_VERSION, FSDP_CKPT_VERSION);
+        put32(hdr, H_HBYTES, FSDP_CKPT_HEADER_BYTES);
+        put32(hdr, H_RANK, (uint32_t)rank);
+        put32(hdr, H_WORLD, (uint32_t)world);
+        put32(hdr, H_NUNITS, (uint32_t)n_units);
+        put32(hdr, H_PCRC, crc);
+        put64(hdr, H_PBYTES, payload);
+        put64(hdr, H_STEP, (uint64_t)st->step);
+        put32(hdr, H_HCRC, fsdp_crc32c(0, hdr, H_HCRC));
+        if (pwrite(fd, hdr, sizeof hdr, 0) != (ssize_t)sizeof hdr)
+            s = fsdp_set_error(FSDP_EIO, "cannot write the header of %s: %s", path, strerror(errno));
+    }
+    fsdp_status s2 = fsdp_io_close_sync(fd, path);
+    if (s == FSDP_OK) s = s2;
+    free(table);
+    if (s != FSDP_OK) return s;
+    *crc_out = crc;
+    *bytes_out = FSDP_CKPT_HEADER_BYTES + payload;
+    return FSDP_OK;
+}
+
+/* ---------------------------------------------------------------- manifest */
+
+static cJSON *unit_json(const fsdp_ckpt_unit *u) {
+    cJSON *j = cJSON_CreateObject(), *ts;
+    if (!j) return NULL;
+    cJSON_AddStringToObject(j, "name", u->name);
+    cJSON_AddNumberToObject(j, "numel", (double)u->numel);
+    cJSON_AddNumberToObject(j, "padded_numel", (double)u->padded_numel);
+    ts = cJSON_AddArrayToObject(j, "tensors");
+    for (int t = 0; ts && t < u->n_tensors; t++) {
+        const fsdp_ckpt_tensor *x = &u->tensors[t];
+        cJSON *tj = cJSON_CreateObject();
+        if (!tj) break;
+        cJSON_AddStringToObject(tj, "name", x->name);
+        cJSON *sh = cJSON_AddArrayToObject(tj, "shape");
+        for (int d = 0; sh && d < x->ndim; d++)
+            cJSON_AddItemToArray(sh, cJSON_CreateNumber((double)x->shape[d]));
+        cJSON_AddNumberToObject(tj, "offset", (double)x->offset);
+        cJSON_AddNumberToObject(tj, "numel", (double)x->numel);
+        if (x->alias_of >= 0)
+            cJSON_AddStringToObject(tj, "alias_of", u->tensors[x->alias_of].name);
+        else
+            cJSON_AddNullToObject(tj, "alias_of");
+        cJSON_AddItemToArray(ts, tj);
+    }
+    return j;
+}
+
+fsdp_status fsdp_ckpt_write_manifest(const char *path, int world, const cJSON *config, int n_units,
+                                     const fsdp_ckpt_unit *units, const fsdp_ckpt_state *st,
+                                     const uint32_t *crcs, const uint64_t *bytes) {
+    fsdp_status s = FSDP_OK;
+    char *text = NULL;
+    cJSON *j = cJSON_CreateObject();
+    if (!j) return FSDP_ERR(FSDP_ENOMEM, "no memory for %s", path);
+    cJSON_AddStringToObject(j, "format", "fsdp.c sharded checkpoint");
+    cJSON_AddNumberToObject(j, "version", FSDP_CKPT_VERSION);
+    cJSON_AddNumberToObject(j, "step", (double)st->step);
+    cJSON_AddNumberToObject(j, "world_size", world);
+    cJSON *sj = cJSON_AddObjectToObject(j, "state");
+    if (sj) {
+        cJSON_AddNumberToObject(sj, "data_pos", (double)st->data_pos);
+        cJSON_AddNumberToObject(sj, "data_epoch", (double)st->data_epoch);
+    }
+    cJSON_AddItemToObject(j, "config", config ? cJSON_Duplicate(config, 1) : cJSON_CreateObject());
+    cJSON *uj = cJSON_AddArrayToObject(j, "units");
+    for (int u = 0; uj && u < n_units; u++)
+        cJSON_AddItemToArray(uj, unit_json(&units[u]));
+    cJSON *shj = cJSON_AddArrayToObject(j, "shards");
+    for (int r = 0; shj && r < world; r++) {
+        cJSON *x = cJSON_CreateObject();
+        char name[32];
+        snprintf(name, sizeof name, "rank_%05d.bin", r);
+        cJSON_AddNumberToObject(x, "rank", r);
+        cJSON_AddStringToObject(x, "file", name);
+        cJSON_AddNumberToObject(x, "bytes", (double)bytes[r]);
+        cJSON_AddNumberToObject(x, "crc32c", (double)crcs[r]);
+        cJSON_AddItemToArray(shj, x);
+    }
+    text = cJSON_Print(j);
+    if (!text) {
+        s = FSDP_ERR(FSDP_ENOMEM, "no memory to print %s", path);
+    } else {
+        s = fsdp_io_write_file_atomic(path, text, strlen(text));
+    }
+    free(text);
+    cJSON_Delete(j);
+    return s;
+}
+
+/* ---------------------------------------------------------------- save protocol */
+
+/* Every rank learns whether any rank failed. A rank that did not fail gets FSDP_EIO saying which
+ * rank did (its own message is on that rank). comm NULL: s unchanged. */
+static fsdp_status agree(fsdp_comm_t *comm, fsdp_status s, const char *what) {
+    if (!comm || fsdp_comm_size(comm) == 1) return s;
+    int world = fsdp_comm_size(comm), rank = fsdp_comm_rank(comm);
+    /* MAX of -(rank if failed, else world) = -(lowest failing rank); small integers are exact in f32. */
+    float mine = s == FSDP_OK ? (float)-world : (float)-rank, r = 0;
+    fsdp_status cs = fsdp_comm_all_reduce(comm, &mine, &r, 1, FSDP_F32, FSDP_MAX);
+    if (cs != FSDP_OK) return cs;
+    int failed = (int)-r;
+    if (failed >= world || s != FSDP_OK) return s;
+    return fsdp_set_error(FSDP_EIO, "%s failed on rank %d (its message says why)", what, failed);
+}
+
+fsdp_status fsdp_ckpt_save_parts(fsdp_comm_t *comm, const char *ckpt_dir, const cJSON *config, int n_units,
+                                 const fsdp_ckpt_unit *units, const fsdp_ckpt_part *parts,
+                                 const fsdp_ckpt_state *st, char **final_dir) {
+    int rank = comm ? fsdp_comm_rank(comm) : 0, world = comm ? fsdp_comm_size(comm) : 1;
+    if (final_dir) *final_dir = NULL;
+    fsdp_status s = FSDP_OK;
+    char name[40];
+    snprintf(name, sizeof name, "step_%06lld", (long long)st->step);
+    char *tmp = fsdp_strdupf("%s/.tmp_%s", ckpt_dir, name), *fin = fsdp_strdupf("%s/%s", ckpt_dir, name);
+    char *shard = fsdp_strdupf("%s/.tmp_%s/rank_%05d.bin", ckpt_dir, name, rank);
+    char *manifest = fsdp_strdupf("%s/.tmp_%s/manifest.json", ckpt_dir, name);
+    char *latest = fsdp_strdupf("%s/latest", ckpt_dir);
+    uint32_t *crcs = calloc((size_t)world, 4);
+    uint64_t *bytes = calloc((size_t)world, 8);
+    float *info = calloc((size_t)world * 4, sizeof(float));
+    int tmp_made = 0;
+    if (!tmp || !fin || !shard || !manifest || !latest || !crcs || !bytes || !info)
+        s = FSDP_ERR(FSDP_ENOMEM, "no memory for checkpoint paths");
+    if (s == FSDP_OK && rank == 0) {
+        s = fsdp_mkdirs(ckpt_dir);
+        if (s == FSDP_OK && access(fin, F_OK) == 0)
+            s = fsdp_set_error(FSDP_EIO,
+                               "%s already exists: a checkpoint is never overwritten; use another "
+                               "--checkpoint-dir or remove it",
+                               fin);
+        if (s == FSDP_OK) {
+            fsdp_rm_tree1(tmp); /* debris of an earlier crashed save of this step */
+            if (mkdir(tmp, 0755) != 0)
+                s = fsdp_set_error(FSDP_EIO, "cannot create %s: %s", tmp, strerror(errno));
+            else
+                tmp_made = 1;
+        }
+    }
+    s = agree(comm, s, "preparing the checkpoint folder");
+    if (s != FSDP_OK) goto done;
+
+    uint32_t crc = 0;
+    uint64_t nbytes = 0;
+    s = fsdp_ckpt_write_shard(shard, rank, world, n_units, units, parts, st, &crc, &nbytes);
+    s = agree(comm, s, "writing a shard file");
+    if (s != FSDP_OK) goto done;
+    /* Every rank's (crc, bytes) to rank 0 for the manifest: 16 raw bytes per rank, moved as 4 floats. */
+    unsigned char mine[16] = {0};
+    memcpy(mine, &crc, 4);
+    memcpy(mine + 8, &nbytes, 8);
+    if (comm && world > 1) {
+        float send[4];
+        memcpy(send, mine, 16);
+        s = fsdp_comm_all_gather(comm, send, info, 4, FSDP_F32);
+        if (s != FSDP_OK) goto done;
+    } else {
+        memcpy(info, mine, 16);
+    }
+    for (int r = 0; r < world; r++) {
+        memcpy(&crcs[r], (unsigned char *)info + 16 * r, 4);
+        memcpy(&bytes[r], (unsigned char *)info + 16 * r + 8, 8);
+    }
+    if (rank == 0) {
+        s = fsdp_ckpt_write_manifest(manifest, world, config, n_units, units, st, crcs, bytes);
+        if (s == FSDP_OK) s = fsdp_fsync_dir(tmp);
+        if (s == FSDP_OK && rename(tmp, fin) != 0)
+            s = fsdp_set_error(FSDP_EIO, "cannot rename %s to %s: %s", tmp, fin, strerror(errno));
+        if (s == FSDP_OK) {
+            tmp_made = 0;
+            s = fsdp_fsync_dir(ckpt_dir);
+        }
+        /* Only now, with every rank's file durable under its final name, does `latest` move. */
+        if (s == FSDP_OK) {
+            char line[48];
+            snprintf(line, sizeof line, "%s\n", name);
+            s = fsdp_io_write_file_atomic(latest, line, strlen(line));
+        }
+    }
+    s = agree(comm, s, "committing the checkpoint");
+done:
+    if (s != FSDP_OK && rank == 0 && tmp_made) fsdp_rm_tree1(tmp);
+    if (s == FSDP_OK && final_dir) {
+        *final_dir = fin;
+        fin = NULL;
+    }
+    free(info);
+    free(bytes);
+    free(crcs);
+    free(latest);
+    free(manifest);
+    free(shard);
+    free(fin);
+    free(tmp);
+    return s;
+}
+
+/* ---------------------------------------------------------------- reader */
+
+typedef struct {
+    char *path;
+    int fd;
+    uint64_t payload_bytes;
+    uint32_t crc;
+    int verified;
+    uint64_t *off, *numel; /* per unit: this file's shard range */
+} shard_file;
+
+struct fsdp_ckpt_reader {
+    char *dir, *manifest_path;
+    cJSON *manifest;
+    int world, n_units;
+    int64_t step;
+    fsdp_ckpt_unit *units;
+    shard_file *files;
+    uint64_t *unit_data_off; /* [world * n_units]: byte offset of unit u's master in file q */
+};
+
+static void units_free(fsdp_ckpt_unit *units, int n) {
+    for (int u = 0; units && u < n; u++) {
+        for (int t = 0; t < units[u].n_tensors; t++)
+            free(units[u].tensors[t].name);
+        free(units[u].tensors);
+        free(units[u].name);
+    }
+    free(units);
+}
+
+void fsdp_ckpt_close(fsdp_ckpt_reader *r) {
+    if (!r) return;
+    for (int q = 0; r->files && q < r->world; q++) {
+        if (r->files[q].fd >= 0) close(r->files[q].fd);
+        free(r->files[q].path);
+        free(r->files[q].off);
+        free(r->files[q].numel);
+    }
+    free(r->files);
+    free(r->unit_data_off);
+    units_free(r->units, r->n_units);
+    cJSON_Delete(r->manifest);
+    free(r->manifest_path);
+    free(r->dir);
+    free(r);
+}
+
+/* A non-negative integer JSON number (exact in a double), or -1. */
+static double json_uint(const cJSON *o, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble > 9007199254740992.0 ||
+        v->valuedouble != (double)(uint64_t)v->valuedouble)
+        return -1;
+    return v->valuedouble;
+}
+
+static fsdp_status parse_units(fsdp_ckpt_reader *r, const cJSON *uj) {
+    const char *mp = r->manifest_path;
+    if (!cJSON_IsArray(uj)) return fsdp_set_error(FSDP_EFORMAT, "%s: \"units\" is missing or not a list", mp);
+    r->n_units = cJSON_GetArraySize(uj);
+    r->units = calloc((size_t)r->n_units + 1, sizeof *r->units);
+    if (!r->units) return FSDP_ERR(FSDP_ENOMEM, "no memory for %d units", r->n_units);
+    for (int u = 0; u < r->n_units; u++) {
+        const cJSON *x = cJSON_GetArrayItem(uj, u);
+        fsdp_ckpt_unit *U = &r->units[u];
+        const cJSON *nm = cJSON_GetObjectItemCaseSensitive(x, "name");
+        double numel = json_uint(x, "numel"), padded = json_uint(x, "padded_numel");
+        const cJSON *ts = cJSON_GetObjectItemCaseSensitive(x, "tensors");
+        if (!cJSON_IsString(nm) || numel < 0 || padded < numel || !cJSON_IsArray(ts) ||
+            (uint64_t)padded % (uint64_t)r->world != 0)
+            return fsdp_set_error(FSDP_EFORMAT,
+                                  "%s: unit %d is malformed (name, numel, padded_numel, tensors)", mp, u);
+        U->name = fsdp_strdupf("%s", nm->valuestring);
+        U->numel = (size_t)numel;
+        U->padded_numel = (size_t)padded;
+        U->n_tensors = cJSON_GetArraySize(ts);
+        U->tensors = calloc((size_t)U->n_tensors + 1, sizeof *U->tensors);
+        if (!U->name || !U->tensors) return FSDP_ERR(FSDP_ENOMEM, "no memory for unit %d", u);
+        for (int t = 0; t < U->n_tensors; t++) {
+            const cJSON *tj = cJSON_GetArrayItem(ts, t);
+            fsdp_ckpt_tensor *T = &U->tensors[t];
+            T->alias_of = -1;
+            const cJSON *tn = cJSON_GetObjectItemCaseSensitive(tj, "name");
+            const cJSON *sh = cJSON_GetObjectItemCaseSensitive(tj, "shape");
+            const cJSON *al = cJSON_GetObjectItemCaseSensitive(tj, "alias_of");
+            double off = json_uint(tj, "offset"), n = json_uint(tj, "numel");
+            if (!cJSON_IsString(tn) || !cJSON_IsArray(sh) || cJSON_GetArraySize(sh) < 1 ||
+                cJSON_GetArraySize(sh) > FSDP_MAX_DIMS || off < 0 || n < 0 || off + n > numel)
+                return fsdp_set_error(FSDP_EFORMAT, "%s: unit %s tensor %d is malformed", mp, U->name, t);
+            T->name = fsdp_strdupf("%s", tn->valuestring);
+            if (!T->name) return FSDP_ERR(FSDP_ENOMEM, "no memory for a name");
+            T->ndim = cJSON_GetArraySize(sh);
+            size_t prod = 1;
+            for (int d = 0; d < T->ndim; d++) {
+                const cJSON *dv = cJSON_GetArrayItem(sh, d);
+                if (!cJSON_IsNumber(dv) || dv->valuedouble < 0)
+                    return fsdp_set_error(FSDP_EFORMAT, "%s: tensor %s.%s has a bad shape", mp, U->name,
+                                          T->name);
+                T->shape[d] = (int64_t)dv->valuedouble;
+                prod *= (size_t)T->shape[d];
+            }
+            T->offset = (size_t)off;
+            T->numel = (size_t)n;
+            if (prod != T->numel)
+                return fsdp_set_error(FSDP_EFORMAT, "%s: tensor %s.%s: shape and numel disagree", mp, U->name,
+                                      T->name);
+            if (cJSON_IsString(al)) {
+                for (int k = 0; k < t; k++)
+                    if (!strcmp(U->tensors[k].name, al->valuestring)) T->alias_of = k;
+                if (T->alias_of < 0)
+                    return fsdp_set_error(FSDP_EFORMAT, "%s: tensor %s.%s aliases unknown \"%s\"", mp,
+                                          U->name, T->name, al->valuestring);
+            }
+        }
+    }
+    return FSDP_OK;
+}
+
+/* Opens shard file q and checks its header against the manifest; reads its unit table. */
+static fsdp_status open_shard(fsdp_ckpt_reader *r, int q, const cJSON *entry) {
+    shard_file *f = &r->files[q];
+    char name[32];
+    snprintf(name, sizeof name, "rank_%05d.bin", q);
+    f->path = fsdp_strdupf("%s/%s", r->dir, name);
+    f->off = calloc((size_t)r->n_units + 1, 8);
+    f->numel = calloc((size_t)r->n_units + 1, 8);
+    if (!f->path || !f->off || !f->numel) return FSDP_ERR(FSDP_ENOMEM, "no memory for shard %d", q);
+    const cJSON *fn = cJSON_GetObjectItemCaseSensitive(entry, "file");
+    double mbytes = json_uint(entry, "bytes"), mcrc = json_uint(entry, "crc32c");
+    if (!cJSON_IsString(fn) || strcmp(fn->valuestring, name) != 0 || mbytes < 0 || mcrc < 0)
+        return fsdp_set_error(FSDP_EFORMAT,
+                              "%s: shard entry %d is malformed (want file \"%s\", bytes, crc32c)",
+                              r->manifest_path, q, name);
+    f->fd = open(f->path, O_RDONLY | O_CLOEXEC);
+    if (f->fd < 0)
+        return fsdp_set_error(FSDP_EIO,
+                              "missing shard file %s (%s): the checkpoint is incomplete; use an earlier one",
+                              f->path, strerror(errno));
+    struct stat st;
+    if (fstat(f->fd, &st) != 0)
+        return fsdp_set_error(FSDP_EIO, "cannot stat %s: %s", f->path, strerror(errno));
+    unsigned char h[FSDP_CKPT_HEADER_BYTES];
+    if ((uint64_t)st.st_size < FSDP_CKPT_HEADER_BYTES)
+        return fsdp_set_error(FSDP_EFORMAT, "%s is truncated: %lld bytes, shorter than its %d-byte header",
+                              f->path, (long long)st.st_size, FSDP_CKPT_HEADER_BYTES);
+    FSDP_TRY(fsdp_io_pread_all(f->fd, h, sizeof h, 0, f->path));
+    if (memcmp(h + H_MAGIC, FSDP_CKPT_MAGIC, 8) != 0)
+        return fsdp_set_error(FSDP_EFORMAT, "%s: bad magic (want \"%s\"): not an fsdp.c shard file", f->path,
+                              FSDP_CKPT_MAGIC);
+    if (get32(h, H_HCRC) != fsdp_crc32c(0, h, H_HCRC))
+        return fsdp_set_error(FSDP_EFORMAT,
+                              "%s: header checksum mismatch: the file is corrupt; use an earlier checkpoint",
+                              f->path);
+    if (get32(h, H_VERSION) != FSDP_CKPT_VERSION)
+        return fsdp_set_error(FSDP_EFORMAT, "%s: shard format version %u is not supported (want %d)", f->path,
+                              get32(h, H_VERSION), FSDP_CKPT_VERSION);
+    if ((int)get32(h, H_RANK) != q || (int)get32(h, H_WORLD) != r->world ||
+        (int)get32(h, H_NUNITS) != r->n_units || (int64_t)get64(h, H_STEP) != r->step)
+        return fsdp_set_error(
+            FSDP_EFORMAT,
+            "%s: header (rank %u, world %u, units %u, step %lld) disagrees with %s (rank %d, world "
+            "%d, units %d, step %lld): a file from another checkpoint",
+            f->path, get32(h, H_RANK), get32(h, H_WORLD), get32(h, H_NUNITS), (long long)get64(h, H_STEP),
+            r->manifest_path, q, r->world, r->n_units, (long long)r->step);
+    f->payload_bytes = get64(h, H_PBYTES);
+    f->crc = get32(h, H_PCRC);
+    if ((uint64_t)st.st_size != FSDP_CKPT_HEADER_BYTES + f->payload_bytes)
+        return fsdp_set_error(FSDP_EFORMAT, "%s is truncated or padded: %lld bytes, its header says %llu",
+                              f->path, (long long)st.st_size,
+                              (unsigned long long)(FSDP_CKPT_HEADER_BYTES + f->payload_bytes));
+    if ((uint64_t)mbytes != (uint64_t)st.st_size || (uint32_t)mcrc != f->crc)
+        return fsdp_set_error(FSDP_EFORMAT,
+                              "%s: size or checksum differs from %s's record: a file from another checkpoint",
+                              f->path, r->manifest_path);
+    size_t tb = (size_t)TABLE_ENTRY * (size_t)r->n_units;
+    unsigned char *table = malloc(tb ? tb : 1);
+    if (!table) return FSDP_ERR(FSDP_ENOMEM, "no memory for a shard table");
+    fsdp_status s = fsdp_io_pread_all(f->fd, table, tb, FSDP_CKPT_HEADER_BYTES, f->path);
+    uint64_t expect = tb + STATE_BYTES;
+    for (int u = 0; s == FSDP_OK && u < r->n_units; u++) {
+        f->off[u] = get64(table, u * TABLE_ENTRY);
+        f->numel[u] = get64(table, u * TABLE_ENTRY + 8);
+        uint64_t padded = get64(table, u * TABLE_ENTRY + 16);
+        if (padded != r->units[u].padded_numel || f->off[u] > padded || f->numel[u] > padded - f->off[u])
+            s = fsdp_set_error(FSDP_EFORMAT, "%s: unit %s's range [%llu, +%llu) of %llu disagrees with %s",
+                               f->path, r->units[u].name, (unsigned long long)f->off[u],
+                               (unsigned long long)f->numel[u], (unsigned long long)padded, r->manifest_path);
+        expect += 12 * f->numel[u];
+    }
+    free(table);
+    FSDP_TRY(s);
+    if (expect != f->payload_bytes)
+        return fsdp_set_error(FSDP_EFORMAT, "%s: payload of %llu bytes does not match its unit table (%llu)",
+                              f->path, (unsigned long long)f->payload_bytes, (unsigned long long)expect);
+    uint64_t off = FSDP_CKPT_HEADER_BYTES + tb;
+    for (int u = 0; u < r->n_units; u++) {
+        r->unit_data_off[(size_t)q * (size_t)r->n_units + (size_t)u] = off;
+        off += 12 * f->numel[u];
+    }
+    return FSDP_OK;
+}
+
+fsdp_status fsdp_ckpt_open(fsdp_ckpt_reader **out, const char *step_dir) {
+    *out = NULL;
+    fsdp_ckpt_reader *r = calloc(1, sizeof *r);
+    if (!r) return FSDP_ERR(FSDP_ENOMEM, "no memory for a checkpoint reader");
+    char *text = NULL;
+    size_t len;
+    fsdp_status s = FSDP_OK;
+    r->dir = fsdp_strdupf("%s", step_dir);
+    r->manifest_path = fsdp_strdupf("%s/manifest.json", step_dir);
+    if (!r->dir || !r->manifest_path) {
+        s = FSDP_ERR(FSDP_ENOMEM, "no memory for paths");
+        goto fail;
+    }
+    s = fsdp_io_read_file(r->manifest_path, &text, &len);
+    if (s != FSDP_OK) goto fail;
+    r->manifest = cJSON_ParseWithLength(text, len);
+    if (!r->manifest) {
+        s = fsdp_set_error(FSDP_EFORMAT, "%s is not valid JSON (near byte %ld)", r->manifest_path,
+                           cJSON_GetErrorPtr() ? (long)(cJSON_GetErrorPtr() - text) : -1L);
+        goto fail;
+    }
+    double ver = json_uint(r->manifest, "version"), world = json_uint(r->manifest, "world_size");
+    double step = json_uint(r->manifest, "step");
+    if (ver != FSDP_CKPT_VERSION || world < 1 || world > 1e6 || step < 0) {
+        s = fsdp_set_error(FSDP_EFORMAT, "%s: bad or missing version (want %d), world_size or step",
+                           r->manifest_path, FSDP_CKPT_VERSION);
+        goto fail;
+    }
+    r->world = (int)world;
+    r->step = (int64_t)step;
+    s = parse_units(r, cJSON_GetObjectItemCaseSensitive(r->manifest, "units"));
+    if (s != FSDP_OK) goto fail;
+    const cJSON *shards = cJSON_GetObjectItemCaseSensitive(r->manifest, "shards");
+    if (!cJSON_IsArray(shards) || cJSON_GetArraySize(shards) != r->world) {
+        s = fsdp_set_error(FSDP_EFORMAT, "%s: \"shards\" must list %d files", r->manifest_path, r->world);
+        goto fail;
+    }
+    r->files = calloc((size_t)r->world, sizeof *r->files);
+    r->unit_data_off = calloc((size_t)r->world * (size_t)r->n_units + 1, 8);
+    if (!r->files || !r->unit_data_off) {
+        s = FSDP_ERR(FSDP_ENOMEM, "no memory for %d shard files", r->world);
+        goto fail;
+    }
+    for (int q = 0; q < r->world; q++)
+        r->files[q].fd = -1;
+    for (int q = 0; q < r->world; q++) {
+        s = open_shard(r, q, cJSON_GetArrayItem(shards, q));
+        if (s != FSDP_OK) goto fail;
+    }
+    fsdp_mem_free(text);
+    *out = r;
+    return FSDP_OK;
+fail:
+    fsdp_mem_free(text);
+    fsdp_ckpt_close(r);
+    return s;
+}
+
+int fsdp_ckpt_world(const fsdp_ckpt_reader *r) { return r->world; }
+int fsdp_ckpt_num_units(const fsdp_ckpt_reader *r) { return r->n_units; }
+const fsdp_ckpt_unit *fsdp_ckpt_unit_desc(const fsdp_ckpt_reader *r, int u) {
+    return u >= 0 && u < r->n_units ? &r->units[u] : NULL;
+}
+const cJSON *fsdp_ckpt_config(const fsdp_ckpt_reader *r) {
+    return cJSON_GetObjectItemCaseSensitive(r->manifest, "config");
+}
+const char *fsdp_ckpt_dir(const fsdp_ckpt_reader *r) { return r->dir; }
+
+/* Streams file q's payload once and compares its CRC32C with the header's. */
+static fsdp_status verify(fsdp_ckpt_reader *r, int q) {
+    shard_file *f = &r->files[q];
+    if (f->verified) return FSDP_OK;
+    const size_t chunk = (size_t)1 << 20;
+    unsigned char *buf = NULL;
+    FSDP_TRY(fsdp_mem_alloc((void **)&buf, chunk, FSDP_MEM_OTHER));
+    uint32_t crc = 0;
+    fsdp_status s = FSDP_OK;
+    for (uint64_t done = 0; done < f->payload_bytes && s == FSDP_OK;) {
+        size_t n = f->payload_bytes - done < chunk ? (size_t)(f->payload_bytes - done) : chunk;
+        s = fsdp_io_pread_all(f->fd, buf, n, FSDP_CKPT_HEADER_BYTES + done, f->path);
+        crc = fsdp_crc32c(crc, buf, n);
+        done += n;
+    }
+    fsdp_mem_free(buf);
+    FSDP_TRY(s);
+    if (crc != f->crc)
+        return fsdp_set_error(
+            FSDP_EFORMAT,
+            "%s: payload checksum mismatch (CRC32C stored %08x, computed %08x): the file is "
+            "corrupt; use an earlier checkpoint",
+            f->path, f->crc, crc);
+    f->verified = 1;
+    return FSDP_OK;
+}
+
+fsdp_status fsdp_ckpt_state_get(fsdp_ckpt_reader *r, fsdp_ckpt_state *st) {
+    FSDP_TRY(verify(r, 0));
+    unsigned char b[STATE_BYTES];
+    FSDP_TRY(fsdp_io_pread_all(r->files[0].fd, b, sizeof b,
+                               FSDP_CKPT_HEADER_BYTES + r->files[0].payload_bytes - STATE_BYTES,
+                               r->files[0].path));
+    state_unpack(b, st);
+    if (st->step != r->step)
+        return fsdp_set_error(FSDP_EFORMAT, "%s: state step %lld differs from the manifest's %lld",
+                              r->files[0].path, (long long)st->step, (long long)r->step);
+    return FSDP_OK;
+}
+
+fsdp_status fsdp_ckpt_read_range(fsdp_ckpt_reader *r, int u, size_t start, size_t n, float *master,
+                                 float *adam_m, float *adam_v) {
+    if (u < 0 || u >= r->n_units) return FSDP_ERR(FSDP_EINVAL, "unit %d is outside 0..%d", u, r->n_units - 1);
+    size_t numel = r->units[u].numel;
+    float *dst[3] = {master, adam_m, adam_v};
+    for (int k = 0; k < 3; k++)
+        if (dst[k]) memset(dst[k], 0, 4 * n);
+    size_t want_end = start + n < numel ? start + n : numel; /* past numel stays 0 */
+    size_t covered = 0;
+    for (int q = 0; q < r->world && start < want_end; q++) {
+        shard_file *f = &r->files[q];
+        size_t a = start > f->off[u] ? start : (size_t)f->off[u];
+        size_t b = want_end < f->off[u] + f->numel[u] ? want_end : (size_t)(f->off[u] + f->numel[u]);
+        if (a >= b) continue;
+        FSDP_TRY(verify(r, q));
+        uint64_t base = r->unit_data_off[(size_t)q * (size_t)r->n_units + (size_t)u];
+        for (int k = 0; k < 3; k++) {
+            if (!dst[k]) continue;
+            uint64_t off = base + 4 * ((uint64_t)k * f->numel[u] + (a - f->off[u]));
+            FSDP_TRY(fsdp_io_pread_all(f->fd, dst[k] + (a - start), 4 * (b - a), off, f->path));
+        }
+        covered += b - a;
+    }
+    if (start < want_end && covered != want_end - start)
+        return fsdp_set_error(FSDP_EFORMAT, "%s: the shard files do not cover unit %s's elements [%zu, %zu)",
+                              r->dir, r->units[u].name, start, want_end);
+    return FSDP_OK;
+}
+
+/* ---------------------------------------------------------------- locating checkpoints */
+
+int fsdp_ckpt_has_latest(const char *ckpt_dir) {
+    char *p = fsdp_strdupf("%s/latest", ckpt_dir);
+    int ok = p && access(p, F_OK) == 0;
+    free(p);
+    return ok;
+}
+
+fsdp_status fsdp_ckpt_resolve(const char *dir, char **step_dir) {
+    *step_dir = NULL;
+    char *m = fsdp_strdupf("%s/manifest.json", dir), *l = fsdp_strdupf("%s/latest", dir);
+    fsdp_status s = FSDP_OK;
+    if (!m || !l) {
+        s = FSDP_ERR(FSDP_ENOMEM, "no memory for paths");
+    } else if (access(m, F_OK) == 0) {
+        *step_dir = fsdp_strdupf("%s", dir);
+    } else if (access(l, F_OK) == 0) {
+        char *text = NULL;
+        size_t len;
+        s = fsdp_io_read_file(l, &text, &len);
+        if (s == FSDP_OK) {
+            while (len > 0 && (text[len - 1] == '\n' || text[len - 1] == '\r' || text[len - 1] == ' '))
+                text[--len] = 0;
+            if (len == 0 || strchr(text, '/') || !strcmp(text, "..") || !strcmp(text, "."))
+                s = fsdp_set_error(FSDP_EFORMAT, "%s does not name a step folder", l);
+            else
+                *step_dir = fsdp_strdupf("%s/%s", dir, text);
+        }
+        fsdp_mem_free(text);
+    } else {
+        s = fsdp_set_error(FSDP_EIO, "no checkpoint in %s: it has neither manifest.json nor latest", dir);
+    }
+    if (s == FSDP_OK && !*step_dir) s = FSDP_ERR(FSDP_ENOMEM, "no memory for a path");
+    free(l);
+    free(m);
+    return s;
+}

@@ -1,0 +1,118 @@
+/* checkpoint.h — sharded, crash-safe, reshardable checkpoints (DESIGN §8).
+ *
+ * On disk, one folder per step under the checkpoint folder:
+ *   CKPT/step_000100/manifest.json      config, world size, step, every unit's tensors (name, shape,
+ *                                       offset in the unit's flat buffer), padded sizes, and every
+ *                                       shard file's size and CRC32C
+ *   CKPT/step_000100/rank_00000.bin ... one per rank: 128-byte header (magic "FSDPSHRD", version,
+ *                                       rank, world, units, step, payload size, payload CRC32C,
+ *                                       header CRC32C), then the payload:
+ *                                         units x {u64 shard offset, u64 shard numel, u64 padded numel}
+ *                                         per unit: fp32 master[numel], adam_m[numel], adam_v[numel]
+ *                                         trainer state: i64 step, u64 data pos, u64 data epoch, u64 rng[2]
+ *   CKPT/latest                         the name of the newest complete step folder
+ * A save writes CKPT/.tmp_step_000100/, fsyncs every file and the folder, renames it to its final
+ * name and only then, after every rank has finished, replaces `latest` (temporary file + rename).
+ * A crash or full disk at any point leaves the previous checkpoint and `latest` as they were.
+ * Loading re-slices by global offset within each unit's flat buffer, so any world size can read a
+ * checkpoint written by any other. */
+#ifndef FSDP_TRAIN_CHECKPOINT_H
+#define FSDP_TRAIN_CHECKPOINT_H
+
+#include "fsdp.h"
+
+#include <stdint.h>
+
+struct cJSON;
+
+#define FSDP_CKPT_MAGIC        "FSDPSHRD"
+#define FSDP_CKPT_VERSION      1
+#define FSDP_CKPT_HEADER_BYTES 128
+
+/* Trainer state saved with every shard (the same on every rank). */
+typedef struct {
+    int64_t step;                  /* optimizer steps done */
+    uint64_t data_pos, data_epoch; /* fsdp_loader_state */
+    uint64_t rng[2];               /* trainer RNG */
+} fsdp_ckpt_state;
+
+/* Description of a unit's tensors as stored in the manifest. */
+typedef struct {
+    char *name;
+    int ndim;
+    int64_t shape[FSDP_MAX_DIMS];
+    size_t offset, numel; /* within the unit's flat buffer */
+    int alias_of;         /* -1, or the index of the tensor it aliases */
+} fsdp_ckpt_tensor;
+
+typedef struct {
+    char *name;
+    size_t numel;        /* unpadded flat length */
+    size_t padded_numel; /* flat length at the saving world size (a multiple of it) */
+    int n_tensors;
+    fsdp_ckpt_tensor *tensors;
+} fsdp_ckpt_unit;
+
+/* One rank's part of one unit: [offset, offset+numel) of the flat buffer, fp32. */
+typedef struct {
+    size_t offset, numel;
+    const float *master, *adam_m, *adam_v;
+} fsdp_ckpt_part;
+
+uint32_t fsdp_crc32c(uint32_t crc, const void *data, size_t n); /* start with crc = 0 */
+
+/* ---- engine-free layer (tests, export) */
+
+/* Collective save of this rank's parts (comm NULL: a world of 1). units: every unit (the same on all
+ * ranks); parts[u]: this rank's shard of unit u; config: the JSON record stored in the manifest
+ * (not consumed). On success *final_dir (may be NULL) gets the step folder's path (free()).
+ * An existing step folder of the same step is never overwritten (FSDP_EIO). */
+fsdp_status fsdp_ckpt_save_parts(fsdp_comm_t *comm, const char *ckpt_dir, const struct cJSON *config,
+                                 int n_units, const fsdp_ckpt_unit *units, const fsdp_ckpt_part *parts,
+                                 const fsdp_ckpt_state *st, char **final_dir);
+
+/* The two writing steps save_parts runs, exposed for tests that fake other world sizes in one process:
+ * one rank's shard file (written and fsynced; *crc and *bytes: its payload CRC32C and file size), and
+ * the manifest of a step folder. */
+fsdp_status fsdp_ckpt_write_shard(const char *path, int rank, int world, int n_units,
+                                  const fsdp_ckpt_unit *units, const fsdp_ckpt_part *parts,
+                                  const fsdp_ckpt_state *st, uint32_t *crc, uint64_t *bytes);
+fsdp_status fsdp_ckpt_write_manifest(const char *path, int world, const struct cJSON *config, int n_units,
+                                     const fsdp_ckpt_unit *units, const fsdp_ckpt_state *st,
+                                     const uint32_t *crcs, const uint64_t *bytes);
+
+typedef struct fsdp_ckpt_reader fsdp_ckpt_reader;
+/* Opens a step folder: parses manifest.json and checks every shard file's presence, header and size
+ * (payload checksums are verified on first read from a file). Errors name the file and the fault. */
+fsdp_status fsdp_ckpt_open(fsdp_ckpt_reader **out, const char *step_dir);
+void fsdp_ckpt_close(fsdp_ckpt_reader *r);
+int fsdp_ckpt_world(const fsdp_ckpt_reader *r);
+int fsdp_ckpt_num_units(const fsdp_ckpt_reader *r);
+const fsdp_ckpt_unit *fsdp_ckpt_unit_desc(const fsdp_ckpt_reader *r, int u);
+const struct cJSON *fsdp_ckpt_config(const fsdp_ckpt_reader *r); /* the manifest's "config" */
+const char *fsdp_ckpt_dir(const fsdp_ckpt_reader *r);
+/* The trainer state (from shard 0, checksum-verified). */
+fsdp_status fsdp_ckpt_state_get(fsdp_ckpt_reader *r, fsdp_ckpt_state *st);
+/* Reads elements [start, start+n) of unit u's flat buffer, from whichever shard files hold them,
+ * into master/adam_m/adam_v (each may be NULL). Elements past the unit's unpadded numel read as 0. */
+fsdp_status fsdp_ckpt_read_range(fsdp_ckpt_reader *r, int u, size_t start, size_t n, float *master,
+                                 float *adam_m, float *adam_v);
+
+/* dir holding manifest.json -> itself; a checkpoint folder with `latest` -> its newest step folder.
+ * *step_dir: malloc'd. FSDP_EIO naming dir when it holds neither. */
+fsdp_status fsdp_ckpt_resolve(const char *dir, char **step_dir);
+/* 1 if ckpt_dir has a `latest` pointer. */
+int fsdp_ckpt_has_latest(const char *ckpt_dir);
+
+/* ---- engine glue (ckpt_engine.c) */
+
+/* Collective: saves every unit's shard of eng (master, AdamW moments) with st. */
+fsdp_status fsdp_ckpt_save(fsdp_engine_t *eng, const char *ckpt_dir, const struct cJSON *config,
+                           const fsdp_ckpt_state *st, char **final_dir);
+/* Collective: loads step_dir into eng, re-slicing if the world size differs; sets the engine's step
+ * count; *st gets the trainer state. Every unit and tensor must match the manifest (name, shape,
+ * offset), else FSDP_EFORMAT naming manifest.json and the first difference. If any rank fails,
+ * every rank returns an error. */
+fsdp_status fsdp_ckpt_load(fsdp_engine_t *eng, const char *step_dir, fsdp_ckpt_state *st);
+
+#endif

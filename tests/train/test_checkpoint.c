@@ -1,0 +1,307 @@
+/* test_checkpoint.c — the checkpoint format without an engine: CRC32C, a world-1 save through the
+ * commit protocol, a faked 3-rank checkpoint read back as 1, 2, 4 and 5 ranks would (re-slicing by
+ * global offset, padding zeroed), every corruption case (flipped payload/header byte, truncated,
+ * missing or foreign shard file, broken manifest) with a message naming the file, never-overwrite,
+ * and a save that hits a full disk (file size limit) leaving the previous checkpoint loadable.
+ * Values are a function of (unit, element), so every expectation is computed here. */
+#include "test_util.h"
+
+#include "fsdp.h"
+#include "train/checkpoint.h"
+#include "train/io.h"
+
+#include <cjson/cJSON.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static char dir[512];
+
+static float val(int u, size_t e, int k) {
+    return (float)(1000 * u + (int)e) * (k == 0 ? 1.0f : k == 1 ? -0.5f : 0.25f);
+}
+
+/* Two units: "a" with w (5,7) at 0, b (7) at 48, tied alias of w; "s" with x (2): smaller than any
+ * world here, so most ranks hold only padding. */
+static fsdp_ckpt_tensor ta[3] = {
+    {"w", 2, {5, 7}, 0, 35, -1}, {"b", 1, {7}, 48, 7, -1}, {"tied", 2, {5, 7}, 0, 35, 0}};
+static fsdp_ckpt_tensor ts[1] = {{"x", 1, {2}, 0, 2, -1}};
+static fsdp_ckpt_unit units[2] = {{"a", 55, 0, 3, ta}, {"s", 2, 0, 1, ts}};
+
+static size_t round_up(size_t n, int w) { return (n + (size_t)w - 1) / (size_t)w * (size_t)w; }
+
+/* Full per-unit arrays (padded for world), padding zero. */
+static float *full[2][3];
+static void make_full(int world) {
+    for (int u = 0; u < 2; u++) {
+        units[u].padded_numel = round_up(units[u].numel, world);
+        for (int k = 0; k < 3; k++) {
+            free(full[u][k]);
+            full[u][k] = calloc(units[u].padded_numel, sizeof(float));
+            for (size_t e = 0; e < units[u].numel; e++)
+                full[u][k][e] = val(u, e, k);
+        }
+    }
+}
+
+static cJSON *config(void) {
+    cJSON *c = cJSON_CreateObject();
+    cJSON_AddNumberToObject(c, "layers", 1);
+    return c;
+}
+
+/* Writes a faked world-W checkpoint into path (a step folder). */
+static void fake_ckpt(const char *path, int world, const fsdp_ckpt_state *st) {
+    make_full(world);
+    mkdir(path, 0755);
+    uint32_t crcs[8];
+    uint64_t bytes[8];
+    for (int q = 0; q < world; q++) {
+        fsdp_ckpt_part parts[2];
+        for (int u = 0; u < 2; u++) {
+            size_t off, len;
+            fsdp_shard_range(units[u].padded_numel, q, world, &off, &len);
+            parts[u] = (fsdp_ckpt_part){off, len, full[u][0] + off, full[u][1] + off, full[u][2] + off};
+        }
+        char *f = fsdp_strdupf("%s/rank_%05d.bin", path, q);
+        unlink(f);
+        CHECK_OK(fsdp_ckpt_write_shard(f, q, world, 2, units, parts, st, &crcs[q], &bytes[q]));
+        free(f);
+    }
+    char *m = fsdp_strdupf("%s/manifest.json", path);
+    cJSON *c = config();
+    CHECK_OK(fsdp_ckpt_write_manifest(m, world, c, 2, units, st, crcs, bytes));
+    cJSON_Delete(c);
+    free(m);
+}
+
+/* Reads every rank's range as world W2 would and compares with val(); padding must read 0. */
+static int check_reslice(fsdp_ckpt_reader *r, int w2) {
+    int bad = 0;
+    for (int u = 0; u < 2; u++) {
+        size_t padded = round_up(units[u].numel, w2);
+        for (int q = 0; q < w2; q++) {
+            size_t off, len;
+            fsdp_shard_range(padded, q, w2, &off, &len);
+            float *a = malloc(4 * len + 4), *m = malloc(4 * len + 4), *v = malloc(4 * len + 4);
+            if (fsdp_ckpt_read_range(r, u, off, len, a, m, v) != FSDP_OK) bad++;
+            for (size_t i = 0; i < len; i++) {
+                size_t e = off + i;
+                float wa = e < units[u].numel ? val(u, e, 0) : 0, wm = e < units[u].numel ? val(u, e, 1) : 0,
+                      wv = e < units[u].numel ? val(u, e, 2) : 0;
+                bad += a[i] != wa || m[i] != wm || v[i] != wv;
+            }
+            free(a);
+            free(m);
+            free(v);
+        }
+    }
+    return bad;
+}
+
+static void flip_byte(const char *path, long off) {
+    FILE *f = fopen(path, "r+b");
+    fseek(f, off, SEEK_SET);
+    int c = fgetc(f);
+    fseek(f, off, SEEK_SET);
+    fputc(c ^ 0x10, f);
+    fclose(f);
+}
+
+static void copy_file(const char *from, const char *to) {
+    char *d = NULL;
+    size_t n;
+    if (fsdp_io_read_file(from, &d, &n) == FSDP_OK) {
+        FILE *f = fopen(to, "wb");
+        fwrite(d, 1, n, f);
+        fclose(f);
+    }
+    fsdp_mem_free(d);
+}
+
+static void test_crc(void) {
+    CHECK(fsdp_crc32c(0, "123456789", 9) == 0xE3069283u); /* the standard CRC-32C check value */
+    char buf[1000];
+    for (int i = 0; i < 1000; i++)
+        buf[i] = (char)(i * 31);
+    CHECK(fsdp_crc32c(fsdp_crc32c(0, buf, 333), buf + 333, 667) == fsdp_crc32c(0, buf, 1000));
+}
+
+static void test_reslice_and_corruption(void) {
+    fsdp_ckpt_state st = {7, 1234, 2, {11, 22}};
+    char *step = fsdp_strdupf("%s/w3", dir);
+    fake_ckpt(step, 3, &st);
+    fsdp_ckpt_reader *r = NULL;
+    CHECK_OK(fsdp_ckpt_open(&r, step));
+    if (!r) return;
+    CHECK(fsdp_ckpt_world(r) == 3 && fsdp_ckpt_num_units(r) == 2);
+    CHECK(fsdp_ckpt_unit_desc(r, 0)->tensors[2].alias_of == 0 &&
+          fsdp_ckpt_unit_desc(r, 0)->tensors[1].offset == 48);
+    fsdp_ckpt_state got;
+    CHECK_OK(fsdp_ckpt_state_get(r, &got));
+    CHECK(got.step == 7 && got.data_pos == 1234 && got.data_epoch == 2 && got.rng[0] == 11 &&
+          got.rng[1] == 22);
+    for (int w2 = 1; w2 <= 5; w2++)
+        CHECKF(check_reslice(r, w2) == 0, "re-slice 3 -> %d ranks", w2);
+    const cJSON *c = fsdp_ckpt_config(r);
+    CHECK(cJSON_GetObjectItem(c, "layers") && cJSON_GetObjectItem(c, "layers")->valueint == 1);
+    fsdp_ckpt_close(r);
+
+    char *f1 = fsdp_strdupf("%s/rank_00001.bin", step), *save = fsdp_strdupf("%s/saved.bin", dir);
+    copy_file(f1, save);
+    /* flipped payload byte: the header is fine, the checksum catches it on read */
+    flip_byte(f1, FSDP_CKPT_HEADER_BYTES + 60);
+    CHECK_OK(fsdp_ckpt_open(&r, step));
+    if (r) {
+        float buf[64];
+        CHECK_ERR(fsdp_ckpt_read_range(r, 0, 0, 57, buf, NULL, NULL), FSDP_EFORMAT,
+                  "payload checksum mismatch");
+        CHECK(strstr(fsdp_last_error(), f1) != NULL);
+        fsdp_ckpt_close(r);
+    }
+    copy_file(save, f1);
+    flip_byte(f1, 20); /* header: world */
+    CHECK_ERR(fsdp_ckpt_open(&r, step), FSDP_EFORMAT, "header checksum mismatch");
+    CHECK(strstr(fsdp_last_error(), f1) != NULL);
+    copy_file(save, f1);
+    flip_byte(f1, 0);
+    CHECK_ERR(fsdp_ckpt_open(&r, step), FSDP_EFORMAT, "bad magic");
+    copy_file(save, f1);
+    CHECK(truncate(f1, 300) == 0);
+    CHECK_ERR(fsdp_ckpt_open(&r, step), FSDP_EFORMAT, "truncated");
+    CHECK(strstr(fsdp_last_error(), f1) != NULL);
+    CHECK(truncate(f1, 100) == 0);
+    CHECK_ERR(fsdp_ckpt_open(&r, step), FSDP_EFORMAT, "truncated");
+    unlink(f1);
+    CHECK_ERR(fsdp_ckpt_open(&r, step), FSDP_EIO, "missing shard file");
+    CHECK(strstr(fsdp_last_error(), f1) != NULL);
+    /* rank 2's file in rank 1's place */
+    char *f2 = fsdp_strdupf("%s/rank_00002.bin", step);
+    copy_file(f2, f1);
+    CHECK_ERR(fsdp_ckpt_open(&r, step), FSDP_EFORMAT, "another checkpoint");
+    copy_file(save, f1);
+    CHECK_OK(fsdp_ckpt_open(&r, step));
+    fsdp_ckpt_close(r);
+    /* manifest: broken JSON, then a wrong version */
+    char *m = fsdp_strdupf("%s/manifest.json", step), *msave = fsdp_strdupf("%s/manifest.save", dir);
+    copy_file(m, msave);
+    FILE *f = fopen(m, "wb");
+    fputs("{\"version\": 1, \"units\": [", f);
+    fclose(f);
+    CHECK_ERR(fsdp_ckpt_open(&r, step), FSDP_EFORMAT, "not valid JSON");
+    CHECK(strstr(fsdp_last_error(), m) != NULL);
+    f = fopen(m, "wb");
+    fputs("{\"version\": 9, \"world_size\": 3, \"step\": 7}", f);
+    fclose(f);
+    CHECK_ERR(fsdp_ckpt_open(&r, step), FSDP_EFORMAT, "version");
+    copy_file(msave, m);
+    CHECK_OK(fsdp_ckpt_open(&r, step));
+    fsdp_ckpt_close(r);
+    char *none = fsdp_strdupf("%s/none", dir);
+    CHECK_ERR(fsdp_ckpt_open(&r, none), FSDP_EIO, none);
+    free(none);
+    free(m);
+    free(msave);
+    free(f2);
+    free(f1);
+    free(save);
+    free(step);
+}
+
+/* Saves one world-1 checkpoint for step `step` with values shifted by `shift`. */
+static fsdp_status save1(const char *ckdir, int64_t step, char **out) {
+    make_full(1);
+    fsdp_ckpt_part parts[2];
+    for (int u = 0; u < 2; u++)
+        parts[u] = (fsdp_ckpt_part){0, units[u].padded_numel, full[u][0], full[u][1], full[u][2]};
+    fsdp_ckpt_state st = {step, 0, 0, {1, 2}};
+    cJSON *c = config();
+    fsdp_status s = fsdp_ckpt_save_parts(NULL, ckdir, c, 2, units, parts, &st, out);
+    cJSON_Delete(c);
+    return s;
+}
+
+static void test_commit(void) {
+    char *ck = fsdp_strdupf("%s/ck", dir), *fin = NULL, *res = NULL;
+    CHECK_OK(save1(ck, 1, &fin));
+    CHECK(fin && strstr(fin, "step_000001"));
+    CHECK(fsdp_ckpt_has_latest(ck));
+    CHECK_OK(fsdp_ckpt_resolve(ck, &res));
+    CHECK(res && fin && !strcmp(res, fin));
+    free(res);
+    CHECK_OK(fsdp_ckpt_resolve(fin, &res)); /* a step folder resolves to itself */
+    free(res);
+    char *empty = fsdp_strdupf("%s/empty", dir);
+    mkdir(empty, 0755);
+    CHECK_ERR(fsdp_ckpt_resolve(empty, &res), FSDP_EIO, "no checkpoint in");
+    free(empty);
+    /* never overwritten */
+    char *m = fsdp_strdupf("%s/manifest.json", fin);
+    struct stat before, after;
+    stat(m, &before);
+    CHECK_ERR(save1(ck, 1, NULL), FSDP_EIO, "already exists");
+    stat(m, &after);
+    CHECK(before.st_mtim.tv_nsec == after.st_mtim.tv_nsec && before.st_ino == after.st_ino);
+
+    /* A full disk during the step-2 save (a child with a 200-byte file size limit): the save fails
+     * cleanly, step 1 and `latest` stay as they were, no temporary folder is left. */
+    pid_t pid = fork();
+    if (pid == 0) {
+        signal(SIGXFSZ, SIG_IGN);
+        struct rlimit rl = {200, 200};
+        setrlimit(RLIMIT_FSIZE, &rl);
+        fsdp_status s = save1(ck, 2, NULL);
+        _exit(s == FSDP_EIO && strstr(fsdp_last_error(), "disk full") ? 0 : 1);
+    }
+    int wst = 0;
+    waitpid(pid, &wst, 0);
+    CHECK(WIFEXITED(wst) && WEXITSTATUS(wst) == 0);
+    char *s2 = fsdp_strdupf("%s/step_000002", ck), *t2 = fsdp_strdupf("%s/.tmp_step_000002", ck);
+    CHECK(access(s2, F_OK) != 0 && access(t2, F_OK) != 0);
+    CHECK_OK(fsdp_ckpt_resolve(ck, &res));
+    CHECK(res && !strcmp(res, fin));
+    fsdp_ckpt_reader *r = NULL;
+    CHECK_OK(fsdp_ckpt_open(&r, res));
+    if (r) {
+        CHECK(check_reslice(r, 1) == 0 && check_reslice(r, 2) == 0);
+        fsdp_ckpt_close(r);
+    }
+    free(res);
+    /* A crashed save's leftover temporary folder does not get in the way of the next save. */
+    mkdir(t2, 0755);
+    char *junk = fsdp_strdupf("%s/rank_00000.bin", t2);
+    FILE *f = fopen(junk, "wb");
+    fputs("junk", f);
+    fclose(f);
+    CHECK_OK(save1(ck, 2, NULL));
+    CHECK(access(t2, F_OK) != 0);
+    CHECK_OK(fsdp_ckpt_resolve(ck, &res));
+    CHECK(res && strstr(res, "step_000002"));
+    free(res);
+    free(junk);
+    free(s2);
+    free(t2);
+    free(m);
+    free(fin);
+    free(ck);
+}
+
+int main(void) {
+    snprintf(dir, sizeof dir, "%s/tmp_test_ckpt_XXXXXX", FSDP_BINARY_DIR);
+    if (!mkdtemp(dir)) return 1;
+    test_crc();
+    test_reslice_and_corruption();
+    test_commit();
+    for (int u = 0; u < 2; u++)
+        for (int k = 0; k < 3; k++)
+            free(full[u][k]);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+    return TEST_MAIN_END();
+}
