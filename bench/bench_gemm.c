@@ -1,0 +1,144 @@
+/* bench_gemm.c — measured GEMM throughput of the kernels layer on this machine: f32 and bf16 peak with a
+ * large square matmul, the GEMMs of one GPT-2-124M step (B*T rows) for forward, dinp and the fused wgrad
+ * into fp32 main_grad with beta 0 and beta 1 (the cost of accumulating), and the oneDNN ISA/impl in use.
+ * Usage: bench_gemm [--reps R] [--rows BT] [--square S]   (defaults 5, 256, 2048). Best-of-R timings. */
+#include "kernels/kernels.h"
+
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int reps = 5;
+
+typedef enum { OP_FWD = 0, OP_DINP, OP_WGRAD0, OP_WGRAD1 } op_kind;
+static const char *op_name[] = {"fwd Y=XW^T", "dinp dX=dYW", "wgrad beta0", "wgrad beta1"};
+
+/* Best and median seconds of `reps` runs of one op (after one warm-up run that creates the primitive). */
+static int time_op(op_kind op, fsdp_dtype pdt, int M, int K, int N, float *X, float *Y, void *W, float *G,
+                   double *best, double *med) {
+    double t[64];
+    int r = reps < 64 ? reps : 64;
+    for (int i = -1; i < r; i++) {
+        double t0 = fsdp_time_s();
+        fsdp_status s;
+        switch (op) {
+        case OP_FWD: s = fsdp_matmul_forward(Y, X, W, NULL, pdt, M, K, N); break;
+        case OP_DINP: s = fsdp_matmul_backward(X, 0, NULL, 0, NULL, 0, Y, NULL, W, pdt, M, K, N); break;
+        case OP_WGRAD0: s = fsdp_matmul_backward(NULL, 0, G, 0, NULL, 0, Y, X, NULL, pdt, M, K, N); break;
+        default: s = fsdp_matmul_backward(NULL, 0, G, 1, NULL, 0, Y, X, NULL, pdt, M, K, N); break;
+        }
+        if (s != FSDP_OK) {
+            fprintf(stderr, "bench_gemm: %s failed: %s\n", op_name[op], fsdp_last_error());
+            return 1;
+        }
+        if (i >= 0) t[i] = fsdp_time_s() - t0;
+    }
+    for (int i = 1; i < r; i++) /* insertion sort, r is small */
+        for (int j = i; j > 0 && t[j] < t[j - 1]; j--) {
+            double x = t[j];
+            t[j] = t[j - 1], t[j - 1] = x;
+        }
+    *best = t[0];
+    *med = t[r / 2];
+    return 0;
+}
+
+/* Runs every op for one shape and dtype, printing one row per op. */
+static int bench_shape(const char *label, fsdp_dtype pdt, int M, int K, int N, const op_kind *ops, int nops) {
+    size_t mk = (size_t)M * K, mn = (size_t)M * N, nk = (size_t)N * K;
+    float *X = NULL, *Y = NULL, *G = NULL;
+    void *W = NULL;
+    int rc = 1;
+    if (fsdp_mem_alloc((void **)&X, mk * 4, FSDP_MEM_ACTIVATION) ||
+        fsdp_mem_alloc((void **)&Y, mn * 4, FSDP_MEM_ACTIVATION) ||
+        fsdp_mem_alloc((void **)&G, nk * 4, FSDP_MEM_MAIN_GRAD) ||
+        fsdp_mem_alloc(&W, nk * fsdp_dtype_size(pdt), FSDP_MEM_PARAM_FULL)) {
+        fprintf(stderr, "bench_gemm: %s\n", fsdp_last_error());
+        goto done;
+    }
+    for (size_t i = 0; i < mk; i++)
+        X[i] = (float)((i * 2654435761u) % 1000) / 1000.0f - 0.5f;
+    for (size_t i = 0; i < mn; i++)
+        Y[i] = (float)((i * 40503u) % 997) / 997.0f - 0.5f;
+    for (size_t i = 0; i < nk; i++) {
+        float v = (float)((i * 69069u) % 991) / 991.0f - 0.5f;
+        G[i] = 0.0f;
+        if (pdt == FSDP_BF16)
+            ((fsdp_bf16 *)W)[i] = fsdp_f32_to_bf16(v);
+        else
+            ((float *)W)[i] = v;
+    }
+    double gflop = 2.0 * M * K * N / 1e9, best0 = 0;
+    for (int o = 0; o < nops; o++) {
+        double best, med;
+        if (time_op(ops[o], pdt, M, K, N, X, Y, W, G, &best, &med)) goto done;
+        if (ops[o] == OP_WGRAD0) best0 = best;
+        printf("%-10s %-5s %5d %5d %5d  %-12s %9.3f %9.3f %8.1f", label, fsdp_dtype_name(pdt), M, K, N,
+               op_name[ops[o]], best * 1e3, med * 1e3, gflop / best);
+        if (ops[o] == OP_WGRAD1 && best0 > 0) printf("   beta1/beta0 = %.3f", best / best0);
+        printf("\n");
+    }
+    rc = 0;
+done:
+    fsdp_mem_free(W);
+    fsdp_mem_free(G);
+    fsdp_mem_free(Y);
+    fsdp_mem_free(X);
+    return rc;
+}
+
+int main(int argc, char **argv) {
+    int rows = 256, sq = 2048;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--reps") && i + 1 < argc)
+            reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--rows") && i + 1 < argc)
+            rows = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--square") && i + 1 < argc)
+            sq = atoi(argv[++i]);
+        else {
+            fprintf(stderr, "usage: %s [--reps R] [--rows B*T] [--square S]\n", argv[0]);
+            return 2;
+        }
+    }
+    if (reps < 1 || rows < 1 || sq < 1) {
+        fprintf(stderr, "bench_gemm: --reps, --rows and --square must be positive\n");
+        return 2;
+    }
+    if (fsdp_kernels_init() != FSDP_OK) {
+        fprintf(stderr, "bench_gemm: %s\n", fsdp_last_error());
+        return 1;
+    }
+    printf("# oneDNN ISA: %s; OpenMP threads: %d\n", fsdp_kernels_isa_name(), omp_get_max_threads());
+    printf("# f32 GEMM: path %s, impl %s\n", fsdp_gemm_path_name(fsdp_gemm_path_for(FSDP_F32)),
+           fsdp_gemm_impl_name(FSDP_F32));
+    printf("# bf16 GEMM: path %s, impl %s\n", fsdp_gemm_path_name(fsdp_gemm_path_for(FSDP_BF16)),
+           fsdp_gemm_impl_name(FSDP_BF16));
+    printf(
+        "# times in ms (best, median of %d); GFLOP/s from the best; bf16 includes rounding the fp32\n"
+        "# activation operands to bf16; wgrad writes fp32 main_grad (beta0 overwrite, beta1 sum post-op)\n",
+        reps);
+    printf("%-10s %-5s %5s %5s %5s  %-12s %9s %9s %8s\n", "shape", "dtype", "M", "K", "N", "op", "best_ms",
+           "med_ms", "GFLOP/s");
+
+    const op_kind all[] = {OP_FWD, OP_DINP, OP_WGRAD0, OP_WGRAD1};
+    const op_kind fwd[] = {OP_FWD};
+    int rc = 0;
+    for (int d = 0; d < 2 && !rc; d++)
+        rc = bench_shape("square", d ? FSDP_BF16 : FSDP_F32, sq, sq, sq, fwd, 1);
+    /* GPT-2 124M (C = 768, padded vocab 50304): per-layer linears and the tied LM head. */
+    struct {
+        const char *name;
+        int K, N;
+    } gpt[] = {{"qkv", 768, 2304},
+               {"attn.proj", 768, 768},
+               {"mlp.fc", 768, 3072},
+               {"mlp.proj", 3072, 768},
+               {"lm_head", 768, 50304}};
+    for (size_t s = 0; s < sizeof gpt / sizeof gpt[0] && !rc; s++)
+        for (int d = 0; d < 2 && !rc; d++)
+            rc = bench_shape(gpt[s].name, d ? FSDP_BF16 : FSDP_F32, rows, gpt[s].K, gpt[s].N, all, 4);
+    fsdp_kernels_shutdown();
+    return rc;
+}
