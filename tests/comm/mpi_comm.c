@@ -214,7 +214,7 @@ static void test_overlap(fsdp_comm_t *c) {
 }
 
 static void test_einval(fsdp_comm_t *c) {
-    float buf[64];
+    float buf[64] = {0};
     fsdp_comm_req_t *q = NULL;
     /* Identical bad calls on every rank: each fails locally before any communication, so none hangs. */
     CHECK_ERR(fsdp_comm_all_gather(c, NULL, buf, 2, FSDP_F32), FSDP_EINVAL, "NULL");

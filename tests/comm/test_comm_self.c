@@ -78,7 +78,7 @@ static void check_nonblocking(fsdp_comm_t *c) {
 }
 
 static void check_einval(fsdp_comm_t *c) {
-    float buf[2 * N];
+    float buf[2 * N] = {0};
     fsdp_comm_req_t *r = NULL;
     CHECK_ERR(fsdp_comm_all_gather(NULL, buf, buf, 1, FSDP_F32), FSDP_EINVAL, "NULL");
     CHECK_ERR(fsdp_comm_all_gather(c, NULL, buf, 1, FSDP_F32), FSDP_EINVAL, "send is NULL");
