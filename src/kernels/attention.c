@@ -1,6 +1,7 @@
 /* attention.c — causal multi-head self-attention from packed qkv [B,T,3C] to out [B,T,C] in plain C +
  * OpenMP, as llm.c's attention_forward/backward: scores q·k/sqrt(hs), row-max-subtracted softmax
- * (probabilities saved for backward), weighted sum of v; the backward uses the O(T) softmax gradient. */
+ * (probabilities saved for backward), weighted sum of v; the backward uses the O(T) softmax gradient.
+ * Dot products over a head use `omp simd` reductions (a fixed, vectorised summation order). */
 #include "kernels/kernels.h"
 
 #include "core/core.h"
@@ -38,6 +39,7 @@ fsdp_status fsdp_attention_forward(float *out, float *preatt, float *att, const 
                 for (int t2 = 0; t2 <= t; t2++) {
                     const float *k = qkv + ((size_t)b * T + t2) * C3 + C + (size_t)h * hs;
                     float s = 0.0f;
+#pragma omp simd reduction(+ : s)
                     for (int i = 0; i < hs; i++)
                         s += q[i] * k[i];
                     s *= scale;
@@ -104,10 +106,11 @@ fsdp_status fsdp_attention_backward(float *dqkv, const float *dout, const float 
                 for (int t2 = 0; t2 <= t; t2++) {
                     const float *v = qkv + ((size_t)b * T + t2) * C3 + 2 * (size_t)C + (size_t)h * hs;
                     float *dv = dqkv + ((size_t)b * T + t2) * C3 + 2 * (size_t)C + (size_t)h * hs;
-                    float s = 0.0f;
+                    float s = 0.0f, w = a[t2];
+#pragma omp simd reduction(+ : s)
                     for (int i = 0; i < hs; i++) {
                         s += d[i] * v[i];
-                        dv[i] += a[t2] * d[i];
+                        dv[i] += w * d[i];
                     }
                     dp[t2] = s;
                     dsum += (double)a[t2] * s;

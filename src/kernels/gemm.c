@@ -27,7 +27,8 @@ typedef struct gemm_entry {
     struct gemm_entry *next;
 } gemm_entry;
 
-/* Scratch slots, grow-only, freed at shutdown. */
+/* Workspace slots (category other), grow-only, kept until fsdp_kernels_shutdown: bf16 copies of the
+ * activation operands, f32 copies on the fallback path, oneDNN's scratchpad. */
 enum { SLOT_A = 0, SLOT_B, SLOT_A32, SLOT_B32, SLOT_BIAS32, SLOT_PAD, NSLOT };
 
 static struct {
@@ -120,7 +121,7 @@ static fsdp_status slot_get(int s, size_t bytes, void **out) {
         fsdp_mem_free(G.slot[s]);
         G.slot[s] = NULL;
         G.slot_bytes[s] = 0;
-        FSDP_TRY(fsdp_mem_alloc(&G.slot[s], bytes, FSDP_MEM_ACTIVATION));
+        FSDP_TRY(fsdp_mem_alloc(&G.slot[s], bytes, FSDP_MEM_OTHER));
         G.slot_bytes[s] = bytes;
     }
     *out = G.slot[s];

@@ -16,8 +16,15 @@
  *   everything is fp32.
  * - Non-positive dims, NULL required pointers, out-of-range token ids -> FSDP_EINVAL with a message;
  *   nothing is written on a validation failure. Scratch goes through fsdp_mem_alloc.
- * - One caller thread at a time (calls are serialised internally by a mutex); parallelism is inside
- *   each kernel (OpenMP and oneDNN's own threads).
+ * - Memory: the GEMMs keep a grow-only workspace (category FSDP_MEM_OTHER) until
+ *   fsdp_kernels_shutdown: in mixed mode bf16 copies of the activation operands (largest M*K + M*N
+ *   elements of 2 bytes; the LM head's dlogits copy dominates: B*T*Vp*2 bytes) plus oneDNN's
+ *   scratchpad (f32 copies of both operands too on the bf16-via-f32 path). Element-wise kernels
+ *   allocate only small per-call buffers (C or T floats per thread) and free them before returning.
+ * - GEMM calls are serialised by a mutex (one engine, stream, cache and workspace per process);
+ *   the element-wise kernels keep no shared state. Parallelism is inside each kernel (OpenMP, and
+ *   oneDNN's own OpenMP threads).
+ * - Results are deterministic for a fixed thread count (no atomics; fixed summation orders).
  */
 #ifndef FSDP_KERNELS_H
 #define FSDP_KERNELS_H

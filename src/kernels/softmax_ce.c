@@ -24,33 +24,48 @@ fsdp_status fsdp_softmax_crossentropy(float *losses, float *mean_loss, float *dl
         if (targets[n] < 0 || targets[n] >= V)
             return FSDP_ERR(FSDP_EINVAL, "target %d at position %d is outside the real vocabulary [0, %d)",
                             targets[n], n, V);
-    double total = 0.0;
-#pragma omp parallel for schedule(static) reduction(+ : total)
+    /* Per-row losses in double, summed in row order afterwards: the mean does not depend on how
+     * OpenMP combines partial sums. */
+    double *rowloss = NULL;
+    FSDP_TRY(fsdp_mem_alloc((void **)&rowloss, (size_t)N * sizeof(double), FSDP_MEM_OTHER));
+#pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         const float *x = logits + (size_t)n * Vp;
         float mx = -INFINITY;
         for (int j = 0; j < V; j++)
             if (x[j] > mx) mx = x[j];
-        double sum = 0.0;
-        for (int j = 0; j < V; j++)
-            sum += expf(x[j] - mx);
         int tg = targets[n];
-        double loss = log(sum) - ((double)x[tg] - mx);
-        total += loss;
-        if (losses) losses[n] = (float)loss;
-        if (dlogits) {
-            /* x may alias dlogits: each element is read just before it is overwritten. */
-            float *g = dlogits + (size_t)n * Vp;
-            float inv = (float)(1.0 / sum);
+        float xt = x[tg]; /* read before dlogits (which may alias x) is written */
+        double sum = 0.0;
+        float *g = dlogits ? dlogits + (size_t)n * Vp : NULL;
+        if (g) {
+            /* one expf per element: exp(x - max) parked in g (x[j] is read before g[j] is written) */
             for (int j = 0; j < V; j++) {
-                float p = expf(x[j] - mx) * inv;
-                g[j] = dloss * (p - (j == tg ? 1.0f : 0.0f));
+                float e = expf(x[j] - mx);
+                g[j] = e;
+                sum += e;
             }
+        } else {
+            for (int j = 0; j < V; j++)
+                sum += expf(x[j] - mx);
+        }
+        double loss = log(sum) - ((double)xt - mx);
+        rowloss[n] = loss;
+        if (losses) losses[n] = (float)loss;
+        if (g) {
+            float inv = (float)(1.0 / sum);
+            for (int j = 0; j < V; j++)
+                g[j] = dloss * (g[j] * inv);
+            g[tg] -= dloss;
             for (int j = V; j < Vp; j++)
                 g[j] = 0.0f;
         }
     }
+    double total = 0.0;
+    for (int n = 0; n < N; n++)
+        total += rowloss[n];
     if (mean_loss) *mean_loss = (float)(total / N);
+    fsdp_mem_free(rowloss);
     return FSDP_OK;
 }
 

@@ -6,6 +6,8 @@
 
 #include "kref.h"
 
+#include <omp.h>
+
 static double maxabs(const double *r, size_t n) {
     double m = 0;
     for (size_t i = 0; i < n; i++)
@@ -65,6 +67,17 @@ static void test_encoder(fsdp_dtype pdt) {
             }
         CHECKF(kref_check_bound("dwpe", dwpe, ref, tol, MAXT * C) == 0, "acc %d", acc);
     }
+    /* The thread count changes nothing (channel blocks, tokens summed in order). */
+    float dwte2[V * C], dwpe2[MAXT * C];
+    int nt0 = omp_get_max_threads();
+    for (int nt = 1; nt <= 3; nt += 2) {
+        omp_set_num_threads(nt);
+        memcpy(dwte2, pwte, sizeof dwte2), memcpy(dwpe2, pwpe, sizeof dwpe2);
+        CHECK_OK(fsdp_encoder_backward(dwte2, 1, dwpe2, 1, dout, tok, B, T, C, V, MAXT));
+        CHECKF(memcmp(dwte, dwte2, sizeof dwte) == 0 && memcmp(dwpe, dwpe2, sizeof dwpe) == 0, "%d threads",
+               nt);
+    }
+    omp_set_num_threads(nt0);
     /* A bad token fails before anything is written. */
     tok[7] = V;
     kref_fill_nan(out, B * T * C);
@@ -182,6 +195,14 @@ static void test_layernorm(fsdp_dtype pdt, int N, int C) {
     CHECK_OK(fsdp_layernorm_backward(dx2, 0, NULL, NULL, 0, dout, x, pw_, pdt, mean, rstd, N, C));
     CHECK_OK(fsdp_layernorm_backward(NULL, 0, dw2, NULL, 0, dout, x, NULL, pdt, mean, rstd, N, C));
     CHECK(memcmp(dx, dx2, nc * 4) == 0 && memcmp(dw, dw2, C * 4) == 0);
+    /* The thread count changes nothing (per-row and per-channel-block summation orders are fixed). */
+    int nt0 = omp_get_max_threads();
+    for (int nt = 1; nt <= 3; nt += 2) {
+        omp_set_num_threads(nt);
+        CHECK_OK(fsdp_layernorm_backward(dx2, 0, dw2, NULL, 0, dout, x, pw_, pdt, mean, rstd, N, C));
+        CHECKF(memcmp(dx, dx2, nc * 4) == 0 && memcmp(dw, dw2, C * 4) == 0, "%d threads", nt);
+    }
+    omp_set_num_threads(nt0);
     CHECK_ERR(fsdp_layernorm_forward(out, mean, rstd, x, pw_, pb_, pdt, N, 0), FSDP_EINVAL, "C=0");
     CHECK_ERR(fsdp_layernorm_backward(dx, 0, NULL, NULL, 0, dout, x, pw_, pdt, NULL, rstd, N, C), FSDP_EINVAL,
               "mean");

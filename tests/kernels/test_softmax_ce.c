@@ -5,6 +5,8 @@
 
 #include "kref.h"
 
+#include <omp.h>
+
 enum { N = 6, V = 13, VP = 16 };
 
 /* Double mean loss over the real columns. */
@@ -119,5 +121,15 @@ int main(void) {
     }
     CHECK(kref_check_close("softmax", pr, rd, N * VP, 1e-5, 1e-8) == 0);
     CHECK_ERR(fsdp_softmax_forward(pr, lg, N, V, VP, 0.0f), FSDP_EINVAL, "temperature");
+
+    /* The thread count changes nothing (fixed summation orders). */
+    for (int nt = 1; nt <= 3; nt += 2) {
+        omp_set_num_threads(nt);
+        CHECK_OK(fsdp_softmax_crossentropy(losses0, &mean0, dl0, lg, tg, N, V, VP, 1.0f / N));
+        CHECKF(memcmp(losses, losses0, sizeof losses) == 0 && mean == mean0 &&
+                   memcmp(dl, dl0, sizeof dl) == 0,
+               "%d threads", nt);
+    }
+    CHECK(fsdp_mem_current(FSDP_MEM_OTHER) == 0);
     return TEST_MAIN_END();
 }
