@@ -383,6 +383,7 @@ fsdp_status fsdp_matmul_forward(float *out, const float *inp, const void *weight
     if (!out || !inp || !weight)
         return FSDP_ERR(FSDP_EINVAL, "out, inp and weight must be non-NULL (out=%p inp=%p weight=%p)",
                         (void *)out, (const void *)inp, weight);
+    if ((const float *)out == inp) return FSDP_ERR(FSDP_EINVAL, "out must not alias inp");
     pthread_mutex_lock(&G_lock);
     fsdp_status st = init_locked();
     const void *A = inp;

@@ -190,6 +190,7 @@ int main(void) {
     CHECK_ERR(fsdp_matmul_forward(y, x, w, NULL, FSDP_F32, 2, -1, 2), FSDP_EINVAL, "K=-1");
     CHECK_ERR(fsdp_matmul_forward(y, x, w, NULL, (fsdp_dtype)7, 2, 2, 1), FSDP_EINVAL, "dtype");
     CHECK_ERR(fsdp_matmul_forward(y, x, NULL, NULL, FSDP_F32, 2, 2, 1), FSDP_EINVAL, "weight");
+    CHECK_ERR(fsdp_matmul_forward(x, x, w, NULL, FSDP_F32, 2, 2, 1), FSDP_EINVAL, "alias");
     CHECK_ERR(fsdp_matmul_backward(y, 0, NULL, 0, NULL, 0, y, x, w, FSDP_F32, 2, 2, 1), FSDP_EINVAL, "alias");
     CHECK_ERR(fsdp_matmul_backward(NULL, 0, y, 0, NULL, 0, y, NULL, w, FSDP_F32, 2, 2, 1), FSDP_EINVAL,
               "inp");
