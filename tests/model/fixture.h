@@ -52,7 +52,8 @@ static inline void gpt_fixture_free(gpt_fixture *fx) {
     memset(fx, 0, sizeof *fx);
 }
 
-/* Reads and validates the whole file. On failure *fx is left empty (safe to free). */
+/* Reads and validates the whole file. On failure *fx is left empty (safe to free); messages are formatted
+ * before the blob is freed, since they may name a record inside it. */
 static inline fsdp_status gpt_fixture_load(const char *path, gpt_fixture *fx) {
     memset(fx, 0, sizeof *fx);
     FILE *f = fopen(path, "rb");
@@ -80,16 +81,19 @@ static inline fsdp_status gpt_fixture_load(const char *path, gpt_fixture *fx) {
     int32_t h[64];
     memcpy(h, fx->blob, sizeof h);
     if ((uint32_t)h[0] != GPT_FIXTURE_MAGIC) {
+        fsdp_status fail_ =
+            fsdp_set_error(FSDP_EFORMAT, "fixture %s: bad magic 0x%08x (want 0x%08x): not a GPT-2 fixture",
+                           path, (unsigned)h[0], (unsigned)GPT_FIXTURE_MAGIC);
         gpt_fixture_free(fx);
-        return fsdp_set_error(FSDP_EFORMAT, "fixture %s: bad magic 0x%08x (want 0x%08x): not a GPT-2 fixture",
-                              path, (unsigned)h[0], (unsigned)GPT_FIXTURE_MAGIC);
+        return fail_;
     }
     if (h[1] != GPT_FIXTURE_VERSION || h[2] != GPT_FIXTURE_HEADER_BYTES) {
         int v = h[1], hb = h[2];
+        fsdp_status fail_ = fsdp_set_error(
+            FSDP_EFORMAT, "fixture %s: version %d, header %d bytes (want %d, %d): regenerate it", path, v, hb,
+            GPT_FIXTURE_VERSION, GPT_FIXTURE_HEADER_BYTES);
         gpt_fixture_free(fx);
-        return fsdp_set_error(FSDP_EFORMAT,
-                              "fixture %s: version %d, header %d bytes (want %d, %d): regenerate it", path, v,
-                              hb, GPT_FIXTURE_VERSION, GPT_FIXTURE_HEADER_BYTES);
+        return fail_;
     }
     fx->n_records = h[3];
     fx->L = h[4], fx->C = h[5], fx->NH = h[6], fx->V = h[7], fx->Vp = h[8], fx->T_max = h[9];
@@ -101,21 +105,24 @@ static inline fsdp_status gpt_fixture_load(const char *path, gpt_fixture *fx) {
     if (fx->n_records <= 0 || fx->n_records > 100000 || fx->L <= 0 || fx->C <= 0 || fx->NH <= 0 ||
         fx->C % fx->NH != 0 || fx->V <= 0 || fx->Vp < fx->V || fx->T <= 0 || fx->T > fx->T_max ||
         fx->B <= 0 || fx->steps < 0) {
+        fsdp_status fail_ = fsdp_set_error(FSDP_EFORMAT, "fixture %s: inconsistent config in header", path);
         gpt_fixture_free(fx);
-        return fsdp_set_error(FSDP_EFORMAT, "fixture %s: inconsistent config in header", path);
+        return fail_;
     }
     fx->recs = calloc((size_t)fx->n_records, sizeof *fx->recs);
     if (!fx->recs) {
+        fsdp_status fail_ = fsdp_set_error(FSDP_ENOMEM, "fixture %s: cannot allocate the record table", path);
         gpt_fixture_free(fx);
-        return fsdp_set_error(FSDP_ENOMEM, "fixture %s: cannot allocate the record table", path);
+        return fail_;
     }
     size_t off = GPT_FIXTURE_HEADER_BYTES;
     for (int i = 0; i < fx->n_records; i++) {
         gpt_fixture_record *r = &fx->recs[i];
         if (size - off < GPT_FIXTURE_REC_HEADER_BYTES) {
+            fsdp_status fail_ = fsdp_set_error(
+                FSDP_EFORMAT, "fixture %s: truncated at record %d header (offset %zu)", path, i, off);
             gpt_fixture_free(fx);
-            return fsdp_set_error(FSDP_EFORMAT, "fixture %s: truncated at record %d header (offset %zu)",
-                                  path, i, off);
+            return fail_;
         }
         const unsigned char *p = fx->blob + off;
         int32_t ri[6];
@@ -135,30 +142,35 @@ static inline fsdp_status gpt_fixture_load(const char *path, gpt_fixture *fx) {
                 numel *= (size_t)r->shape[d];
         }
         if (!ok || nbytes != numel * es) {
+            fsdp_status fail_ =
+                fsdp_set_error(FSDP_EFORMAT, "fixture %s: record %d: bad dtype, shape or size", path, i);
             gpt_fixture_free(fx);
-            return fsdp_set_error(FSDP_EFORMAT, "fixture %s: record %d: bad dtype, shape or size", path, i);
+            return fail_;
         }
         off += GPT_FIXTURE_REC_HEADER_BYTES;
         if (size - off < nbytes) {
+            fsdp_status fail_ = fsdp_set_error(
+                FSDP_EFORMAT, "fixture %s: record %d (%s) needs %llu bytes, %zu left: truncated", path, i,
+                r->name, (unsigned long long)nbytes, size - off);
             gpt_fixture_free(fx);
-            return fsdp_set_error(FSDP_EFORMAT,
-                                  "fixture %s: record %d (%s) needs %llu bytes, %zu left: truncated", path, i,
-                                  r->name, (unsigned long long)nbytes, size - off);
+            return fail_;
         }
         r->numel = numel;
         r->data = fx->blob + off;
         off += nbytes;
     }
     if (off != size) {
+        fsdp_status fail_ = fsdp_set_error(
+            FSDP_EFORMAT, "fixture %s: %zu trailing bytes after the last record", path, size - off);
         gpt_fixture_free(fx);
-        return fsdp_set_error(FSDP_EFORMAT, "fixture %s: %zu trailing bytes after the last record", path,
-                              size - off);
+        return fail_;
     }
     return FSDP_OK;
 io_fail:
     if (f) fclose(f);
+    fsdp_status fail_ = fsdp_set_error(FSDP_EIO, "fixture %s: read failed", path);
     gpt_fixture_free(fx);
-    return fsdp_set_error(FSDP_EIO, "fixture %s: read failed", path);
+    return fail_;
 }
 
 /* Record `name`; FSDP_EINVAL if absent or if its dtype (dtype < 0: any) or element count (numel 0:

@@ -1,0 +1,191 @@
+/* bench_train_step.c — times one GPT-2 training step (forward, backward with the main_grad reduction,
+ * grad clipping, AdamW) at world size 1 in fp32 and mixed precision, and compares the GEMM work per
+ * second with the machine's bf16 GEMM peak measured in the same run by a large oneDNN GEMM.
+ * Usage: bench_train_step [--steps N] [--modes fp32,mixed] [--L 12 --C 768 --NH 12 --V 50257 --T 64
+ *        --B 4] [--recompute] [--square S]   (defaults: GPT-2 124M shape, 3 timed steps, S 2048) */
+#include "kernels/kernels.h"
+#include "model/gpt.h"
+
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* GFLOP/s of an S x S x S bf16 GEMM through the kernels layer (best of 5 after a warm-up; includes
+ * rounding the fp32 activation operand to bf16, O(S^2) against O(S^3) work). */
+static double bf16_peak_gflops(int S) {
+    float *X = NULL, *Y = NULL;
+    fsdp_bf16 *W = NULL;
+    double best = 1e30;
+    size_t n = (size_t)S * S;
+    if (fsdp_mem_alloc((void **)&X, n * 4, FSDP_MEM_OTHER) ||
+        fsdp_mem_alloc((void **)&Y, n * 4, FSDP_MEM_OTHER) ||
+        fsdp_mem_alloc((void **)&W, n * 2, FSDP_MEM_OTHER))
+        goto done;
+    for (size_t i = 0; i < n; i++) {
+        X[i] = (float)((i * 2654435761u) % 1000) / 1000.0f - 0.5f;
+        W[i] = fsdp_f32_to_bf16((float)((i * 69069u) % 991) / 991.0f - 0.5f);
+    }
+    for (int r = -1; r < 5; r++) {
+        double t0 = fsdp_time_s();
+        if (fsdp_matmul_forward(Y, X, W, NULL, FSDP_BF16, S, S, S) != FSDP_OK) {
+            best = 1e30;
+            goto done;
+        }
+        double t = fsdp_time_s() - t0;
+        if (r >= 0 && t < best) best = t;
+    }
+done:
+    fsdp_mem_free(W);
+    fsdp_mem_free(Y);
+    fsdp_mem_free(X);
+    return best < 1e30 ? 2.0 * S * S * (double)S / best / 1e9 : 0.0;
+}
+
+typedef struct {
+    double step, fwd, bwd, opt; /* best-step seconds and its phases */
+    double mean;
+    float loss0, loss_last;
+} timing;
+
+static int run_mode(fsdp_dtype dt, const gpt_config *gc, int B, int T, int steps, timing *out) {
+    fsdp_comm_t *comm = NULL;
+    fsdp_engine_t *e = NULL;
+    gpt_model_t *m = NULL;
+    int *tok = NULL, *tgt = NULL, rc = 1;
+    fsdp_comm_config cc = fsdp_comm_config_default();
+    cc.backend = FSDP_COMM_SELF;
+    fsdp_engine_config ec = fsdp_engine_config_default();
+    ec.compute_dtype = dt;
+    fsdp_adamw_config oc = fsdp_adamw_config_default();
+    if (fsdp_comm_init(&comm, &cc, NULL, NULL) || fsdp_engine_init(&e, comm, &ec) || gpt_init(&m, e, gc) ||
+        fsdp_engine_init_params(e))
+        goto done;
+    tok = malloc((size_t)B * T * sizeof(int));
+    tgt = malloc((size_t)B * T * sizeof(int));
+    if (!tok || !tgt) goto done;
+    for (int i = 0; i < B * T; i++) { /* a deterministic token stream */
+        tok[i] = (int)(((unsigned)i * 2654435761u) % (unsigned)gc->vocab_size);
+        tgt[i] = (int)(((unsigned)(i + 1) * 2654435761u) % (unsigned)gc->vocab_size);
+    }
+    fsdp_mem_reset_peaks();
+    memset(out, 0, sizeof *out);
+    out->step = 1e30;
+    double total = 0;
+    for (int s = -1; s < steps; s++) { /* step -1: warm-up (allocations, oneDNN primitives) */
+        float loss, norm;
+        double t0 = fsdp_time_s();
+        if (fsdp_engine_begin_step(e, 1) || fsdp_engine_begin_micro(e, 0) ||
+            gpt_forward(m, tok, tgt, B, T, &loss))
+            goto done;
+        double t1 = fsdp_time_s();
+        if (gpt_backward(m, 1.0f)) goto done;
+        double t2 = fsdp_time_s();
+        if (fsdp_engine_clip_grad_norm(e, 1.0f, &norm) || fsdp_engine_adamw_step(e, &oc)) goto done;
+        double t3 = fsdp_time_s();
+        if (s == -1) out->loss0 = loss;
+        out->loss_last = loss;
+        if (s < 0) continue;
+        total += t3 - t0;
+        if (t3 - t0 < out->step)
+            out->step = t3 - t0, out->fwd = t1 - t0, out->bwd = t2 - t1, out->opt = t3 - t2;
+    }
+    out->mean = total / steps;
+    printf("  memory peaks (MiB):");
+    for (int c = 0; c < FSDP_MEM_NCAT; c++)
+        if (fsdp_mem_peak((fsdp_mem_cat)c))
+            printf(" %s %.0f", fsdp_mem_cat_name((fsdp_mem_cat)c),
+                   fsdp_mem_peak((fsdp_mem_cat)c) / 1048576.0);
+    printf("; total %.0f\n", fsdp_mem_total_peak() / 1048576.0);
+    rc = 0;
+done:
+    if (rc) fprintf(stderr, "bench_train_step: %s: %s\n", fsdp_dtype_name(dt), fsdp_last_error());
+    free(tgt);
+    free(tok);
+    gpt_free(m);
+    fsdp_engine_free(e);
+    fsdp_comm_free(comm);
+    return rc;
+}
+
+int main(int argc, char **argv) {
+    gpt_config gc = gpt_config_default();
+    int B = 4, T = 64, steps = 3, square = 2048;
+    const char *modes = "fp32,mixed";
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int has = i + 1 < argc;
+        if (!strcmp(a, "--recompute"))
+            gc.recompute = 1;
+        else if (has && !strcmp(a, "--steps"))
+            steps = atoi(argv[++i]);
+        else if (has && !strcmp(a, "--modes"))
+            modes = argv[++i];
+        else if (has && !strcmp(a, "--L"))
+            gc.n_layer = atoi(argv[++i]);
+        else if (has && !strcmp(a, "--C"))
+            gc.n_embd = atoi(argv[++i]);
+        else if (has && !strcmp(a, "--NH"))
+            gc.n_head = atoi(argv[++i]);
+        else if (has && !strcmp(a, "--V"))
+            gc.vocab_size = atoi(argv[++i]), gc.padded_vocab_size = 0;
+        else if (has && !strcmp(a, "--T"))
+            T = atoi(argv[++i]);
+        else if (has && !strcmp(a, "--B"))
+            B = atoi(argv[++i]);
+        else if (has && !strcmp(a, "--square"))
+            square = atoi(argv[++i]);
+        else {
+            fprintf(stderr,
+                    "usage: %s [--steps N] [--modes fp32,mixed] [--L n --C n --NH n --V n --T n --B n] "
+                    "[--recompute] [--square S]\n",
+                    argv[0]);
+            return 2;
+        }
+    }
+    if (steps < 1 || B < 1 || T < 1 || square < 1 || gpt_config_validate(&gc) != FSDP_OK ||
+        T > gc.max_seq_len) {
+        fprintf(stderr, "bench_train_step: bad arguments: %s (need steps, B, T, square >= 1, T <= %d)\n",
+                fsdp_last_error(), gc.max_seq_len);
+        return 2;
+    }
+    if (fsdp_kernels_init() != FSDP_OK) {
+        fprintf(stderr, "bench_train_step: %s\n", fsdp_last_error());
+        return 1;
+    }
+    const gpt_config *r = &gc;
+    const int Vp = gc.padded_vocab_size ? gc.padded_vocab_size : (gc.vocab_size + 127) / 128 * 128;
+    const double C = r->n_embd, L = r->n_layer, N = (double)B * T;
+    /* GEMM work of one step: forward, input gradient and weight gradient of every linear layer and the
+     * LM head (3 x 2 x rows x weights). Attention's T x T products run in plain C and are not counted. */
+    const double gemm_flop = 3.0 * 2.0 * N * (L * 12.0 * C * C + C * Vp);
+    printf("# GPT-2 L=%d C=%d NH=%d V=%d (Vp %d) T=%d B=%d: %.1fM params, %.1f GFLOP of GEMMs per step%s\n",
+           r->n_layer, r->n_embd, r->n_head, r->vocab_size, Vp, T, B, gpt_num_params(&gc) / 1e6,
+           gemm_flop / 1e9, gc.recompute ? ", recompute on" : "");
+    printf("# oneDNN ISA %s; OpenMP threads %d; bf16 GEMM path %s (%s); f32 %s\n", fsdp_kernels_isa_name(),
+           omp_get_max_threads(), fsdp_gemm_path_name(fsdp_gemm_path_for(FSDP_BF16)),
+           fsdp_gemm_impl_name(FSDP_BF16), fsdp_gemm_impl_name(FSDP_F32));
+    double peak = bf16_peak_gflops(square);
+    printf("# measured bf16 GEMM peak: %.1f GFLOP/s (%d^3 oneDNN GEMM through fsdp_matmul_forward)\n", peak,
+           square);
+    int rc = 0;
+    for (int d = 0; d < 2; d++) {
+        const char *name = d ? "mixed" : "fp32";
+        if (!strstr(modes, name)) continue;
+        timing t;
+        printf("%s:\n", name);
+        if (run_mode(d ? FSDP_BF16 : FSDP_F32, &gc, B, T, steps, &t)) {
+            rc = 1;
+            continue;
+        }
+        double gf = gemm_flop / t.step / 1e9;
+        printf("  step %.0f ms best (fwd %.0f, bwd+reduce %.0f, clip+adamw %.0f), %.0f ms mean of %d; "
+               "%.0f tokens/s best, %.0f mean\n",
+               t.step * 1e3, t.fwd * 1e3, t.bwd * 1e3, t.opt * 1e3, t.mean * 1e3, steps, N / t.step,
+               N / t.mean);
+        printf("  GEMM work %.1f GFLOP/s = %.1f%% of the bf16 peak; loss %.4f -> %.4f\n", gf,
+               peak > 0 ? 100.0 * gf / peak : 0.0, t.loss0, t.loss_last);
+    }
+    fsdp_kernels_shutdown();
+    return rc;
+}
