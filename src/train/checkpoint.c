@@ -261,9 +261,7 @@ fsdp_status fsdp_ckpt_write_manifest(const char *path, int world, const cJSON *c
 
 /* ---------------------------------------------------------------- save protocol */
 
-/* Every rank learns whether any rank failed. A rank that did not fail gets FSDP_EIO saying which
- * rank did (its own message is on that rank). comm NULL: s unchanged. */
-static fsdp_status agree(fsdp_comm_t *comm, fsdp_status s, const char *what) {
+fsdp_status fsdp_ckpt_agree(fsdp_comm_t *comm, fsdp_status s, const char *what) {
     if (!comm || fsdp_comm_size(comm) == 1) return s;
     int world = fsdp_comm_size(comm), rank = fsdp_comm_rank(comm);
     /* MAX of -(rank if failed, else world) = -(lowest failing rank); small integers are exact in f32. */
@@ -308,13 +306,13 @@ fsdp_status fsdp_ckpt_save_parts(fsdp_comm_t *comm, const char *ckpt_dir, const 
                 tmp_made = 1;
         }
     }
-    s = agree(comm, s, "preparing the checkpoint folder");
+    s = fsdp_ckpt_agree(comm, s, "preparing the checkpoint folder");
     if (s != FSDP_OK) goto done;
 
     uint32_t crc = 0;
     uint64_t nbytes = 0;
     s = fsdp_ckpt_write_shard(shard, rank, world, n_units, units, parts, st, &crc, &nbytes);
-    s = agree(comm, s, "writing a shard file");
+    s = fsdp_ckpt_agree(comm, s, "writing a shard file");
     if (s != FSDP_OK) goto done;
     /* Every rank's (crc, bytes) to rank 0 for the manifest: 16 raw bytes per rank, moved as 4 floats. */
     unsigned char mine[16] = {0};
@@ -348,7 +346,7 @@ fsdp_status fsdp_ckpt_save_parts(fsdp_comm_t *comm, const char *ckpt_dir, const 
             s = fsdp_io_write_file_atomic(latest, line, strlen(line));
         }
     }
-    s = agree(comm, s, "committing the checkpoint");
+    s = fsdp_ckpt_agree(comm, s, "committing the checkpoint");
 done:
     if (s != FSDP_OK && rank == 0 && tmp_made) fsdp_rm_tree1(tmp);
     if (s == FSDP_OK && final_dir) {

@@ -104,6 +104,10 @@ fsdp_status fsdp_ckpt_resolve(const char *dir, char **step_dir);
 /* 1 if ckpt_dir has a `latest` pointer. */
 int fsdp_ckpt_has_latest(const char *ckpt_dir);
 
+/* Every rank learns whether any rank failed: a rank that did not fail gets FSDP_EIO naming the
+ * lowest failing rank ("<what> failed on rank r"). comm NULL or world 1: s unchanged. Collective. */
+fsdp_status fsdp_ckpt_agree(fsdp_comm_t *comm, fsdp_status s, const char *what);
+
 /* ---- engine glue (ckpt_engine.c) */
 
 /* Collective: saves every unit's shard of eng (master, AdamW moments) with st. */

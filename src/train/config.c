@@ -90,6 +90,8 @@ static const opt_def opts[] = {
      "tokens of text generated after training (0: none)"},
     {"checkpoint", OPT_STR, F(checkpoint), 0, 0, NULL, C_EXPORT | C_SAMPLE,
      "a step folder, or a checkpoint folder (its `latest`)"},
+    {"logits", OPT_STR, F(logits), 0, 0, NULL, C_EXPORT,
+     "also write the fp32 model's logits on a fixed input to this file (tools/check_export.py)"},
     {"prompt", OPT_STR, F(prompt), 0, 0, NULL, C_TRAIN | C_SAMPLE, "text the sample starts from"},
     {"tokens", OPT_INT, F(tokens), 1, 1 << 20, NULL, C_SAMPLE, "tokens to generate"},
     {"temperature", OPT_DBL, F(temperature), 0, 100, NULL, C_TRAIN | C_SAMPLE,

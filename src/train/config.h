@@ -75,6 +75,7 @@ typedef struct {
 
     /* export, sample */
     const char *checkpoint; /* a step folder, or a checkpoint folder with `latest` */
+    const char *logits;     /* export: also write the fp32 model's logits on a fixed input here */
 } fsdp_train_config;
 
 fsdp_train_config fsdp_train_config_default(void);

@@ -1,0 +1,152 @@
+/* ckpt_engine.c — checkpoints of a live engine: describes its units for the manifest, hands each
+ * rank's fp32 master / AdamW shards to the format layer (checkpoint.c), and loads them back — on any
+ * world size — after checking that the checkpoint is of this very model (units, tensors, shapes). */
+#include "train/checkpoint.h"
+
+#include "core/core.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* Unit descriptions of eng; names point into the engine (valid while it lives). Free with free_desc. */
+static fsdp_status describe(fsdp_engine_t *eng, fsdp_ckpt_unit **out, int *n_out) {
+    int n = fsdp_engine_num_units(eng);
+    fsdp_ckpt_unit *units = calloc((size_t)n + 1, sizeof *units);
+    if (!units) return FSDP_ERR(FSDP_ENOMEM, "no memory for %d unit descriptions", n);
+    for (int u = 0; u < n; u++) {
+        fsdp_unit_t *U = fsdp_engine_unit(eng, u);
+        units[u].name = (char *)fsdp_unit_name(U);
+        units[u].numel = fsdp_unit_numel(U);
+        units[u].padded_numel = fsdp_unit_padded_numel(U);
+        units[u].n_tensors = fsdp_unit_num_tensors(U);
+        units[u].tensors = calloc((size_t)units[u].n_tensors + 1, sizeof(fsdp_ckpt_tensor));
+        if (!units[u].tensors) {
+            for (int k = 0; k < u; k++)
+                free(units[k].tensors);
+            free(units);
+            return FSDP_ERR(FSDP_ENOMEM, "no memory for tensor descriptions");
+        }
+        for (int t = 0; t < units[u].n_tensors; t++) {
+            fsdp_tensor_info ti;
+            fsdp_status s = fsdp_unit_tensor_info(U, t, &ti);
+            if (s != FSDP_OK) {
+                for (int k = 0; k <= u; k++)
+                    free(units[k].tensors);
+                free(units);
+                return s;
+            }
+            fsdp_ckpt_tensor *T = &units[u].tensors[t];
+            T->name = (char *)ti.name;
+            T->ndim = ti.ndim;
+            memcpy(T->shape, ti.shape, sizeof T->shape);
+            T->offset = ti.offset;
+            T->numel = ti.numel;
+            T->alias_of = ti.alias_of;
+        }
+    }
+    *out = units;
+    *n_out = n;
+    return FSDP_OK;
+}
+
+static void free_desc(fsdp_ckpt_unit *units, int n) {
+    for (int u = 0; units && u < n; u++)
+        free(units[u].tensors);
+    free(units);
+}
+
+fsdp_status fsdp_ckpt_save(fsdp_engine_t *eng, const char *ckpt_dir, const struct cJSON *config,
+                           const fsdp_ckpt_state *st, char **final_dir) {
+    fsdp_comm_t *comm = fsdp_engine_comm(eng);
+    int rank = fsdp_comm_rank(comm), world = fsdp_comm_size(comm);
+    fsdp_ckpt_unit *units = NULL;
+    int n = 0;
+    fsdp_status s = describe(eng, &units, &n);
+    fsdp_ckpt_part *parts = s == FSDP_OK ? calloc((size_t)n + 1, sizeof *parts) : NULL;
+    if (s == FSDP_OK && !parts) s = FSDP_ERR(FSDP_ENOMEM, "no memory for %d shard parts", n);
+    for (int u = 0; s == FSDP_OK && u < n; u++) {
+        fsdp_shard_view v;
+        s = fsdp_unit_shard(fsdp_engine_unit(eng, u), &v);
+        if (s != FSDP_OK) break;
+        /* Each rank saves its fsdp_shard_range slice; under NO_SHARD the view is the whole buffer and
+         * the files still split it, so every checkpoint looks sharded and loads on any world size. */
+        size_t off, len;
+        fsdp_shard_range(units[u].padded_numel, rank, world, &off, &len);
+        if (off < v.offset || off + len > v.offset + v.numel) {
+            s = FSDP_ERR(FSDP_EINTERNAL, "unit %s: shard view [%zu, +%zu) lacks range [%zu, +%zu)",
+                         units[u].name, v.offset, v.numel, off, len);
+            break;
+        }
+        parts[u] = (fsdp_ckpt_part){off, len, v.master + (off - v.offset), v.adam_m + (off - v.offset),
+                                    v.adam_v + (off - v.offset)};
+    }
+    /* A failure above is local; agree before the collective save so no rank waits forever. */
+    s = fsdp_ckpt_agree(comm, s, "describing the model for a checkpoint");
+    if (s == FSDP_OK) s = fsdp_ckpt_save_parts(comm, ckpt_dir, config, n, units, parts, st, final_dir);
+    free(parts);
+    free_desc(units, n);
+    return s;
+}
+
+static void shape_str(char *buf, size_t cap, int ndim, const int64_t *shape) {
+    size_t used = (size_t)snprintf(buf, cap, "[");
+    for (int d = 0; d < ndim && used < cap; d++)
+        used += (size_t)snprintf(buf + used, cap - used, "%s%lld", d ? ", " : "", (long long)shape[d]);
+    if (used < cap) snprintf(buf + used, cap - used, "]");
+}
+
+/* First difference between the checkpoint's units and the engine's, as an FSDP_EFORMAT. */
+static fsdp_status compare(fsdp_ckpt_reader *r, const fsdp_ckpt_unit *mine, int n, const char *dir) {
+    const char *hint = "the checkpoint is of another model shape: pass the --layers/--width/--heads/--vocab/"
+                       "--max-seq-len it was trained with";
+    if (fsdp_ckpt_num_units(r) != n)
+        return fsdp_set_error(FSDP_EFORMAT, "%s/manifest.json has %d units, this model %d: %s", dir,
+                              fsdp_ckpt_num_units(r), n, hint);
+    for (int u = 0; u < n; u++) {
+        const fsdp_ckpt_unit *c = fsdp_ckpt_unit_desc(r, u), *m = &mine[u];
+        if (strcmp(c->name, m->name) || c->n_tensors != m->n_tensors || c->numel != m->numel)
+            return fsdp_set_error(
+                FSDP_EFORMAT,
+                "%s/manifest.json: unit %d is %s (%d tensors, %zu elements), this model's is %s "
+                "(%d tensors, %zu elements): %s",
+                dir, u, c->name, c->n_tensors, c->numel, m->name, m->n_tensors, m->numel, hint);
+        for (int t = 0; t < m->n_tensors; t++) {
+            const fsdp_ckpt_tensor *a = &c->tensors[t], *b = &m->tensors[t];
+            int same = !strcmp(a->name, b->name) && a->ndim == b->ndim && a->offset == b->offset &&
+                       a->alias_of == b->alias_of &&
+                       !memcmp(a->shape, b->shape, sizeof(int64_t) * (size_t)a->ndim);
+            if (!same) {
+                char sa[96], sb[96];
+                shape_str(sa, sizeof sa, a->ndim, a->shape);
+                shape_str(sb, sizeof sb, b->ndim, b->shape);
+                return fsdp_set_error(
+                    FSDP_EFORMAT,
+                    "%s/manifest.json: unit %s tensor %d is %s %s at offset %zu, this model's is %s "
+                    "%s at offset %zu: %s",
+                    dir, m->name, t, a->name, sa, a->offset, b->name, sb, b->offset, hint);
+            }
+        }
+    }
+    return FSDP_OK;
+}
+
+fsdp_status fsdp_ckpt_load(fsdp_engine_t *eng, const char *step_dir, fsdp_ckpt_state *st) {
+    fsdp_comm_t *comm = fsdp_engine_comm(eng);
+    fsdp_ckpt_unit *units = NULL;
+    fsdp_ckpt_reader *r = NULL;
+    int n = 0;
+    fsdp_status s = describe(eng, &units, &n);
+    if (s == FSDP_OK) s = fsdp_ckpt_open(&r, step_dir);
+    if (s == FSDP_OK) s = compare(r, units, n, step_dir);
+    for (int u = 0; s == FSDP_OK && u < n; u++) {
+        fsdp_shard_view v;
+        s = fsdp_unit_shard(fsdp_engine_unit(eng, u), &v);
+        if (s == FSDP_OK) s = fsdp_ckpt_read_range(r, u, v.offset, v.numel, v.master, v.adam_m, v.adam_v);
+    }
+    if (s == FSDP_OK) s = fsdp_ckpt_state_get(r, st);
+    s = fsdp_ckpt_agree(comm, s, "loading the checkpoint");
+    if (s == FSDP_OK) fsdp_engine_set_step_count(eng, st->step);
+    fsdp_ckpt_close(r);
+    free_desc(units, n);
+    return s;
+}

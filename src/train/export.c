@@ -1,0 +1,258 @@
+/* export.c — `fsdp-train export`: a checkpoint's full fp32 model as .safetensors with GPT-2's tensor
+ * names (the layout of the public GPT-2 weights: Conv1D weights transposed to [in, out], wte cut to
+ * the real vocabulary, the LM head tied to wte and so not stored), plus a GPT-2 style config.json
+ * beside it. Reads shard files directly, so it needs no engine and no particular world size. */
+#include "train/train.h"
+
+#include "core/core.h"
+#include "model/gpt.h"
+#include "train/checkpoint.h"
+#include "train/io.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* fsdp.c tensor name -> GPT-2 name suffix, and whether the GPT-2 layout is the transpose. */
+typedef struct {
+    const char *ours, *gpt2;
+    int transpose;
+} name_map;
+static const name_map root_map[] = {{"wte", "wte.weight", 0},
+                                    {"wpe", "wpe.weight", 0},
+                                    {"lnf_w", "ln_f.weight", 0},
+                                    {"lnf_b", "ln_f.bias", 0}};
+static const name_map block_map[] = {{"ln1_w", "ln_1.weight", 0},
+                                     {"ln1_b", "ln_1.bias", 0},
+                                     {"qkv_w", "attn.c_attn.weight", 1},
+                                     {"qkv_b", "attn.c_attn.bias", 0},
+                                     {"attproj_w", "attn.c_proj.weight", 1},
+                                     {"attproj_b", "attn.c_proj.bias", 0},
+                                     {"ln2_w", "ln_2.weight", 0},
+                                     {"ln2_b", "ln_2.bias", 0},
+                                     {"fc_w", "mlp.c_fc.weight", 1},
+                                     {"fc_b", "mlp.c_fc.bias", 0},
+                                     {"fcproj_w", "mlp.c_proj.weight", 1},
+                                     {"fcproj_b", "mlp.c_proj.bias", 0}};
+
+typedef struct {
+    char name[96];
+    int unit, tensor, transpose, ndim;
+    int64_t shape[2]; /* exported shape */
+    size_t rows;      /* wte: only the first V rows */
+    uint64_t begin, end;
+} export_tensor;
+
+static fsdp_status plan(fsdp_ckpt_reader *r, int vocab, export_tensor **out, int *n_out) {
+    int cap = 0;
+    for (int u = 0; u < fsdp_ckpt_num_units(r); u++)
+        cap += fsdp_ckpt_unit_desc(r, u)->n_tensors;
+    export_tensor *ts = calloc((size_t)cap + 1, sizeof *ts);
+    if (!ts) return FSDP_ERR(FSDP_ENOMEM, "no memory for %d tensors", cap);
+    int n = 0;
+    uint64_t off = 0;
+    for (int u = 0; u < fsdp_ckpt_num_units(r); u++) {
+        const fsdp_ckpt_unit *U = fsdp_ckpt_unit_desc(r, u);
+        int layer = -1;
+        const name_map *map = root_map;
+        size_t nmap = sizeof root_map / sizeof root_map[0];
+        if (strcmp(U->name, "root") != 0) {
+            char *end = NULL;
+            long l = U->name[0] == 'h' ? strtol(U->name + 1, &end, 10) : -1;
+            if (l < 0 || !end || *end != '\0') {
+                free(ts);
+                return fsdp_set_error(FSDP_EFORMAT, "%s: unit \"%s\" is not a GPT-2 unit (root, h0, h1, ...)",
+                                      fsdp_ckpt_dir(r), U->name);
+            }
+            layer = (int)l;
+            map = block_map;
+            nmap = sizeof block_map / sizeof block_map[0];
+        }
+        for (int t = 0; t < U->n_tensors; t++) {
+            const fsdp_ckpt_tensor *T = &U->tensors[t];
+            if (T->alias_of >= 0) continue; /* the tied LM head: GPT-2 stores it as wte */
+            const name_map *m = NULL;
+            for (size_t k = 0; k < nmap; k++)
+                if (!strcmp(map[k].ours, T->name)) m = &map[k];
+            if (!m || T->ndim > 2) {
+                free(ts);
+                return fsdp_set_error(FSDP_EFORMAT, "%s: tensor %s.%s has no GPT-2 name", fsdp_ckpt_dir(r),
+                                      U->name, T->name);
+            }
+            export_tensor *e = &ts[n++];
+            if (layer >= 0)
+                snprintf(e->name, sizeof e->name, "h.%d.%s", layer, m->gpt2);
+            else
+                snprintf(e->name, sizeof e->name, "%s", m->gpt2);
+            e->unit = u;
+            e->tensor = t;
+            e->transpose = m->transpose && T->ndim == 2;
+            e->ndim = T->ndim;
+            e->rows = (size_t)T->shape[0];
+            if (!strcmp(T->name, "wte") && vocab > 0 && (size_t)vocab < e->rows) e->rows = (size_t)vocab;
+            size_t cols = T->ndim == 2 ? (size_t)T->shape[1] : 1;
+            e->shape[0] = e->transpose ? (int64_t)cols : (int64_t)e->rows;
+            e->shape[1] = e->transpose ? (int64_t)e->rows : (int64_t)cols;
+            e->begin = off;
+            off += 4 * (uint64_t)e->rows * cols;
+            e->end = off;
+        }
+    }
+    *out = ts;
+    *n_out = n;
+    return FSDP_OK;
+}
+
+static char *header_json(const export_tensor *ts, int n, int64_t step) {
+    cJSON *j = cJSON_CreateObject();
+    if (!j) return NULL;
+    cJSON *meta = cJSON_AddObjectToObject(j, "__metadata__");
+    char buf[32];
+    snprintf(buf, sizeof buf, "%lld", (long long)step);
+    cJSON_AddStringToObject(meta, "format", "pt");
+    cJSON_AddStringToObject(meta, "source", "fsdp.c");
+    cJSON_AddStringToObject(meta, "step", buf);
+    for (int i = 0; i < n; i++) {
+        cJSON *t = cJSON_CreateObject();
+        cJSON_AddStringToObject(t, "dtype", "F32");
+        cJSON *sh = cJSON_AddArrayToObject(t, "shape");
+        for (int d = 0; d < ts[i].ndim; d++)
+            cJSON_AddItemToArray(sh, cJSON_CreateNumber((double)ts[i].shape[d]));
+        cJSON *of = cJSON_AddArrayToObject(t, "data_offsets");
+        cJSON_AddItemToArray(of, cJSON_CreateNumber((double)ts[i].begin));
+        cJSON_AddItemToArray(of, cJSON_CreateNumber((double)ts[i].end));
+        cJSON_AddItemToObject(j, ts[i].name, t);
+    }
+    char *s = cJSON_PrintUnformatted(j);
+    cJSON_Delete(j);
+    return s;
+}
+
+static fsdp_status write_config_json(const char *out, const fsdp_train_config *c) {
+    char dir[4096];
+    fsdp_path_dirname(out, dir, sizeof dir);
+    char *path = fsdp_strdupf("%s/config.json", dir);
+    cJSON *j = cJSON_CreateObject();
+    char *text = NULL;
+    fsdp_status s = FSDP_OK;
+    if (!path || !j) {
+        s = FSDP_ERR(FSDP_ENOMEM, "no memory for config.json");
+        goto done;
+    }
+    cJSON_AddStringToObject(j, "model_type", "gpt2");
+    cJSON *arch = cJSON_AddArrayToObject(j, "architectures");
+    cJSON_AddItemToArray(arch, cJSON_CreateString("GPT2LMHeadModel"));
+    cJSON_AddNumberToObject(j, "vocab_size", c->vocab);
+    cJSON_AddNumberToObject(j, "n_positions", c->max_seq_len);
+    cJSON_AddNumberToObject(j, "n_ctx", c->max_seq_len);
+    cJSON_AddNumberToObject(j, "n_embd", c->width);
+    cJSON_AddNumberToObject(j, "n_layer", c->layers);
+    cJSON_AddNumberToObject(j, "n_head", c->heads);
+    cJSON_AddNullToObject(j, "n_inner");
+    cJSON_AddStringToObject(j, "activation_function", "gelu_new");
+    cJSON_AddNumberToObject(j, "layer_norm_epsilon", 1e-5);
+    cJSON_AddTrueToObject(j, "tie_word_embeddings");
+    cJSON_AddNumberToObject(j, "bos_token_id", c->vocab - 1);
+    cJSON_AddNumberToObject(j, "eos_token_id", c->vocab - 1);
+    cJSON_AddNumberToObject(j, "resid_pdrop", 0);
+    cJSON_AddNumberToObject(j, "embd_pdrop", 0);
+    cJSON_AddNumberToObject(j, "attn_pdrop", 0);
+    cJSON_AddStringToObject(j, "tokenizer",
+                            c->vocab == 257 ? "bytes (ids 0..255), 256 = end of text" : "gpt2");
+    text = cJSON_Print(j);
+    if (!text) {
+        s = FSDP_ERR(FSDP_ENOMEM, "no memory for config.json");
+        goto done;
+    }
+    s = fsdp_io_write_file_atomic(path, text, strlen(text));
+done:
+    free(text);
+    cJSON_Delete(j);
+    free(path);
+    return s;
+}
+
+fsdp_status fsdp_export_run(const fsdp_train_config *cfg, FILE *out) {
+    char *step_dir = NULL, *hdr = NULL, *tmp = NULL;
+    fsdp_ckpt_reader *r = NULL;
+    export_tensor *ts = NULL;
+    float *flat = NULL, *buf = NULL;
+    int n = 0, fd = -1;
+    fsdp_train_config c = fsdp_train_config_default();
+    fsdp_ckpt_state st;
+    fsdp_status s = fsdp_ckpt_resolve(cfg->checkpoint, &step_dir);
+    if (s == FSDP_OK) s = fsdp_ckpt_open(&r, step_dir);
+    if (s == FSDP_OK) s = fsdp_train_config_from_json(&c, fsdp_ckpt_config(r), step_dir);
+    if (s == FSDP_OK) s = fsdp_ckpt_state_get(r, &st);
+    if (s == FSDP_OK) s = plan(r, c.vocab, &ts, &n);
+    if (s != FSDP_OK) goto done;
+    hdr = header_json(ts, n, st.step);
+    tmp = fsdp_strdupf("%s.tmp", cfg->out);
+    if (!hdr || !tmp) {
+        s = FSDP_ERR(FSDP_ENOMEM, "no memory for the safetensors header");
+        goto done;
+    }
+    /* safetensors: u64 little-endian header length, JSON header (space-padded to 8 bytes), data. */
+    size_t hlen = strlen(hdr), padded = (hlen + 7) / 8 * 8;
+    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        s = fsdp_set_error(FSDP_EIO, "cannot create %s: %s", tmp, strerror(errno));
+        goto done;
+    }
+    uint64_t hl = padded;
+    s = fsdp_io_write_all(fd, &hl, 8, tmp);
+    if (s == FSDP_OK) s = fsdp_io_write_all(fd, hdr, hlen, tmp);
+    if (s == FSDP_OK && padded > hlen) s = fsdp_io_write_all(fd, "        ", padded - hlen, tmp);
+    for (int i = 0; i < n && s == FSDP_OK; i++) {
+        const fsdp_ckpt_unit *U = fsdp_ckpt_unit_desc(r, ts[i].unit);
+        if (i == 0 || ts[i].unit != ts[i - 1].unit) { /* one unit's flat buffer at a time */
+            fsdp_mem_free(flat);
+            flat = NULL;
+            s = fsdp_mem_alloc((void **)&flat, 4 * (U->numel ? U->numel : 1), FSDP_MEM_OTHER);
+            if (s == FSDP_OK) s = fsdp_ckpt_read_range(r, ts[i].unit, 0, U->numel, flat, NULL, NULL);
+            if (s != FSDP_OK) break;
+        }
+        const fsdp_ckpt_tensor *T = &U->tensors[ts[i].tensor];
+        const float *src = flat + T->offset;
+        size_t rows = ts[i].rows, cols = T->ndim == 2 ? (size_t)T->shape[1] : 1;
+        if (ts[i].transpose) {
+            fsdp_mem_free(buf);
+            buf = NULL;
+            s = fsdp_mem_alloc((void **)&buf, 4 * rows * cols, FSDP_MEM_OTHER);
+            if (s != FSDP_OK) break;
+            for (size_t a = 0; a < rows; a++)
+                for (size_t b = 0; b < cols; b++)
+                    buf[b * rows + a] = src[a * cols + b];
+            src = buf;
+        }
+        s = fsdp_io_write_all(fd, src, 4 * rows * cols, tmp);
+    }
+    if (s == FSDP_OK) {
+        s = fsdp_io_close_sync(fd, tmp);
+        fd = -1;
+    }
+    if (s == FSDP_OK && rename(tmp, cfg->out) != 0)
+        s = fsdp_set_error(FSDP_EIO, "cannot rename %s to %s: %s", tmp, cfg->out, strerror(errno));
+    if (s == FSDP_OK) s = write_config_json(cfg->out, &c);
+    if (s == FSDP_OK && cfg->logits) s = fsdp_train_write_logits(step_dir, cfg->logits);
+    if (s == FSDP_OK && out)
+        fprintf(out,
+                "exported %s (step %lld, %d tensors, %llu bytes of fp32 data) and config.json beside it\n",
+                cfg->out, (long long)st.step, n, (unsigned long long)(n ? ts[n - 1].end : 0));
+done:
+    if (fd >= 0) {
+        close(fd);
+        unlink(tmp);
+    }
+    fsdp_mem_free(buf);
+    fsdp_mem_free(flat);
+    free(tmp);
+    free(hdr);
+    free(ts);
+    fsdp_ckpt_close(r);
+    free(step_dir);
+    return s;
+}

@@ -1,0 +1,596 @@
+/* train.c — the training loop of `fsdp-train` and its sampling command: builds the engine and GPT
+ * from the settings, resumes from a checkpoint or initialises, then runs steps (micro-batches,
+ * clipping, AdamW with warmup + cosine LR), evaluates, writes metrics, shows progress, checkpoints,
+ * and generates a sample. Every rank runs the same code; only rank 0 writes output. */
+#define _GNU_SOURCE
+#include "train/train.h"
+
+#include "core/core.h"
+#include "model/gpt.h"
+#include "train/checkpoint.h"
+#include "train/data.h"
+#include "train/io.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <omp.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* ---------------------------------------------------------------- small pieces */
+
+double fsdp_train_lr(const fsdp_train_config *c, int s) {
+    if (c->warmup > 0 && s <= c->warmup) return c->lr * (double)s / (double)c->warmup;
+    if (c->steps <= c->warmup) return c->lr;
+    double p = (double)(s - c->warmup) / (double)(c->steps - c->warmup);
+    if (p > 1) p = 1;
+    return c->min_lr + 0.5 * (c->lr - c->min_lr) * (1.0 + cos(M_PI * p));
+}
+
+int fsdp_train_threads(const fsdp_train_config *cfg, fsdp_comm_t *comm) {
+    if (cfg->threads > 0) return cfg->threads;
+    int cores = 0;
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0) cores = CPU_COUNT(&set);
+    if (cores <= 0) cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    int local = comm ? fsdp_comm_local_size(comm) : 1;
+    int t = cores / (local > 0 ? local : 1);
+    return t > 0 ? t : 1;
+}
+
+/* xoshiro-style 128-bit state (xorshift128+), seeded through splitmix64: sampling only. */
+static uint64_t splitmix(uint64_t *x) {
+    uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+static void rng_seed(uint64_t s[2], uint64_t seed) {
+    s[0] = splitmix(&seed);
+    s[1] = splitmix(&seed);
+}
+static double rng_uniform(uint64_t s[2]) {
+    uint64_t a = s[0], b = s[1];
+    s[0] = b;
+    a ^= a << 23;
+    s[1] = a ^ b ^ (a >> 17) ^ (b >> 26);
+    return (double)((s[1] + b) >> 11) * (1.0 / 9007199254740992.0);
+}
+
+static void fmt_bytes(char *buf, size_t cap, size_t b) {
+    if (b >= ((size_t)1 << 30))
+        snprintf(buf, cap, "%.2f GiB", (double)b / (1 << 30));
+    else
+        snprintf(buf, cap, "%.1f MiB", (double)b / (1 << 20));
+}
+
+static void fmt_eta(char *buf, size_t cap, double s) {
+    if (s < 0 || !isfinite(s)) s = 0;
+    int t = (int)(s + 0.5);
+    if (t >= 3600)
+        snprintf(buf, cap, "%dh%02dm", t / 3600, t / 60 % 60);
+    else
+        snprintf(buf, cap, "%dm%02ds", t / 60, t % 60);
+}
+
+/* ---------------------------------------------------------------- model set-up */
+
+typedef struct {
+    fsdp_engine_t *eng;
+    gpt_model_t *model;
+} run_model;
+
+static void model_free(run_model *rm) {
+    gpt_free(rm->model);
+    fsdp_engine_free(rm->eng);
+    rm->model = NULL;
+    rm->eng = NULL;
+}
+
+static fsdp_status model_build(const fsdp_train_config *cfg, fsdp_comm_t *comm, run_model *rm) {
+    memset(rm, 0, sizeof *rm);
+    fsdp_engine_config ec = fsdp_engine_config_default();
+    ec.strategy = (fsdp_strategy)cfg->strategy;
+    ec.compute_dtype = cfg->precision == FSDP_PRECISION_MIXED ? FSDP_BF16 : FSDP_F32;
+    ec.reduce_dtype = (fsdp_dtype)cfg->reduce_dtype;
+    ec.main_grad = (fsdp_main_grad_policy)cfg->main_grad;
+    ec.accum = (fsdp_accum_mode)cfg->accum;
+    ec.seed = (uint64_t)cfg->seed;
+    FSDP_TRY(fsdp_engine_init(&rm->eng, comm, &ec));
+    gpt_config gc = gpt_config_default();
+    gc.n_layer = cfg->layers;
+    gc.n_embd = cfg->width;
+    gc.n_head = cfg->heads;
+    gc.vocab_size = cfg->vocab;
+    gc.padded_vocab_size = 0;
+    gc.max_seq_len = cfg->max_seq_len;
+    gc.recompute = cfg->recompute;
+    fsdp_status s = gpt_init(&rm->model, rm->eng, &gc);
+    if (s != FSDP_OK) model_free(rm);
+    return s;
+}
+
+/* Resolves vocab 0 (meta.json's, else GPT-2's) and checks cfg against the world size. */
+static fsdp_status resolve_config(fsdp_train_config *c, int world) {
+    if (c->vocab == 0) {
+        int v = 0;
+        FSDP_TRY(fsdp_data_meta_vocab(c->data, &v));
+        c->vocab = v > 0 ? v : FSDP_GPT2_VOCAB;
+    }
+    return fsdp_train_config_check(c, world);
+}
+
+/* ---------------------------------------------------------------- sampling */
+
+/* Picks a token from logits[0..V) with temperature and top-k; rank 0 decides, every rank learns it. */
+static fsdp_status pick_token(const float *logits, int V, double temperature, int top_k, uint64_t rng[2],
+                              fsdp_comm_t *comm, int *tok) {
+    float chosen = 0;
+    if (!comm || fsdp_comm_rank(comm) == 0) {
+        int best = 0;
+        for (int i = 1; i < V; i++)
+            if (logits[i] > logits[best]) best = i;
+        if (temperature <= 0) {
+            chosen = (float)best;
+        } else {
+            /* threshold = the k-th largest logit (k = V when top_k is 0 or >= V) */
+            float thr = -INFINITY;
+            if (top_k > 0 && top_k < V) {
+                float *tmp = malloc(sizeof(float) * (size_t)V);
+                if (!tmp) return FSDP_ERR(FSDP_ENOMEM, "no memory for top-k");
+                memcpy(tmp, logits, sizeof(float) * (size_t)V);
+                /* partial selection: k passes of max-extraction are fine for the k used here */
+                for (int k = 0; k < top_k; k++) {
+                    int mi = 0;
+                    for (int i = 1; i < V; i++)
+                        if (tmp[i] > tmp[mi]) mi = i;
+                    thr = tmp[mi];
+                    tmp[mi] = -INFINITY;
+                }
+                free(tmp);
+            }
+            double sum = 0, mx = logits[best];
+            for (int i = 0; i < V; i++)
+                if (logits[i] >= thr) sum += exp((logits[i] - mx) / temperature);
+            double u = rng_uniform(rng) * sum, acc = 0;
+            int pick = best;
+            for (int i = 0; i < V; i++) {
+                if (logits[i] < thr) continue;
+                acc += exp((logits[i] - mx) / temperature);
+                if (acc >= u) {
+                    pick = i;
+                    break;
+                }
+            }
+            chosen = (float)pick;
+        }
+    }
+    if (comm && fsdp_comm_size(comm) > 1) FSDP_TRY(fsdp_comm_broadcast(comm, &chosen, 1, FSDP_F32, 0));
+    *tok = (int)chosen;
+    return FSDP_OK;
+}
+
+/* Writes one generated token: bytes as they are (control characters other than newline and tab as
+ * '?'), end-of-text as a separator line; with a BPE vocabulary, the id in brackets. */
+static void put_token(FILE *out, int tok, int vocab) {
+    if (vocab == FSDP_BYTE_VOCAB) {
+        if (tok == FSDP_TOKEN_EOT) {
+            fputs("\n----\n", out);
+        } else {
+            int ch = tok;
+            if ((ch < 32 && ch != '\n' && ch != '\t') || ch == 127) ch = '?';
+            fputc(ch, out);
+        }
+    } else {
+        fprintf(out, "[%d]", tok);
+    }
+    fflush(out);
+}
+
+/* Generates n tokens after prompt (bytes; the byte vocabulary only) with the model on comm. */
+static fsdp_status generate(gpt_model_t *model, const fsdp_train_config *c, fsdp_comm_t *comm,
+                            const char *prompt, int n, uint64_t rng[2], FILE *out) {
+    const gpt_config *gc = gpt_get_config(model);
+    int V = gc->vocab_size, Tmax = gc->max_seq_len, rank0 = !comm || fsdp_comm_rank(comm) == 0;
+    size_t plen = strlen(prompt);
+    if (V != FSDP_BYTE_VOCAB && plen > 0)
+        return fsdp_set_error(FSDP_EINVAL,
+                              "--prompt needs the byte-level vocabulary (%d); this model's is %d (BPE text "
+                              "cannot be tokenised here): leave --prompt empty",
+                              FSDP_BYTE_VOCAB, V);
+    size_t cap = plen + (size_t)n + 1;
+    int *toks = malloc(sizeof(int) * cap);
+    if (!toks) return FSDP_ERR(FSDP_ENOMEM, "no memory for %zu tokens", cap);
+    size_t len = 0;
+    toks[len++] = V == FSDP_BYTE_VOCAB ? FSDP_TOKEN_EOT : FSDP_GPT2_VOCAB - 1;
+    for (size_t i = 0; i < plen; i++)
+        toks[len++] = (unsigned char)prompt[i];
+    if (rank0 && out) fputs(prompt, out);
+    fsdp_status s = FSDP_OK;
+    for (int k = 0; k < n && s == FSDP_OK; k++) {
+        size_t T = len < (size_t)Tmax ? len : (size_t)Tmax;
+        s = gpt_forward(model, toks + (len - T), NULL, 1, (int)T, NULL);
+        const float *logits = NULL;
+        int Vp = 0;
+        if (s == FSDP_OK) s = gpt_logits(model, &logits, NULL, NULL, &Vp);
+        int tok = 0;
+        if (s == FSDP_OK)
+            s = pick_token(logits + (T - 1) * (size_t)Vp, V, c->temperature, c->top_k, rng, comm, &tok);
+        if (s == FSDP_OK) {
+            toks[len++] = tok;
+            if (rank0 && out) put_token(out, tok, V);
+        }
+    }
+    if (rank0 && out) fputc('\n', out);
+    fsdp_status s2 = gpt_end_eval(model);
+    free(toks);
+    return s != FSDP_OK ? s : s2;
+}
+
+/* ---------------------------------------------------------------- evaluation */
+
+/* Mean validation loss over eval_batches global batches from the start of val.bin (all ranks). */
+static fsdp_status evaluate(run_model *rm, fsdp_loader *val, const fsdp_train_config *c, fsdp_comm_t *comm,
+                            int32_t *in, int32_t *tg, float *out) {
+    uint64_t nb = fsdp_loader_num_batches(val);
+    int batches = (uint64_t)c->eval_batches < nb ? c->eval_batches : (int)nb;
+    fsdp_loader_state st0 = {0, 0};
+    FSDP_TRY(fsdp_loader_set_state(val, st0));
+    double sum = 0;
+    int count = 0;
+    for (int k = 0; k < batches; k++) {
+        for (int m = 0; m < val->micro; m++) {
+            float loss;
+            FSDP_TRY(fsdp_loader_micro(val, m, in, tg));
+            FSDP_TRY(gpt_forward(rm->model, in, tg, val->b, val->T, &loss));
+            sum += loss;
+            count++;
+        }
+        fsdp_loader_advance(val);
+    }
+    FSDP_TRY(fsdp_engine_reshard_all(rm->eng));
+    float mean = (float)(sum / (count > 0 ? count : 1)), g = mean;
+    if (fsdp_comm_size(comm) > 1) FSDP_TRY(fsdp_comm_all_reduce(comm, &mean, &g, 1, FSDP_F32, FSDP_AVG));
+    *out = g;
+    return FSDP_OK;
+}
+
+/* ---------------------------------------------------------------- the loop */
+
+fsdp_status fsdp_train_run(const fsdp_train_config *cfg_in, fsdp_comm_t *comm, FILE *out,
+                           fsdp_train_result *res) {
+    fsdp_train_config cfg = *cfg_in;
+    fsdp_train_config *c = &cfg;
+    const int rank = fsdp_comm_rank(comm), world = fsdp_comm_size(comm), rank0 = rank == 0;
+    FILE *o = rank0 ? out : NULL;
+    fsdp_train_result rr = {0, 0, NAN, NAN, 0};
+    run_model rm = {0};
+    fsdp_loader train = {0}, val = {0};
+    train.file.fd = val.file.fd = -1;
+    int have_val = 0;
+    int32_t *in = NULL, *tg = NULL;
+    char *train_path = NULL, *val_path = NULL, *step_dir = NULL, *saved = NULL;
+    FILE *metrics = NULL;
+    cJSON *cj = NULL;
+    fsdp_ckpt_state st = {0, 0, 0, {0, 0}};
+    fsdp_status s = resolve_config(c, world);
+    s = fsdp_ckpt_agree(comm, s, "checking the settings");
+    if (s != FSDP_OK) goto done;
+
+    int threads = fsdp_train_threads(c, comm);
+    omp_set_num_threads(threads);
+    if (o) {
+        fsdp_train_config_print(o, c);
+        fprintf(o, "  world size %d (%s), %d OpenMP thread%s per rank\n", world, fsdp_comm_backend_name(comm),
+                threads, threads == 1 ? "" : "s");
+    }
+    train_path = fsdp_strdupf("%s/train.bin", c->data);
+    val_path = fsdp_strdupf("%s/val.bin", c->data);
+    if (!train_path || !val_path) {
+        s = FSDP_ERR(FSDP_ENOMEM, "no memory for paths");
+        goto done;
+    }
+    s = fsdp_loader_init(&train, train_path, c->vocab, c->batch, c->seq_len, c->micro_batches, rank, world);
+    if (s == FSDP_OK && c->eval_every > 0 && access(val_path, F_OK) == 0) {
+        /* val.bin too small for one batch only turns evaluation off; a corrupt one is an error */
+        fsdp_token_file probe;
+        s = fsdp_tokens_open(&probe, val_path, c->vocab);
+        if (s == FSDP_OK) {
+            int big = probe.ntok >= (uint64_t)c->batch * (uint64_t)c->seq_len + 1;
+            fsdp_tokens_close(&probe);
+            if (big) {
+                s = fsdp_loader_init(&val, val_path, c->vocab, c->batch, c->seq_len, c->micro_batches, rank,
+                                     world);
+                have_val = s == FSDP_OK;
+            } else if (o) {
+                fprintf(o, "note: %s is smaller than one batch: no validation\n", val_path);
+            }
+        }
+    } else if (s == FSDP_OK && c->eval_every > 0 && o) {
+        fprintf(o, "note: no %s: no validation\n", val_path);
+    }
+    s = fsdp_ckpt_agree(comm, s, "opening the data");
+    if (s != FSDP_OK) goto done;
+    if (o)
+        fprintf(o, "data: %s: %llu tokens (%llu batches of %d x %d)%s\n", train_path,
+                (unsigned long long)train.file.ntok, (unsigned long long)fsdp_loader_num_batches(&train),
+                c->batch, c->seq_len, have_val ? ", val.bin for validation" : "");
+
+    size_t bt = (size_t)train.b * (size_t)c->seq_len;
+    s = fsdp_mem_alloc((void **)&in, sizeof(int32_t) * bt, FSDP_MEM_ACTIVATION);
+    if (s == FSDP_OK) s = fsdp_mem_alloc((void **)&tg, sizeof(int32_t) * bt, FSDP_MEM_ACTIVATION);
+    if (s == FSDP_OK) s = model_build(c, comm, &rm);
+    s = fsdp_ckpt_agree(comm, s, "building the model");
+    if (s != FSDP_OK) goto done;
+    if (o) {
+        const gpt_config *gc = gpt_get_config(rm.model);
+        fprintf(
+            o, "model: GPT-2 layout, %d layers, width %d, %d heads, vocab %d (padded %d), %zu parameters\n",
+            gc->n_layer, gc->n_embd, gc->n_head, gc->vocab_size, gc->padded_vocab_size, gpt_num_params(gc));
+    }
+    cj = fsdp_train_config_to_json(c);
+    if (!cj) {
+        s = FSDP_ERR(FSDP_ENOMEM, "no memory for the config record");
+        goto done;
+    }
+
+    /* Resume, or start fresh (never on top of an existing run's checkpoints). */
+    if (c->resume) {
+        s = fsdp_ckpt_resolve(c->checkpoint_dir, &step_dir);
+        if (s == FSDP_OK) s = fsdp_ckpt_load(rm.eng, step_dir, &st);
+        if (s == FSDP_OK) {
+            fsdp_loader_state ls = {st.data_pos, st.data_epoch};
+            s = fsdp_loader_set_state(&train, ls);
+        }
+        s = fsdp_ckpt_agree(comm, s, "resuming");
+        if (s != FSDP_OK) goto done;
+        if (o)
+            fprintf(o, "resumed from %s at step %lld (data position %llu, epoch %llu)\n", step_dir,
+                    (long long)st.step, (unsigned long long)st.data_pos, (unsigned long long)st.data_epoch);
+    } else {
+        if (fsdp_ckpt_has_latest(c->checkpoint_dir))
+            s = fsdp_set_error(
+                FSDP_EINVAL,
+                "%s already holds checkpoints of a run: pass --resume to continue it, or choose "
+                "another --checkpoint-dir (nothing was changed)",
+                c->checkpoint_dir);
+        s = fsdp_ckpt_agree(comm, s, "checking the checkpoint folder");
+        if (s == FSDP_OK) s = fsdp_engine_init_params(rm.eng);
+        if (s != FSDP_OK) goto done;
+        rng_seed(st.rng, (uint64_t)c->seed ^ 0x5A4D504C45ull);
+    }
+    if (rank0 && c->metrics) {
+        metrics = fopen(c->metrics, "a");
+        if (!metrics) s = fsdp_set_error(FSDP_EIO, "cannot open --metrics %s for appending", c->metrics);
+    }
+    s = fsdp_ckpt_agree(comm, s, "opening the metrics file");
+    if (s != FSDP_OK) goto done;
+
+    const int tty = o && isatty(fileno(o));
+    const int first = (int)st.step + 1;
+    const double tokens_per_step = (double)c->batch * (double)c->seq_len;
+    double t_loop = fsdp_time_s(), t_steps = 0;
+    int steps_timed = 0, last_saved = (int)st.step;
+    rr.first_step = first;
+    rr.last_step = first - 1;
+    fsdp_mem_reset_peaks();
+    for (int step = first; step <= c->steps; step++) {
+        double t0 = fsdp_time_s();
+        double lr = fsdp_train_lr(c, step);
+        s = fsdp_engine_begin_step(rm.eng, c->micro_batches);
+        double lsum = 0;
+        for (int m = 0; m < c->micro_batches && s == FSDP_OK; m++) {
+            float loss = 0;
+            s = fsdp_engine_begin_micro(rm.eng, m);
+            if (s == FSDP_OK) s = fsdp_loader_micro(&train, m, in, tg);
+            if (s == FSDP_OK) s = gpt_forward(rm.model, in, tg, train.b, c->seq_len, &loss);
+            if (s == FSDP_OK) s = gpt_backward(rm.model, 1.0f);
+            lsum += loss;
+        }
+        float norm = 0;
+        if (s == FSDP_OK) s = fsdp_engine_clip_grad_norm(rm.eng, (float)c->clip, &norm);
+        fsdp_adamw_config ac = fsdp_adamw_config_default();
+        ac.lr = (float)lr;
+        ac.beta1 = (float)c->beta1;
+        ac.beta2 = (float)c->beta2;
+        ac.eps = (float)c->eps;
+        ac.weight_decay = (float)c->weight_decay;
+        if (s == FSDP_OK) s = fsdp_engine_adamw_step(rm.eng, &ac);
+        float loss = (float)(lsum / c->micro_batches), gloss = loss;
+        if (s == FSDP_OK && world > 1) s = fsdp_comm_all_reduce(comm, &loss, &gloss, 1, FSDP_F32, FSDP_AVG);
+        if (s != FSDP_OK) goto done;
+        fsdp_loader_advance(&train);
+        double dt = fsdp_time_s() - t0;
+        if (step > first || c->steps == first) { /* the first step warms caches: not in the average */
+            t_steps += dt;
+            steps_timed++;
+        }
+        double avg = steps_timed ? t_steps / steps_timed : dt, tps = tokens_per_step / dt;
+        rr.last_step = step;
+        rr.last_loss = gloss;
+        rr.tokens_per_s = steps_timed ? tokens_per_step / avg : tps;
+        if (metrics) {
+            fprintf(
+                metrics,
+                "{\"step\": %d, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, \"tokens_per_s\": %.1f, "
+                "\"step_s\": %.6f, \"peak_mem_bytes\": %zu}\n",
+                step, gloss, lr, norm, tps, dt, fsdp_mem_total_peak());
+            fflush(metrics);
+        }
+        if (o) {
+            char eta[32], peak[32];
+            fmt_eta(eta, sizeof eta, avg * (c->steps - step));
+            fmt_bytes(peak, sizeof peak, fsdp_mem_total_peak());
+            if (tty) {
+                fprintf(o, "\rstep %d/%d | loss %.4f | %.0f tok/s | ETA %s | peak %s   ", step, c->steps,
+                        gloss, rr.tokens_per_s, eta, peak);
+                fflush(o);
+            } else if (step == first || step == c->steps || step % c->log_every == 0) {
+                fprintf(o, "step %d/%d loss %.4f lr %.3e grad_norm %.4f %.0f tok/s ETA %s peak %s\n", step,
+                        c->steps, gloss, lr, norm, rr.tokens_per_s, eta, peak);
+                fflush(o);
+            }
+        }
+        if (have_val && (step % c->eval_every == 0 || step == c->steps)) {
+            float vl;
+            s = evaluate(&rm, &val, c, comm, in, tg, &vl);
+            if (s != FSDP_OK) goto done;
+            rr.last_val_loss = vl;
+            if (o) fprintf(o, "%sstep %d: val loss %.4f\n", tty ? "\n" : "", step, vl);
+            if (metrics) {
+                fprintf(metrics, "{\"step\": %d, \"val_loss\": %.9g}\n", step, vl);
+                fflush(metrics);
+            }
+        }
+        if ((c->checkpoint_every > 0 && step % c->checkpoint_every == 0) || step == c->steps) {
+            fsdp_loader_state ls = fsdp_loader_get_state(&train);
+            st.step = step;
+            st.data_pos = ls.pos;
+            st.data_epoch = ls.epoch;
+            s = fsdp_ckpt_save(rm.eng, c->checkpoint_dir, cj, &st, &saved);
+            if (s != FSDP_OK) goto done;
+            last_saved = step;
+            if (o) fprintf(o, "%ssaved %s\n", tty ? "\n" : "", saved);
+            free(saved);
+            saved = NULL;
+        }
+    }
+    (void)last_saved;
+    if (o && tty) fputc('\n', o);
+    if (o && rr.last_step >= rr.first_step) {
+        char peak[32];
+        fmt_bytes(peak, sizeof peak, fsdp_mem_total_peak());
+        fprintf(o, "done: steps %d..%d in %.1f s, %.0f tokens/s, final loss %.4f, peak memory %s per rank\n",
+                rr.first_step, rr.last_step, fsdp_time_s() - t_loop, rr.tokens_per_s, rr.last_loss, peak);
+    }
+    if (c->sample_tokens > 0) {
+        if (o)
+            fprintf(o, "sample (%d tokens, temperature %g, top-k %d):\n", c->sample_tokens, c->temperature,
+                    c->top_k);
+        s = generate(rm.model, c, comm, c->vocab == FSDP_BYTE_VOCAB ? c->prompt : "", c->sample_tokens,
+                     st.rng, o);
+    }
+done:
+    if (res) *res = rr;
+    if (metrics) fclose(metrics);
+    cJSON_Delete(cj);
+    free(saved);
+    free(step_dir);
+    fsdp_mem_free(tg);
+    fsdp_mem_free(in);
+    model_free(&rm);
+    fsdp_loader_free(&val);
+    fsdp_loader_free(&train);
+    free(val_path);
+    free(train_path);
+    return s;
+}
+
+/* ---------------------------------------------------------------- sample command */
+
+/* Builds the model a checkpoint was saved from (its manifest's config) and loads it on comm. */
+static fsdp_status load_checkpoint_model(const char *dir, fsdp_comm_t *comm, fsdp_train_config *c,
+                                         run_model *rm, fsdp_ckpt_state *st) {
+    char *step_dir = NULL;
+    fsdp_ckpt_reader *r = NULL;
+    fsdp_status s = fsdp_ckpt_resolve(dir, &step_dir);
+    if (s == FSDP_OK) s = fsdp_ckpt_open(&r, step_dir);
+    if (s == FSDP_OK) {
+        char *what = fsdp_strdupf("%s/manifest.json", step_dir);
+        s = fsdp_train_config_from_json(c, fsdp_ckpt_config(r), what ? what : step_dir);
+        free(what);
+    }
+    fsdp_ckpt_close(r);
+    /* Loading needs no particular engine policy: keep the defaults (full shard, f32 reduce). */
+    c->strategy = FSDP_FULL_SHARD;
+    c->main_grad = FSDP_MAIN_GRAD_LAZY;
+    c->accum = FSDP_ACCUM_SHARDED;
+    c->recompute = 0;
+    s = fsdp_ckpt_agree(comm, s, "reading the checkpoint's manifest");
+    if (s == FSDP_OK) s = model_build(c, comm, rm);
+    s = fsdp_ckpt_agree(comm, s, "building the checkpoint's model");
+    if (s == FSDP_OK) s = fsdp_ckpt_load(rm->eng, step_dir, st);
+    free(step_dir);
+    return s;
+}
+
+fsdp_status fsdp_sample_run(const fsdp_train_config *cfg, fsdp_comm_t *comm, FILE *out) {
+    fsdp_train_config c = *cfg;
+    run_model rm = {0};
+    fsdp_ckpt_state st;
+    omp_set_num_threads(fsdp_train_threads(&c, comm));
+    fsdp_status s = load_checkpoint_model(cfg->checkpoint, comm, &c, &rm, &st);
+    if (s == FSDP_OK) {
+        uint64_t rng[2];
+        rng_seed(rng, (uint64_t)cfg->seed);
+        c.temperature = cfg->temperature;
+        c.top_k = cfg->top_k;
+        s = generate(rm.model, &c, comm, cfg->prompt, cfg->tokens, rng,
+                     fsdp_comm_rank(comm) == 0 ? out : NULL);
+    }
+    model_free(&rm);
+    return s;
+}
+
+/* ---------------------------------------------------------------- logits for the export check */
+
+fsdp_status fsdp_train_write_logits(const char *ckpt, const char *path) {
+    fsdp_comm_t *comm = NULL;
+    fsdp_comm_config cc = fsdp_comm_config_default();
+    cc.backend = FSDP_COMM_SELF;
+    FSDP_TRY(fsdp_comm_init(&comm, &cc, NULL, NULL));
+    fsdp_train_config c = fsdp_train_config_default();
+    run_model rm = {0};
+    fsdp_ckpt_state st;
+    int *toks = NULL;
+    FILE *f = NULL;
+    char *sd = NULL;
+    fsdp_status s = fsdp_ckpt_resolve(ckpt, &sd);
+    if (s == FSDP_OK) s = load_checkpoint_model(sd, comm, &c, &rm, &st);
+    /* The reference mode: rebuild in fp32 so the check compares against an fp32 PyTorch forward. */
+    if (s == FSDP_OK && c.precision != FSDP_PRECISION_FP32) {
+        model_free(&rm);
+        c.precision = FSDP_PRECISION_FP32;
+        s = model_build(&c, comm, &rm);
+        if (s == FSDP_OK) s = fsdp_ckpt_load(rm.eng, sd, &st);
+    }
+    free(sd);
+    if (s != FSDP_OK) goto done;
+    const int B = 2, T = c.seq_len < 16 ? c.seq_len : 16, V = c.vocab;
+    toks = malloc(sizeof(int) * (size_t)(B * T));
+    if (!toks) {
+        s = FSDP_ERR(FSDP_ENOMEM, "no memory for tokens");
+        goto done;
+    }
+    for (int i = 0; i < B * T; i++)
+        toks[i] = (int)(((unsigned)i * 2654435761u) % (unsigned)V);
+    s = gpt_forward(rm.model, toks, NULL, B, T, NULL);
+    const float *logits = NULL;
+    int Vp = 0;
+    if (s == FSDP_OK) s = gpt_logits(rm.model, &logits, NULL, NULL, &Vp);
+    if (s != FSDP_OK) goto done;
+    f = fopen(path, "wb");
+    if (!f) {
+        s = fsdp_set_error(FSDP_EIO, "cannot create %s", path);
+        goto done;
+    }
+    int32_t hdr[3] = {B, T, V};
+    fwrite(hdr, 4, 3, f);
+    for (int i = 0; i < B * T; i++) {
+        int32_t t = toks[i];
+        fwrite(&t, 4, 1, f);
+    }
+    for (int i = 0; i < B * T; i++)
+        fwrite(logits + (size_t)i * (size_t)Vp, 4, (size_t)V, f);
+    if (fclose(f) != 0) s = fsdp_set_error(FSDP_EIO, "cannot write %s", path);
+    f = NULL;
+    if (s == FSDP_OK) s = gpt_end_eval(rm.model);
+done:
+    if (f) fclose(f);
+    free(toks);
+    model_free(&rm);
+    fsdp_comm_free(comm);
+    return s;
+}

@@ -1,0 +1,43 @@
+/* train.h — the commands of `fsdp-train` as library calls: train (the loop), sample, export. Each
+ * returns an fsdp_status (the program's main turns it into a message and an exit code). */
+#ifndef FSDP_TRAIN_TRAIN_H
+#define FSDP_TRAIN_TRAIN_H
+
+#include "fsdp.h"
+#include "train/config.h"
+
+#include <stdio.h>
+
+/* Per-run results, for tests and the final summary. */
+typedef struct {
+    int first_step, last_step; /* steps run in this call: first_step..last_step (1-based) */
+    float last_loss, last_val_loss;
+    double tokens_per_s;
+} fsdp_train_result;
+
+/* The whole `train` command on comm (any world size): data, model, optional resume, the loop with
+ * eval, metrics, progress, checkpoints, and the sample at the end. cfg is checked against the world
+ * size. Output (settings, progress, sample) goes to out on rank 0 only. */
+fsdp_status fsdp_train_run(const fsdp_train_config *cfg, fsdp_comm_t *comm, FILE *out,
+                           fsdp_train_result *res);
+
+/* `sample`: text from a checkpoint (any world size saved it; this runs on comm, rank 0 prints). */
+fsdp_status fsdp_sample_run(const fsdp_train_config *cfg, fsdp_comm_t *comm, FILE *out);
+
+/* `export`: cfg->checkpoint -> cfg->out (.safetensors) + config.json beside it. Reads the shard
+ * files directly (no engine, any saving world size), one process. */
+fsdp_status fsdp_export_run(const fsdp_train_config *cfg, FILE *out);
+
+/* For the export check: loads the checkpoint (ckpt: step or checkpoint folder) into an fp32 model in
+ * this process (world 1), runs a fixed input (B 2, T min(16, seq-len), token i = i*2654435761 mod V)
+ * and writes {int32 B, T, V; int32 tokens[B*T]; float logits[B*T][V]} to path. */
+fsdp_status fsdp_train_write_logits(const char *ckpt, const char *path);
+
+/* Learning rate at 1-based step s: linear warmup to lr over `warmup` steps, then cosine decay to
+ * min_lr at step `steps`. */
+double fsdp_train_lr(const fsdp_train_config *cfg, int s);
+
+/* Threads per rank the trainer uses: cfg->threads, or cores / ranks on this node (at least 1). */
+int fsdp_train_threads(const fsdp_train_config *cfg, fsdp_comm_t *comm);
+
+#endif
