@@ -45,6 +45,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -363,6 +364,118 @@ fsdp_status fsdp_unit_gather_tensor(fsdp_unit_t *u, int t, float *out, int root)
 /* Sets tensor t's master values from full fp32 data. root >= 0: only root's `full` is read (it is
  * broadcast); root < 0: every rank passes the same data. Collective. */
 fsdp_status fsdp_unit_load_tensor(fsdp_unit_t *u, int t, const float *full, int root);
+
+/* ---------------------------------------------------------------- plan: predicted memory */
+
+/* Predicts every allocator category's per-rank peak for a set of units, a world size and the engine's
+ * policies WITHOUT allocating anything: the layout is the engine's arithmetic (alignment, padding to a
+ * multiple of world, fsdp_shard_range), and the allocation sequence of one training step is replayed
+ * exactly as unit.c / main_grad.c / the comm backend perform it. For master, optim, grad_shard,
+ * param_full, main_grad and comm the prediction equals fsdp_mem_peak after a step to the byte;
+ * activation and other are the caller's estimates, passed through.
+ *
+ * Use (errors left out):
+ *   fsdp_plan_unit pu[] = {{.name = "root", .specs = root_specs, .n_specs = 5, .cfg = &root_cfg},
+ *                          {.name = "h0", .specs = block_specs, .n_specs = 12}, ...};
+ *   fsdp_plan_config pc = fsdp_plan_config_default();
+ *   pc.world = 4; pc.engine = engine_cfg; pc.activation_bytes = gpt_activation_bytes(&gc, B, T);
+ *   fsdp_plan plan; fsdp_plan_compute(pu, n, &pc, &plan);
+ *   fsdp_plan_print(stdout, &plan, NULL);                 // before the run
+ *   ... run ...
+ *   fsdp_mem_peaks m; fsdp_mem_peaks_local(&m); fsdp_mem_peaks_max(comm, &m);   // collective
+ *   if (rank == 0) { fsdp_plan_print(stdout, &plan, &m); fsdp_plan_write_json("r.json", &plan, &m); }
+ */
+
+/* One unit to plan: the same specs and unit config fsdp_engine_add_unit would get. */
+typedef struct {
+    const char *name;              /* for messages (may be NULL) */
+    const fsdp_tensor_spec *specs; /* (n_specs) */
+    int n_specs;
+    const fsdp_unit_config *cfg;   /* NULL: fsdp_unit_config_default() */
+    size_t param_full_bytes;       /* 0: the engine's unsharded buffer (padded x compute dtype); else the
+                                      bytes this unit's full parameters take (a caller-managed unit) */
+} fsdp_plan_unit;
+
+/* The hook order of one forward + backward (the order the model calls the unit hooks in). */
+typedef enum {
+    FSDP_PLAN_ROOT_WRAPS = 0, /* unit 0 is the root: its pre/post_forward and pre/post_backward enclose
+                                 every other unit's (gpt, PyTorch FSDP); others in order / reverse */
+    FSDP_PLAN_SEQUENTIAL      /* forward units 0..n-1, backward n-1..0, each hook pair back to back */
+} fsdp_plan_schedule;
+
+typedef struct {
+    int version;                 /* = 1 */
+    int world;                   /* ranks, >= 1 (default 1) */
+    fsdp_engine_config engine;   /* strategy, compute/reduce dtype, main_grad policy, accum, align */
+    fsdp_comm_backend backend;   /* staging of the reduction; AUTO: MPI if world > 1, else SELF */
+    int n_micro;                 /* micro-batches per step, >= 1 (default 1) */
+    fsdp_plan_schedule schedule; /* default ROOT_WRAPS */
+    size_t activation_bytes;     /* the model's activation estimate (e.g. gpt_activation_bytes), bytes */
+    size_t other_bytes;          /* anything else the program holds in category other, bytes */
+} fsdp_plan_config;
+
+/* Peak bytes per category and the peak of their sum (not the sum of the peaks). */
+typedef struct {
+    size_t peak[FSDP_MEM_NCAT];
+    size_t total;
+} fsdp_mem_peaks;
+
+typedef struct {
+    fsdp_plan_config cfg;   /* as given, backend resolved */
+    fsdp_mem_peaks predicted; /* per rank; every rank gets the same (shards are equal) */
+    fsdp_mem_peaks no_shard;  /* the same run as plain data parallel (strategy NO_SHARD) */
+    size_t n_params;        /* psi: parameter elements (aliases once; no alignment gaps or padding) */
+    size_t padded_params;   /* sum of the flat buffers' lengths, elements */
+    size_t zero_ref_bytes;  /* ZeRO-3 model states per rank, (2 + 2 + 12) * psi / world, rounded up */
+    int n_units;
+} fsdp_plan;
+
+fsdp_plan_config fsdp_plan_config_default(void);
+/* FSDP_EINVAL (naming the unit and tensor) for specs fsdp_engine_add_unit would refuse. */
+fsdp_status fsdp_plan_compute(const fsdp_plan_unit *units, int n_units, const fsdp_plan_config *cfg,
+                              fsdp_plan *out);
+/* The flat layout of one unit as the engine computes it: *numel as fsdp_unit_numel, *padded as
+ * fsdp_unit_padded_numel (either may be NULL). */
+fsdp_status fsdp_plan_unit_layout(const fsdp_plan_unit *u, size_t align, int world, size_t *numel,
+                                  size_t *padded);
+/* This process's measured peaks (fsdp_mem_peak per category, fsdp_mem_total_peak). */
+void fsdp_mem_peaks_local(fsdp_mem_peaks *out);
+/* Collective: *inout := the element-wise maximum over ranks (exact: sizes travel as raw bits). */
+fsdp_status fsdp_mem_peaks_max(fsdp_comm_t *c, fsdp_mem_peaks *inout);
+/* Table: category, predicted bytes and MiB, plain-data-parallel MiB and, if measured != NULL, measured
+ * bytes and MiB with the difference; then the ZeRO reference. f: an open stream (stdout). */
+fsdp_status fsdp_plan_print(FILE *f, const fsdp_plan *p, const fsdp_mem_peaks *measured);
+/* {"predicted": {"master": bytes, ..., "total": bytes}, "measured": {...} (only if measured != NULL),
+ *  "no_shard": {...}, "zero_ref_bytes": n, "n_params": psi, "world": N, ...} written to path (replaced). */
+fsdp_status fsdp_plan_write_json(const char *path, const fsdp_plan *p, const fsdp_mem_peaks *measured);
+
+/* ---------------------------------------------------------------- trace: Chrome-trace JSON */
+
+/* Records duration events and the allocator's per-category memory over time, and writes them as
+ * Chrome-trace JSON (open in Perfetto or chrome://tracing): pid = rank, one counter track "memory"
+ * with one series per category. Disabled, every call is a cheap no-op. Not for concurrent use from
+ * several threads of one process (the hooks run on the thread that drives the model). */
+
+/* Starts recording (clears earlier events; turns on fsdp_mem_timeline). rank labels the process. */
+fsdp_status fsdp_trace_enable(int rank);
+/* Stops recording; recorded events are kept until the next enable or fsdp_trace_free. */
+void fsdp_trace_disable(void);
+int fsdp_trace_enabled(void);
+/* A duration event on this thread, begin/end nested like a call stack (Chrome "B"/"E"). name and cat
+ * are copied (truncated to 63 and 31 characters). */
+void fsdp_trace_begin(const char *name, const char *cat);
+void fsdp_trace_end(const char *name, const char *cat);
+/* Shard-engine form: name "<phase> <unit>", category = phase ("all-gather", "forward", "backward",
+ * "reduce-scatter", "optimizer"). */
+void fsdp_trace_unit_begin(const char *unit, const char *phase);
+void fsdp_trace_unit_end(const char *unit, const char *phase);
+/* Number of duration events recorded so far. */
+size_t fsdp_trace_num_events(void);
+/* Writes the trace to path. comm != NULL: collective; every rank's events are gathered to rank 0,
+ * which alone writes the file (one file, pid = rank). comm NULL: this process's events only. */
+fsdp_status fsdp_trace_write(const char *path, fsdp_comm_t *comm);
+/* Frees the recorded events (and disables recording). */
+void fsdp_trace_free(void);
 
 #ifdef __cplusplus
 }

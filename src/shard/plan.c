@@ -1,0 +1,544 @@
+/* plan.c — the memory plan: predicts each allocator category's per-rank peak for a set of units, a
+ * world size and the engine's policies, without allocating the model. It computes the engine's flat
+ * layout and replays one training step's allocations in the order unit.c, main_grad.c and the comm
+ * backends perform them; plus the table printer, the exact max-over-ranks and the JSON report. */
+#include "shard/shard.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Internal, from src/core/trace.c (see fsdp_trace_write at the end of this file). */
+fsdp_status core_trace_serialise(char **text, size_t *len);
+fsdp_status core_trace_write_file(const char *path, const char *body, size_t len);
+
+/* ---------------------------------------------------------------- layout (the engine's arithmetic) */
+
+static size_t round_up(size_t x, size_t m) { return (x + m - 1) / m * m; }
+
+/* Mirrors unit_read_specs + unit_layout in unit.c (validation included, so a plan never accepts what
+ * fsdp_engine_add_unit refuses): non-alias tensors in declaration order, each at a multiple of align;
+ * aliases take no space; the total padded to a multiple of world. *psi: non-alias elements. The
+ * agreement with the engine is tested tensor by tensor in tests/shard/mpi_plan.c. */
+static fsdp_status plan_layout(const fsdp_plan_unit *u, int ui, size_t align, int world, size_t *numel,
+                               size_t *padded, size_t *psi) {
+    const char *un = u->name ? u->name : "";
+    if (u->specs == NULL || u->n_specs < 1)
+        return FSDP_ERR(FSDP_EINVAL, "unit %d ('%s'): needs specs and n_specs >= 1 (got %d)", ui, un,
+                        u->n_specs);
+    if (align == 0 || align > 4096)
+        return FSDP_ERR(FSDP_EINVAL, "align must be 1..4096 elements (got %zu), as fsdp_engine_init requires",
+                        align);
+    size_t cur = 0, params = 0;
+    for (int t = 0; t < u->n_specs; t++) {
+        const fsdp_tensor_spec *s = &u->specs[t];
+        if (s->name == NULL || s->name[0] == '\0')
+            return FSDP_ERR(FSDP_EINVAL, "unit '%s': tensor %d has no name", un, t);
+        if (s->ndim < 1 || s->ndim > FSDP_MAX_DIMS)
+            return FSDP_ERR(FSDP_EINVAL, "unit '%s' tensor '%s': ndim %d outside 1..%d", un, s->name, s->ndim,
+                            FSDP_MAX_DIMS);
+        size_t n = 1;
+        for (int d = 0; d < s->ndim; d++) {
+            if (s->shape[d] < 1)
+                return FSDP_ERR(FSDP_EINVAL,
+                                "unit '%s' tensor '%s': shape[%d] = %lld; dimensions must be >= 1", un,
+                                s->name, d, (long long)s->shape[d]);
+            if (!fsdp_mul_ok(n, (size_t)s->shape[d], &n))
+                return FSDP_ERR(FSDP_EINVAL, "unit '%s' tensor '%s': element count overflows", un, s->name);
+        }
+        if (s->alias_of != NULL) {
+            /* An alias of an earlier tensor of this unit ("t" or "<unit>.t") takes no space. */
+            size_t nl = strlen(un);
+            const char *bare = s->alias_of;
+            if (nl > 0 && strncmp(bare, un, nl) == 0 && bare[nl] == '.') bare += nl + 1;
+            int target = -1;
+            for (int k = 0; k < t; k++)
+                if (strcmp(u->specs[k].name, s->alias_of) == 0 || strcmp(u->specs[k].name, bare) == 0)
+                    target = k;
+            if (target < 0)
+                return FSDP_ERR(FSDP_EINVAL,
+                                "unit '%s' tensor '%s': alias_of '%s' names no earlier tensor of this unit "
+                                "(ties across units are refused by the engine too)",
+                                un, s->name, s->alias_of);
+            continue;
+        }
+        size_t off = round_up(cur, align);
+        if (off < cur || off + n < off) return FSDP_ERR(FSDP_EINVAL, "unit '%s': flat size overflows", un);
+        cur = off + n;
+        params += n;
+    }
+    size_t pad = round_up(cur, (size_t)world);
+    if (pad < cur) return FSDP_ERR(FSDP_EINVAL, "unit '%s': flat size overflows", un);
+    if (numel) *numel = cur;
+    if (padded) *padded = pad;
+    if (psi) *psi = params;
+    return FSDP_OK;
+}
+
+fsdp_status fsdp_plan_unit_layout(const fsdp_plan_unit *u, size_t align, int world, size_t *numel,
+                                  size_t *padded) {
+    if (u == NULL) return FSDP_ERR(FSDP_EINVAL, "unit must not be NULL");
+    if (world < 1) return FSDP_ERR(FSDP_EINVAL, "world must be >= 1 (got %d)", world);
+    return plan_layout(u, 0, align, world, numel, padded, NULL);
+}
+
+/* ---------------------------------------------------------------- replaying one step */
+
+/* Per-category current and peak bytes plus the peak of the sum: the allocator's accounting, on paper. */
+typedef struct {
+    size_t cur[FSDP_MEM_NCAT], cur_total;
+    fsdp_mem_peaks pk;
+} sim_mem;
+
+static void sim_add(sim_mem *m, fsdp_mem_cat c, size_t bytes) {
+    m->cur[c] += bytes;
+    m->cur_total += bytes;
+    if (m->cur[c] > m->pk.peak[c]) m->pk.peak[c] = m->cur[c];
+    if (m->cur_total > m->pk.total) m->pk.total = m->cur_total;
+}
+
+static void sim_sub(sim_mem *m, fsdp_mem_cat c, size_t bytes) {
+    m->cur[c] -= bytes;
+    m->cur_total -= bytes;
+}
+
+/* One unit as the engine holds it. */
+typedef struct {
+    size_t padded, shard_len; /* elements */
+    size_t full_bytes;        /* param_full buffer while unsharded */
+    int reshard_after_forward;
+    int full, mg; /* whether the full parameters / main_grad are allocated now */
+} sim_unit;
+
+typedef struct {
+    sim_mem mem;
+    sim_unit *u;
+    int n, world, micro, n_micro;
+    fsdp_strategy strategy;
+    fsdp_dtype reduce;
+    fsdp_main_grad_policy policy;
+    fsdp_accum_mode accum;
+    fsdp_comm_backend backend;
+} sim;
+
+/* unit_unshard: one param_full buffer; the all-gather is in place (no staging). */
+static void sim_unshard(sim *s, sim_unit *u) {
+    if (u->full) return;
+    sim_add(&s->mem, FSDP_MEM_PARAM_FULL, u->full_bytes);
+    u->full = 1;
+}
+
+static void sim_reshard(sim *s, sim_unit *u) {
+    if (!u->full) return;
+    sim_sub(&s->mem, FSDP_MEM_PARAM_FULL, u->full_bytes);
+    u->full = 0;
+}
+
+static void sim_mg_alloc(sim *s, sim_unit *u) {
+    if (u->mg) return;
+    sim_add(&s->mem, FSDP_MEM_MAIN_GRAD, u->padded * sizeof(float));
+    u->mg = 1;
+}
+
+/* Staging the MPI backend allocates (category comm) for the gradient reduction of one unit; comm_mpi.c:
+ * reduce-scatter natively for F32 up to INT_MAX elements per rank, else an all-to-all into
+ * world*count elements; all-reduce natively for F32, for BF16 an all-to-all into world*ceil(len/world)
+ * elements of the first (largest) chunk, len <= INT_MAX - world. The self backend copies nothing. */
+static size_t sim_stage_bytes(const sim *s, const sim_unit *u) {
+    if (s->backend != FSDP_COMM_MPI) return 0;
+    size_t w = (size_t)s->world, es = fsdp_dtype_size(s->reduce);
+    if (s->strategy == FSDP_NO_SHARD) {
+        if (s->reduce == FSDP_F32) return 0;
+        size_t cap = (size_t)INT_MAX - w, len = u->padded < cap ? u->padded : cap;
+        return w * ((len + w - 1) / w) * es;
+    }
+    if (s->reduce == FSDP_F32 && u->shard_len <= (size_t)INT_MAX) return 0;
+    return w * u->shard_len * es;
+}
+
+/* shard_reduce: on the reducing micro-batch, the bf16 wire buffer (padded, comm) and the backend's
+ * staging live together for the collective; then main_grad is freed. */
+static void sim_reduce(sim *s, sim_unit *u) {
+    if (s->accum == FSDP_ACCUM_NO_SYNC && s->micro != s->n_micro - 1) return;
+    size_t wire = s->reduce == FSDP_BF16 ? u->padded * sizeof(fsdp_bf16) : 0;
+    size_t stage = sim_stage_bytes(s, u);
+    sim_add(&s->mem, FSDP_MEM_COMM, wire);
+    sim_add(&s->mem, FSDP_MEM_COMM, stage);
+    sim_sub(&s->mem, FSDP_MEM_COMM, stage);
+    sim_sub(&s->mem, FSDP_MEM_COMM, wire);
+    sim_sub(&s->mem, FSDP_MEM_MAIN_GRAD, u->padded * sizeof(float));
+    u->mg = 0;
+}
+
+/* The hooks, with the allocation behaviour of unit.c (states are not needed: the schedule is valid). */
+static void sim_pre_forward(sim *s, sim_unit *u, int in_backward) {
+    if (in_backward) return; /* recompute: parameters already there, nothing allocated */
+    sim_unshard(s, u);
+    if (s->policy == FSDP_MAIN_GRAD_EAGER) sim_mg_alloc(s, u);
+}
+static void sim_post_forward(sim *s, sim_unit *u) {
+    if (u->reshard_after_forward) sim_reshard(s, u);
+}
+static void sim_pre_backward(sim *s, sim_unit *u) {
+    sim_unshard(s, u);
+    sim_mg_alloc(s, u);
+}
+static void sim_post_backward(sim *s, sim_unit *u) {
+    sim_reduce(s, u);
+    sim_reshard(s, u);
+}
+
+static void sim_step(sim *s, fsdp_plan_schedule sched) {
+    int n = s->n, wrap = sched == FSDP_PLAN_ROOT_WRAPS && n > 1;
+    for (s->micro = 0; s->micro < s->n_micro; s->micro++) {
+        if (wrap) sim_pre_forward(s, &s->u[0], 0);
+        for (int i = wrap; i < n; i++) {
+            sim_pre_forward(s, &s->u[i], 0);
+            sim_post_forward(s, &s->u[i]);
+        }
+        if (wrap) {
+            sim_post_forward(s, &s->u[0]);
+            sim_pre_backward(s, &s->u[0]);
+        }
+        for (int i = n - 1; i >= wrap; i--) {
+            sim_pre_backward(s, &s->u[i]);
+            sim_post_backward(s, &s->u[i]);
+        }
+        if (wrap) sim_post_backward(s, &s->u[0]);
+    }
+}
+
+/* Predicts the peaks of one configuration. layouts: padded elements per unit (computed for cfg->world). */
+static fsdp_status plan_run(const fsdp_plan_unit *units, const size_t *padded, int n,
+                            const fsdp_plan_config *cfg, fsdp_strategy strategy, fsdp_mem_peaks *out) {
+    sim s;
+    memset(&s, 0, sizeof s);
+    s.u = calloc((size_t)n, sizeof *s.u);
+    if (s.u == NULL) return FSDP_ERR(FSDP_ENOMEM, "plan: table of %d units", n);
+    s.n = n;
+    s.world = cfg->world;
+    s.n_micro = cfg->n_micro;
+    s.strategy = strategy;
+    s.reduce = cfg->engine.reduce_dtype;
+    s.policy = cfg->engine.main_grad;
+    s.accum = cfg->engine.accum;
+    s.backend = cfg->backend;
+    size_t esz = fsdp_dtype_size(cfg->engine.compute_dtype);
+    for (int i = 0; i < n; i++) {
+        sim_unit *u = &s.u[i];
+        u->padded = padded[i];
+        if (strategy == FSDP_NO_SHARD) {
+            u->shard_len = u->padded;
+        } else {
+            size_t off;
+            fsdp_shard_range(u->padded, 0, cfg->world, &off, &u->shard_len); /* equal on every rank */
+        }
+        u->full_bytes = units[i].param_full_bytes ? units[i].param_full_bytes : u->padded * esz;
+        int raf = units[i].cfg ? units[i].cfg->reshard_after_forward : -1;
+        u->reshard_after_forward = raf >= 0 ? raf : strategy == FSDP_FULL_SHARD;
+        /* fsdp_engine_add_unit: master, grad_shard, then the two AdamW moments, kept for good. */
+        sim_add(&s.mem, FSDP_MEM_MASTER, u->shard_len * sizeof(float));
+        sim_add(&s.mem, FSDP_MEM_GRAD_SHARD, u->shard_len * sizeof(float));
+        sim_add(&s.mem, FSDP_MEM_OPTIM, 2 * u->shard_len * sizeof(float));
+    }
+    /* The model's activations and the program's other buffers: held across the step. */
+    sim_add(&s.mem, FSDP_MEM_ACTIVATION, cfg->activation_bytes);
+    sim_add(&s.mem, FSDP_MEM_OTHER, cfg->other_bytes);
+    sim_step(&s, cfg->schedule);
+    *out = s.mem.pk;
+    free(s.u);
+    return FSDP_OK;
+}
+
+/* ---------------------------------------------------------------- public entry points */
+
+fsdp_plan_config fsdp_plan_config_default(void) {
+    fsdp_plan_config c;
+    memset(&c, 0, sizeof c);
+    c.version = 1;
+    c.world = 1;
+    c.engine = fsdp_engine_config_default();
+    c.backend = FSDP_COMM_AUTO;
+    c.n_micro = 1;
+    c.schedule = FSDP_PLAN_ROOT_WRAPS;
+    return c;
+}
+
+fsdp_status fsdp_plan_compute(const fsdp_plan_unit *units, int n_units, const fsdp_plan_config *cfg,
+                              fsdp_plan *out) {
+    if (out == NULL) return FSDP_ERR(FSDP_EINVAL, "out must not be NULL");
+    memset(out, 0, sizeof *out);
+    if (units == NULL || n_units < 1 || cfg == NULL)
+        return FSDP_ERR(FSDP_EINVAL, "need units (n_units >= 1, got %d) and a config", n_units);
+    fsdp_plan_config c = *cfg;
+    if (c.version != 1)
+        return FSDP_ERR(FSDP_EINVAL,
+                        "plan config version %d unsupported; start from fsdp_plan_config_default()",
+                        c.version);
+    if (c.world < 1) return FSDP_ERR(FSDP_EINVAL, "world must be >= 1 (got %d)", c.world);
+    if (c.n_micro < 1) return FSDP_ERR(FSDP_EINVAL, "n_micro must be >= 1 (got %d)", c.n_micro);
+    if ((unsigned)c.schedule > FSDP_PLAN_SEQUENTIAL)
+        return FSDP_ERR(FSDP_EINVAL, "unknown schedule %d", (int)c.schedule);
+    const fsdp_engine_config *ec = &c.engine;
+    if (ec->version != 1)
+        return FSDP_ERR(FSDP_EINVAL,
+                        "engine config version %d unsupported; start from fsdp_engine_config_default()",
+                        ec->version);
+    if ((unsigned)ec->strategy > FSDP_NO_SHARD ||
+        (ec->compute_dtype != FSDP_F32 && ec->compute_dtype != FSDP_BF16) ||
+        (ec->reduce_dtype != FSDP_F32 && ec->reduce_dtype != FSDP_BF16) ||
+        (unsigned)ec->main_grad > FSDP_MAIN_GRAD_EAGER || (unsigned)ec->accum > FSDP_ACCUM_NO_SYNC)
+        return FSDP_ERR(
+            FSDP_EINVAL,
+            "engine config: strategy %d, compute dtype %d, reduce dtype %d, main_grad %d or accum %d "
+            "is out of range",
+            (int)ec->strategy, (int)ec->compute_dtype, (int)ec->reduce_dtype, (int)ec->main_grad,
+            (int)ec->accum);
+    if (c.backend == FSDP_COMM_AUTO) c.backend = c.world > 1 ? FSDP_COMM_MPI : FSDP_COMM_SELF;
+    if (c.backend != FSDP_COMM_SELF && c.backend != FSDP_COMM_MPI)
+        return FSDP_ERR(FSDP_EINVAL, "backend %d is not AUTO, SELF or MPI", (int)c.backend);
+    if (c.backend == FSDP_COMM_SELF && c.world != 1)
+        return FSDP_ERR(FSDP_EINVAL, "the self backend has world 1 (got world %d); use FSDP_COMM_MPI",
+                        c.world);
+
+    size_t *padded = calloc((size_t)n_units, sizeof *padded);
+    if (padded == NULL) return FSDP_ERR(FSDP_ENOMEM, "plan: table of %d units", n_units);
+    fsdp_status st = FSDP_OK;
+    size_t psi = 0, padded_sum = 0;
+    for (int i = 0; i < n_units; i++) {
+        const fsdp_plan_unit *u = &units[i];
+        if (u->cfg != NULL && (u->cfg->version != 1 || u->cfg->reshard_after_forward < -1 ||
+                               u->cfg->reshard_after_forward > 1)) {
+            st = FSDP_ERR(FSDP_EINVAL,
+                          "unit %d ('%s'): unit config version %d / reshard_after_forward %d invalid", i,
+                          u->name ? u->name : "", u->cfg->version, u->cfg->reshard_after_forward);
+            goto done;
+        }
+        size_t p = 0;
+        if ((st = plan_layout(u, i, ec->align, c.world, NULL, &padded[i], &p)) != FSDP_OK) goto done;
+        psi += p;
+        padded_sum += padded[i];
+    }
+    if ((st = plan_run(units, padded, n_units, &c, ec->strategy, &out->predicted)) != FSDP_OK) goto done;
+    if ((st = plan_run(units, padded, n_units, &c, FSDP_NO_SHARD, &out->no_shard)) != FSDP_OK) goto done;
+    out->cfg = c;
+    out->n_params = psi;
+    out->padded_params = padded_sum;
+    out->zero_ref_bytes = (16 * psi + (size_t)c.world - 1) / (size_t)c.world;
+    out->n_units = n_units;
+done:
+    free(padded);
+    return st;
+}
+
+/* ---------------------------------------------------------------- measured peaks */
+
+void fsdp_mem_peaks_local(fsdp_mem_peaks *out) {
+    if (out == NULL) return;
+    for (int c = 0; c < FSDP_MEM_NCAT; c++)
+        out->peak[c] = fsdp_mem_peak((fsdp_mem_cat)c);
+    out->total = fsdp_mem_total_peak();
+}
+
+/* Sizes do not fit a float exactly and the communicator reduces only F32/BF16, so every rank's values
+ * are all-gathered as raw 16-bit words (BF16 all-gather moves bits untouched) and maxed locally. */
+#define PEAK_VALS  (FSDP_MEM_NCAT + 1)
+#define PEAK_WORDS (PEAK_VALS * 4)
+fsdp_status fsdp_mem_peaks_max(fsdp_comm_t *c, fsdp_mem_peaks *inout) {
+    if (c == NULL || inout == NULL) return FSDP_ERR(FSDP_EINVAL, "comm and inout must not be NULL");
+    int w = fsdp_comm_size(c);
+    uint16_t mine[PEAK_WORDS];
+    for (int k = 0; k < PEAK_VALS; k++) {
+        uint64_t v = k < FSDP_MEM_NCAT ? inout->peak[k] : inout->total;
+        for (int b = 0; b < 4; b++)
+            mine[k * 4 + b] = (uint16_t)(v >> (16 * b));
+    }
+    uint16_t *all = malloc((size_t)w * sizeof mine);
+    if (all == NULL) return FSDP_ERR(FSDP_ENOMEM, "peaks of %d ranks", w);
+    fsdp_comm_set_label(c, "memory peaks max over ranks");
+    fsdp_status st = fsdp_comm_all_gather(c, mine, all, PEAK_WORDS, FSDP_BF16);
+    if (st == FSDP_OK) {
+        for (int k = 0; k < PEAK_VALS; k++) {
+            uint64_t best = 0;
+            for (int r = 0; r < w; r++) {
+                uint64_t v = 0;
+                for (int b = 0; b < 4; b++)
+                    v |= (uint64_t)all[(size_t)r * PEAK_WORDS + (size_t)k * 4 + (size_t)b] << (16 * b);
+                if (v > best) best = v;
+            }
+            if (k < FSDP_MEM_NCAT)
+                inout->peak[k] = (size_t)best;
+            else
+                inout->total = (size_t)best;
+        }
+    }
+    free(all);
+    return st;
+}
+
+/* ---------------------------------------------------------------- printing and JSON */
+
+static double mib(size_t b) { return (double)b / (1024.0 * 1024.0); }
+
+static const char *strategy_name(fsdp_strategy s) {
+    return s == FSDP_FULL_SHARD ? "FULL_SHARD" : s == FSDP_SHARD_GRAD_OP ? "SHARD_GRAD_OP" : "NO_SHARD";
+}
+
+fsdp_status fsdp_plan_print(FILE *f, const fsdp_plan *p, const fsdp_mem_peaks *measured) {
+    if (f == NULL || p == NULL) return FSDP_ERR(FSDP_EINVAL, "stream and plan must not be NULL");
+    const fsdp_plan_config *c = &p->cfg;
+    fprintf(f,
+            "memory plan: %d units, %zu parameters, world %d, %s, compute %s, reduce %s, main_grad %s, %s, "
+            "%d micro-batch%s, backend %s\n",
+            p->n_units, p->n_params, c->world, strategy_name(c->engine.strategy),
+            fsdp_dtype_name(c->engine.compute_dtype), fsdp_dtype_name(c->engine.reduce_dtype),
+            c->engine.main_grad == FSDP_MAIN_GRAD_EAGER ? "EAGER" : "LAZY",
+            c->engine.accum == FSDP_ACCUM_NO_SYNC ? "ACCUM_NO_SYNC" : "ACCUM_SHARDED", c->n_micro,
+            c->n_micro == 1 ? "" : "es", c->backend == FSDP_COMM_MPI ? "mpi" : "self");
+    fprintf(f, "%-11s %15s %11s", "category", "predicted B", "MiB");
+    if (measured) fprintf(f, " %15s %11s %8s", "measured B", "MiB", "diff");
+    fprintf(f, " %14s\n", "NO_SHARD MiB");
+    for (int k = 0; k <= FSDP_MEM_NCAT; k++) {
+        size_t pv = k < FSDP_MEM_NCAT ? p->predicted.peak[k] : p->predicted.total;
+        size_t ns = k < FSDP_MEM_NCAT ? p->no_shard.peak[k] : p->no_shard.total;
+        fprintf(f, "%-11s %15zu %11.2f", k < FSDP_MEM_NCAT ? fsdp_mem_cat_name((fsdp_mem_cat)k) : "total", pv,
+                mib(pv));
+        if (measured) {
+            size_t mv = k < FSDP_MEM_NCAT ? measured->peak[k] : measured->total;
+            char d[16];
+            if (mv == pv)
+                snprintf(d, sizeof d, "exact");
+            else if (pv == 0)
+                snprintf(d, sizeof d, "n/a");
+            else
+                snprintf(d, sizeof d, "%+.1f%%", 100.0 * ((double)mv - (double)pv) / (double)pv);
+            fprintf(f, " %15zu %11.2f %8s", mv, mib(mv), d);
+        }
+        fprintf(f, " %14.2f\n", mib(ns));
+    }
+    size_t states = p->predicted.peak[FSDP_MEM_MASTER] + p->predicted.peak[FSDP_MEM_OPTIM] +
+                    p->predicted.peak[FSDP_MEM_GRAD_SHARD];
+    fprintf(
+        f,
+        "ZeRO-3 model states (2+2+12)*psi/N = %zu B (%.2f MiB); this plan's master+optim+grad_shard = %zu B "
+        "(%.2f MiB, %.3fx)\n",
+        p->zero_ref_bytes, mib(p->zero_ref_bytes), states, mib(states),
+        p->zero_ref_bytes ? (double)states / (double)p->zero_ref_bytes : 0.0);
+    fprintf(f, "plain data parallel (NO_SHARD) would need %zu B (%.2f MiB) per rank, %.2fx this plan\n",
+            p->no_shard.total, mib(p->no_shard.total),
+            p->predicted.total ? (double)p->no_shard.total / (double)p->predicted.total : 0.0);
+    return FSDP_OK;
+}
+
+static void json_peaks(FILE *f, const char *key, const fsdp_mem_peaks *pk) {
+    fprintf(f, "  \"%s\": {", key);
+    for (int k = 0; k < FSDP_MEM_NCAT; k++)
+        fprintf(f, "\"%s\": %zu, ", fsdp_mem_cat_name((fsdp_mem_cat)k), pk->peak[k]);
+    fprintf(f, "\"total\": %zu},\n", pk->total);
+}
+
+/* Hand-formatted (cJSON is linked only in the train layer): every value is a number or a fixed name,
+ * so nothing needs escaping. */
+fsdp_status fsdp_plan_write_json(const char *path, const fsdp_plan *p, const fsdp_mem_peaks *measured) {
+    if (path == NULL || p == NULL) return FSDP_ERR(FSDP_EINVAL, "path and plan must not be NULL");
+    FILE *f = fopen(path, "w");
+    if (f == NULL)
+        return FSDP_ERR(FSDP_EIO,
+                        "cannot open '%s' for writing: %s; check the directory exists and is writable", path,
+                        strerror(errno));
+    const fsdp_plan_config *c = &p->cfg;
+    fprintf(f, "{\n");
+    json_peaks(f, "predicted", &p->predicted);
+    if (measured) json_peaks(f, "measured", measured);
+    json_peaks(f, "no_shard", &p->no_shard);
+    fprintf(
+        f,
+        "  \"zero_ref_bytes\": %zu,\n  \"n_params\": %zu,\n  \"padded_params\": %zu,\n  \"n_units\": %d,\n"
+        "  \"world\": %d,\n  \"strategy\": \"%s\",\n  \"compute_dtype\": \"%s\",\n  \"reduce_dtype\": "
+        "\"%s\",\n"
+        "  \"main_grad\": \"%s\",\n  \"accum\": \"%s\",\n  \"n_micro\": %d,\n  \"backend\": \"%s\"\n}\n",
+        p->zero_ref_bytes, p->n_params, p->padded_params, p->n_units, c->world,
+        strategy_name(c->engine.strategy), fsdp_dtype_name(c->engine.compute_dtype),
+        fsdp_dtype_name(c->engine.reduce_dtype),
+        c->engine.main_grad == FSDP_MAIN_GRAD_EAGER ? "EAGER" : "LAZY",
+        c->engine.accum == FSDP_ACCUM_NO_SYNC ? "ACCUM_NO_SYNC" : "ACCUM_SHARDED", c->n_micro,
+        c->backend == FSDP_COMM_MPI ? "mpi" : "self");
+    int bad = ferror(f);
+    if (fclose(f) != 0 || bad)
+        return FSDP_ERR(FSDP_EIO, "writing '%s' failed: %s; check free space", path, strerror(errno));
+    return FSDP_OK;
+}
+
+/* ---------------------------------------------------------------- trace: one file for every rank */
+
+/* fsdp_trace_write lives here, not in core/trace.c, because it needs the communicator (core sits
+ * below comm). Lengths travel as four 16-bit words (BF16 all-gather moves raw bits), so any size is
+ * exact; the communicator has no gather, so every rank receives every text and rank 0 writes. The
+ * gather buffers are plain malloc on purpose: writing a trace must not change the memory figures. */
+static void put_u64(uint16_t *w, uint64_t v) {
+    for (int k = 0; k < 4; k++)
+        w[k] = (uint16_t)(v >> (16 * k));
+}
+static uint64_t get_u64(const uint16_t *w) {
+    uint64_t v = 0;
+    for (int k = 0; k < 4; k++)
+        v |= (uint64_t)w[k] << (16 * k);
+    return v;
+}
+
+fsdp_status fsdp_trace_write(const char *path, fsdp_comm_t *comm) {
+    if (path == NULL || path[0] == '\0') return FSDP_ERR(FSDP_EINVAL, "trace path must not be empty");
+    char *text = NULL, *all = NULL, *joined = NULL, *pad = NULL;
+    size_t len = 0;
+    uint16_t *lens = NULL;
+    FSDP_TRY(core_trace_serialise(&text, &len));
+    int world = comm ? fsdp_comm_size(comm) : 1, rank = comm ? fsdp_comm_rank(comm) : 0;
+    fsdp_status st = FSDP_OK;
+    if (world == 1) {
+        st = core_trace_write_file(path, text, len);
+        goto done;
+    }
+    uint16_t mine[4];
+    lens = malloc((size_t)world * sizeof mine);
+    if (lens == NULL) {
+        st = FSDP_ERR(FSDP_ENOMEM, "trace lengths of %d ranks", world);
+        goto done;
+    }
+    put_u64(mine, len);
+    fsdp_comm_set_label(comm, "trace write: lengths");
+    if ((st = fsdp_comm_all_gather(comm, mine, lens, 4, FSDP_BF16)) != FSDP_OK) goto done;
+    size_t longest = 0, sum = 0;
+    for (int r = 0; r < world; r++) {
+        size_t l = (size_t)get_u64(lens + 4 * r);
+        if (l > longest) longest = l;
+        sum += l;
+    }
+    size_t words = longest / 2 + 1, slot = 2 * words; /* >= 1 word, room for an odd length */
+    pad = calloc(1, slot);
+    all = malloc((size_t)world * slot);
+    joined = malloc(sum + 1);
+    if (pad == NULL || all == NULL || joined == NULL) {
+        st = FSDP_ERR(FSDP_ENOMEM, "trace gather buffers: %zu bytes x %d ranks", slot, world);
+        goto done;
+    }
+    if (len) memcpy(pad, text, len);
+    fsdp_comm_set_label(comm, "trace write: events");
+    if ((st = fsdp_comm_all_gather(comm, pad, all, words, FSDP_BF16)) != FSDP_OK) goto done;
+    if (rank == 0) {
+        size_t at = 0;
+        for (int r = 0; r < world; r++) {
+            size_t l = (size_t)get_u64(lens + 4 * r);
+            memcpy(joined + at, all + (size_t)r * slot, l);
+            at += l;
+        }
+        st = core_trace_write_file(path, joined, at);
+    }
+done:
+    free(joined);
+    free(all);
+    free(pad);
+    free(lens);
+    free(text);
+    return st;
+}
