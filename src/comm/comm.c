@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <time.h>
 
 /* ------------------------------------------------------------------------------------------ config */
@@ -229,30 +230,38 @@ static void self_run(fsdp_comm_req_t *r) {
 
 void comm_reduce_blocks(void *dst, const void *src, size_t stride, int world, size_t n, fsdp_dtype t,
                         fsdp_reduce_op op) {
-    /* Tiles keep the fp32 accumulator in L1 while the contributions stream past in rank order. */
-    enum { TILE = 1024 };
+    /* Tiles keep the fp32 accumulator in L1 while the contributions stream past in rank order. The
+     * bulk bf16 helpers are bit-identical to the scalar conversions (one fp32 add per element). */
+    enum { TILE = 2048 };
     float acc[TILE]; /* fp32 partial results of one tile */
+    const float *sf = src;
+    const fsdp_bf16 *sb = src;
     for (size_t i0 = 0; i0 < n; i0 += TILE) {
         size_t m = n - i0 < TILE ? n - i0 : TILE;
-        for (int s = 0; s < world; s++) {
+        /* start from rank 0's value: keeps -0.0 and adds nothing to it */
+        if (t == FSDP_BF16)
+            fsdp_bf16_to_f32_n(acc, sb + i0, m);
+        else
+            memcpy(acc, sf + i0, m * sizeof(float));
+        for (int s = 1; s < world; s++) {
             size_t base = (size_t)s * stride + i0;
-            for (size_t i = 0; i < m; i++) {
-                float v = t == FSDP_BF16 ? fsdp_bf16_to_f32(((const fsdp_bf16 *)src)[base + i])
-                                         : ((const float *)src)[base + i];
-                if (s == 0)
-                    acc[i] = v; /* start from rank 0's value: keeps -0.0 and avoids a 0 + x */
-                else if (op == FSDP_MAX)
+            if (op != FSDP_MAX && t == FSDP_BF16) {
+                fsdp_bf16_add_f32_n(acc, sb + base, m);
+            } else if (op != FSDP_MAX) {
+                for (size_t i = 0; i < m; i++)
+                    acc[i] += sf[base + i];
+            } else {
+                for (size_t i = 0; i < m; i++) { /* a NaN anywhere makes the result NaN */
+                    float v = t == FSDP_BF16 ? fsdp_bf16_to_f32(sb[base + i]) : sf[base + i];
                     acc[i] = (v > acc[i] || v != v) && acc[i] == acc[i] ? v : acc[i];
-                else
-                    acc[i] += v;
+                }
             }
         }
         if (op == FSDP_AVG)
             for (size_t i = 0; i < m; i++)
                 acc[i] /= (float)world;
         if (t == FSDP_BF16)
-            for (size_t i = 0; i < m; i++)
-                ((fsdp_bf16 *)dst)[i0 + i] = fsdp_f32_to_bf16(acc[i]);
+            fsdp_f32_to_bf16_n((fsdp_bf16 *)dst + i0, acc, m);
         else
             memcpy((float *)dst + i0, acc, m * sizeof(float));
     }
@@ -347,13 +356,14 @@ fsdp_status fsdp_comm_test(fsdp_comm_req_t *req, int *done) {
     return FSDP_OK;
 }
 
-/* Polls with a short backoff: a few immediate retries (small collectives finish in microseconds),
- * then sleeps doubling from 1 us to 128 us, which keeps oversubscribed ranks off the cores without
- * adding much latency to large transfers (Open MPI progresses non-blocking collectives in MPI_Test). */
+/* Polls MPI_Test (Open MPI progresses non-blocking collectives only inside MPI calls, so the poll
+ * rate is the progress rate). For the first 50 ms it yields the core between polls — cheap for
+ * oversubscribed ranks and no added latency; a longer wait (a straggler rank) backs off to sleeps
+ * doubling from 1 us to 64 us so an idle rank does not burn a core. */
 fsdp_status fsdp_comm_wait(fsdp_comm_req_t *req) {
     if (req == NULL) return FSDP_ERR(FSDP_EINVAL, "request is NULL");
     long sleep_ns = 0;
-    int polls = 0;
+    double waited0 = fsdp_time_s() - req->t0; /* age of the request when this wait began */
     for (;;) {
         int done = 0;
         fsdp_status s = progress(req, &done);
@@ -364,8 +374,10 @@ fsdp_status fsdp_comm_wait(fsdp_comm_req_t *req) {
         if (done) break;
         double el;
         if (past_deadline(req, &el)) return timed_out(req, el);
-        if (++polls > 16) {
-            sleep_ns = sleep_ns == 0 ? 1000 : (sleep_ns < 128000 ? sleep_ns * 2 : sleep_ns);
+        if (el - waited0 < 0.05) {
+            sched_yield();
+        } else {
+            sleep_ns = sleep_ns == 0 ? 1000 : (sleep_ns < 64000 ? sleep_ns * 2 : sleep_ns);
             struct timespec ts = {0, sleep_ns};
             nanosleep(&ts, NULL);
         }

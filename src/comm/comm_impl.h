@@ -84,8 +84,8 @@ const char *comm_coll_name(comm_coll k);
 int comm_drain_stale(fsdp_comm_t *c, double grace);
 
 /* Reduces world contributions laid out at src + s*stride (elements, dtype t) for s = 0..world-1 into
- * dst[0..n): fp32 accumulation in rank order, AVG divides once, BF16 rounds once at the end. dst may
- * alias a contribution (each element is read before it is written). */
+ * dst[0..n): fp32 accumulation in rank order, AVG divides once, BF16 rounds once at the end; MAX
+ * propagates NaN. dst must not overlap src. */
 void comm_reduce_blocks(void *dst, const void *src, size_t stride, int world, size_t n, fsdp_dtype t,
                         fsdp_reduce_op op);
 
