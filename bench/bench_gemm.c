@@ -1,7 +1,8 @@
 /* bench_gemm.c — measured GEMM throughput of the kernels layer on this machine: f32 and bf16 peak with a
  * large square matmul, the GEMMs of one GPT-2-124M step (B*T rows) for forward, dinp and the fused wgrad
  * into fp32 main_grad with beta 0 and beta 1 (the cost of accumulating), and the oneDNN ISA/impl in use.
- * Usage: bench_gemm [--reps R] [--rows BT] [--square S]   (defaults 5, 256, 2048). Best-of-R timings. */
+ * Usage: bench_gemm [--reps R] [--rows BT] [--square S]   (defaults 5, 256, 2048). Best-of-R timings,
+ * the ops of one shape interleaved. */
 #include "kernels/kernels.h"
 
 #include <omp.h>
@@ -14,34 +15,29 @@ static int reps = 5;
 typedef enum { OP_FWD = 0, OP_DINP, OP_WGRAD0, OP_WGRAD1 } op_kind;
 static const char *op_name[] = {"fwd Y=XW^T", "dinp dX=dYW", "wgrad beta0", "wgrad beta1"};
 
-/* Best and median seconds of `reps` runs of one op (after one warm-up run that creates the primitive). */
-static int time_op(op_kind op, fsdp_dtype pdt, int M, int K, int N, float *X, float *Y, void *W, float *G,
-                   double *best, double *med) {
-    double t[64];
-    int r = reps < 64 ? reps : 64;
-    for (int i = -1; i < r; i++) {
-        double t0 = fsdp_time_s();
-        fsdp_status s;
-        switch (op) {
-        case OP_FWD: s = fsdp_matmul_forward(Y, X, W, NULL, pdt, M, K, N); break;
-        case OP_DINP: s = fsdp_matmul_backward(X, 0, NULL, 0, NULL, 0, Y, NULL, W, pdt, M, K, N); break;
-        case OP_WGRAD0: s = fsdp_matmul_backward(NULL, 0, G, 0, NULL, 0, Y, X, NULL, pdt, M, K, N); break;
-        default: s = fsdp_matmul_backward(NULL, 0, G, 1, NULL, 0, Y, X, NULL, pdt, M, K, N); break;
-        }
-        if (s != FSDP_OK) {
-            fprintf(stderr, "bench_gemm: %s failed: %s\n", op_name[op], fsdp_last_error());
-            return 1;
-        }
-        if (i >= 0) t[i] = fsdp_time_s() - t0;
+/* Seconds of one run of `op`; -1 on failure (message printed). */
+static double run_op(op_kind op, fsdp_dtype pdt, int M, int K, int N, float *X, float *Y, void *W, float *G) {
+    double t0 = fsdp_time_s();
+    fsdp_status s;
+    switch (op) {
+    case OP_FWD: s = fsdp_matmul_forward(Y, X, W, NULL, pdt, M, K, N); break;
+    case OP_DINP: s = fsdp_matmul_backward(X, 0, NULL, 0, NULL, 0, Y, NULL, W, pdt, M, K, N); break;
+    case OP_WGRAD0: s = fsdp_matmul_backward(NULL, 0, G, 0, NULL, 0, Y, X, NULL, pdt, M, K, N); break;
+    default: s = fsdp_matmul_backward(NULL, 0, G, 1, NULL, 0, Y, X, NULL, pdt, M, K, N); break;
     }
-    for (int i = 1; i < r; i++) /* insertion sort, r is small */
+    if (s != FSDP_OK) {
+        fprintf(stderr, "bench_gemm: %s failed: %s\n", op_name[op], fsdp_last_error());
+        return -1.0;
+    }
+    return fsdp_time_s() - t0;
+}
+
+static void sort_d(double *t, int n) {
+    for (int i = 1; i < n; i++)
         for (int j = i; j > 0 && t[j] < t[j - 1]; j--) {
             double x = t[j];
             t[j] = t[j - 1], t[j - 1] = x;
         }
-    *best = t[0];
-    *med = t[r / 2];
-    return 0;
 }
 
 /* Runs every op for one shape and dtype, printing one row per op. */
@@ -70,9 +66,20 @@ static int bench_shape(const char *label, fsdp_dtype pdt, int M, int K, int N, c
             ((float *)W)[i] = v;
     }
     double gflop = 2.0 * M * K * N / 1e9, best0 = 0;
+    /* One warm-up run per op (primitive creation), then the ops interleaved rep by rep so that load
+     * changes on a shared machine hit every op alike (beta0 vs beta1 in particular). */
+    enum { MAXR = 64 };
+    double t[4][MAXR];
+    int r = reps < MAXR ? reps : MAXR;
+    for (int i = -1; i < r; i++)
+        for (int o = 0; o < nops; o++) {
+            double s = run_op(ops[o], pdt, M, K, N, X, Y, W, G);
+            if (s < 0) goto done;
+            if (i >= 0) t[o][i] = s;
+        }
     for (int o = 0; o < nops; o++) {
-        double best, med;
-        if (time_op(ops[o], pdt, M, K, N, X, Y, W, G, &best, &med)) goto done;
+        sort_d(t[o], r);
+        double best = t[o][0], med = t[o][r / 2];
         if (ops[o] == OP_WGRAD0) best0 = best;
         printf("%-10s %-5s %5d %5d %5d  %-12s %9.3f %9.3f %8.1f", label, fsdp_dtype_name(pdt), M, K, N,
                op_name[ops[o]], best * 1e3, med * 1e3, gflop / best);
