@@ -60,6 +60,9 @@ static const opt_def opts[] = {
     {"clip", OPT_DBL, F(clip), 0, 1e30, NULL, C_TRAIN, "global gradient-norm clip (0: off)"},
     {"steps", OPT_INT, F(steps), 0, 1 << 30, NULL, C_TRAIN,
      "optimizer steps in total (a resumed run counts on)"},
+    {"stop-at", OPT_INT, F(stop_at), 0, 1 << 30, NULL, C_TRAIN,
+     "end this run after this step and checkpoint it (0: run to --steps); the LR schedule still spans "
+     "--steps"},
     {"eval-every", OPT_INT, F(eval_every), 0, 1 << 30, NULL, C_TRAIN,
      "validation loss every N steps (0: off)"},
     {"eval-batches", OPT_INT, F(eval_batches), 1, 1 << 20, NULL, C_TRAIN, "global batches per validation"},

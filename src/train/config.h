@@ -40,6 +40,7 @@ typedef struct {
     int warmup;        /* linear warmup steps */
     double weight_decay, clip, beta1, beta2, eps;
     int steps, eval_every, eval_batches;
+    int stop_at; /* end this run after this step (0: at --steps); the schedule still spans --steps */
     int64_t seed;
 
     /* engine policies */

@@ -376,7 +376,8 @@ fsdp_status fsdp_train_run(const fsdp_train_config *cfg_in, fsdp_comm_t *comm, F
     rr.first_step = first;
     rr.last_step = first - 1;
     fsdp_mem_reset_peaks();
-    for (int step = first; step <= c->steps; step++) {
+    const int last = c->stop_at > 0 && c->stop_at < c->steps ? c->stop_at : c->steps;
+    for (int step = first; step <= last; step++) {
         double t0 = fsdp_time_s();
         double lr = fsdp_train_lr(c, step);
         s = fsdp_engine_begin_step(rm.eng, c->micro_batches);
@@ -403,7 +404,7 @@ fsdp_status fsdp_train_run(const fsdp_train_config *cfg_in, fsdp_comm_t *comm, F
         if (s != FSDP_OK) goto done;
         fsdp_loader_advance(&train);
         double dt = fsdp_time_s() - t0;
-        if (step > first || c->steps == first) { /* the first step warms caches: not in the average */
+        if (step > first || last == first) { /* the first step warms caches: not in the average */
             t_steps += dt;
             steps_timed++;
         }
@@ -421,19 +422,19 @@ fsdp_status fsdp_train_run(const fsdp_train_config *cfg_in, fsdp_comm_t *comm, F
         }
         if (o) {
             char eta[32], peak[32];
-            fmt_eta(eta, sizeof eta, avg * (c->steps - step));
+            fmt_eta(eta, sizeof eta, avg * (last - step));
             fmt_bytes(peak, sizeof peak, fsdp_mem_total_peak());
             if (tty) {
                 fprintf(o, "\rstep %d/%d | loss %.4f | %.0f tok/s | ETA %s | peak %s   ", step, c->steps,
                         gloss, rr.tokens_per_s, eta, peak);
                 fflush(o);
-            } else if (step == first || step == c->steps || step % c->log_every == 0) {
+            } else if (step == first || step == last || step % c->log_every == 0) {
                 fprintf(o, "step %d/%d loss %.4f lr %.3e grad_norm %.4f %.0f tok/s ETA %s peak %s\n", step,
                         c->steps, gloss, lr, norm, rr.tokens_per_s, eta, peak);
                 fflush(o);
             }
         }
-        if (have_val && (step % c->eval_every == 0 || step == c->steps)) {
+        if (have_val && (step % c->eval_every == 0 || step == last)) {
             float vl;
             s = evaluate(&rm, &val, c, comm, in, tg, &vl);
             if (s != FSDP_OK) goto done;
@@ -444,7 +445,7 @@ fsdp_status fsdp_train_run(const fsdp_train_config *cfg_in, fsdp_comm_t *comm, F
                 fflush(metrics);
             }
         }
-        if ((c->checkpoint_every > 0 && step % c->checkpoint_every == 0) || step == c->steps) {
+        if ((c->checkpoint_every > 0 && step % c->checkpoint_every == 0) || step == last) {
             fsdp_loader_state ls = fsdp_loader_get_state(&train);
             st.step = step;
             st.data_pos = ls.pos;

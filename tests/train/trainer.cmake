@@ -1,0 +1,10 @@
+# Script tests of the fsdp-train program (tests/train/trainer_cli.sh), one ctest per part so they
+# run in parallel and fail separately.
+if(TARGET fsdp-train)
+  foreach(part basic resume reshard bad)
+    add_test(NAME train/cli_${part}
+      COMMAND ${PROJECT_SOURCE_DIR}/tests/train/trainer_cli.sh $<TARGET_FILE:fsdp-train>
+              ${PROJECT_SOURCE_DIR}/tests/mpirun.sh ${PROJECT_BINARY_DIR}/tmp_cli_${part} ${part})
+    set_tests_properties(train/cli_${part} PROPERTIES LABELS "script;train" TIMEOUT 600)
+  endforeach()
+endif()
