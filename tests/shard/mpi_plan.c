@@ -290,7 +290,7 @@ static void test_print_and_json(void) {
     fsdp_mem_peaks m = p.predicted;
     m.peak[FSDP_MEM_ACTIVATION] = 12345 + 1234; /* 10% over */
     char path[256];
-    snprintf(path, sizeof path, "%s/tests/plan_print_%d.txt", FSDP_BINARY_DIR, g_rank);
+    snprintf(path, sizeof path, "%s/tests/plan_print_np%d_%d.txt", FSDP_BINARY_DIR, g_world, g_rank);
     FILE *f = fopen(path, "w");
     CHECK(f != NULL);
     if (f) {
@@ -304,7 +304,7 @@ static void test_print_and_json(void) {
         free(s);
         remove(path);
     }
-    snprintf(path, sizeof path, "%s/tests/plan_report_%d.json", FSDP_BINARY_DIR, g_rank);
+    snprintf(path, sizeof path, "%s/tests/plan_report_np%d_%d.json", FSDP_BINARY_DIR, g_world, g_rank);
     CHECK_OK(fsdp_plan_write_json(path, &p, &m));
     char *s = slurp(path);
     CHECK(s != NULL);
