@@ -180,6 +180,21 @@ void fsdp_comm_set_label(fsdp_comm_t *c, const char *label);
 /* Ends every rank of the job (MPI_Abort), or exits the process for self. Programs only. */
 void fsdp_comm_abort(fsdp_comm_t *c, int code);
 
+/* Rules for every collective, on every backend:
+ * - count 0 is a no-op returning FSDP_OK (buffers may then be NULL).
+ * - FSDP_EINVAL, before anything is communicated: a NULL buffer with count > 0, world*count*size
+ *   overflowing, a dtype other than F32/BF16, an op other than SUM/AVG/MAX, a root outside [0, size),
+ *   or buffers that overlap other than in the documented in-place position.
+ * - Every rank must pass the same count, dtype, op and root, in the same collective order. This is not
+ *   checked (it would cost a collective): a mismatch gives a wrong result, an MPI error or a timeout.
+ * - AVG = SUM, then one division by the world size. MAX is supported by both reductions.
+ * - Counts above INT_MAX work (derived datatypes / chunking), up to memory.
+ * - With timeout_s > 0, a collective not complete in time returns FSDP_ETIMEOUT naming the rank, the
+ *   label, the collective and the elapsed time. The communicator then refuses collectives
+ *   (FSDP_ESTATE); the buffers of the timed-out call must stay valid; end the job with
+ *   fsdp_comm_abort. fsdp_comm_test checks the deadline too, and on any failure consumes the request
+ *   (sets *done = 1). */
+
 /* Every rank sends `count` elements; recv gets size*count, rank r's at recv + r*count.
  * In place: send == recv + rank*count (elements) is allowed. */
 fsdp_status fsdp_comm_all_gather(fsdp_comm_t *c, const void *send, void *recv, size_t count, fsdp_dtype t);
