@@ -114,7 +114,7 @@ fsdp_status fsdp_unit_grad_from_f32(fsdp_unit_t *u, int t, const float *g) {
     FSDP_TRY(get_view(u, t, &dst, &acc, "fsdp_unit_grad_from_f32"));
     size_t n = u->tensors[t].numel;
     if (acc) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n > SHARD_OMP_MIN)
         for (size_t i = 0; i < n; i++)
             dst[i] += g[i];
     } else {
@@ -175,7 +175,7 @@ fsdp_status shard_reduce(fsdp_unit_t *u) {
     }
     if (st != FSDP_OK) return st;
     float *g = u->grad;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n_out > SHARD_OMP_MIN)
     for (size_t i = 0; i < n_out; i++)
         g[i] += mg[i] * scale;
     shard_main_grad_release(u);

@@ -32,7 +32,7 @@ fsdp_status fsdp_engine_clip_grad_norm(fsdp_engine_t *e, float max_norm, float *
             const float *g = u->grad + (lo - u->shard_off);
             size_t n = hi - lo;
             double s = 0.0;
-#pragma omp parallel for reduction(+ : s) schedule(static)
+#pragma omp parallel for reduction(+ : s) schedule(static) if (n > SHARD_OMP_MIN)
             for (size_t k = 0; k < n; k++)
                 s += (double)g[k] * (double)g[k];
             local += s;
@@ -54,7 +54,7 @@ fsdp_status fsdp_engine_clip_grad_norm(fsdp_engine_t *e, float max_norm, float *
             for (int i = 0; i < e->n_units; i++) {
                 float *g = e->units[i]->grad;
                 size_t n = e->units[i]->shard_len;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n > SHARD_OMP_MIN)
                 for (size_t k = 0; k < n; k++)
                     g[k] *= coef;
             }
@@ -122,7 +122,7 @@ fsdp_status fsdp_engine_adamw_step(fsdp_engine_t *e, const fsdp_adamw_config *cf
             float *p = u->master + o, *m = u->adam_m + o, *v = u->adam_v + o;
             const float *g = u->grad + o;
             const int do_decay = !u->tensors[tt].no_decay && cfg->weight_decay != 0.0f;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n > SHARD_OMP_MIN)
             for (size_t k = 0; k < n; k++) {
                 float pk = p[k], gk = g[k];
                 if (do_decay) pk = pk * decay;

@@ -8,6 +8,10 @@
 
 #include <stdint.h>
 
+/* Element loops shorter than this run on one thread: a parallel region costs more than it saves, and
+ * with ranks oversubscribing the cores idle OpenMP threads spin against the other ranks. */
+#define SHARD_OMP_MIN 32768
+
 /* Lifecycle states of a unit. Transitions (anything else is FSDP_ESTATE):
  *   IDLE         --pre_forward-->   FORWARD
  *   FORWARD      --post_forward-->  FORWARD_DONE

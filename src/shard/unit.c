@@ -369,7 +369,7 @@ fsdp_status fsdp_engine_init_params(fsdp_engine_t *e) {
                 break;
             case FSDP_INIT_NORMAL: {
                 float sd = ts->std;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (cnt > SHARD_OMP_MIN)
                 for (size_t k = 0; k < cnt; k++)
                     dst[k] = sd * normal_at(key, j0 + k);
                 break;
