@@ -195,6 +195,10 @@ fsdp_status fsdp_export_run(const fsdp_train_config *cfg, FILE *out) {
         s = FSDP_ERR(FSDP_ENOMEM, "no memory for the safetensors header");
         goto done;
     }
+    char odir[4096];
+    fsdp_path_dirname(cfg->out, odir, sizeof odir);
+    s = fsdp_mkdirs(odir);
+    if (s != FSDP_OK) goto done;
     /* safetensors: u64 little-endian header length, JSON header (space-padded to 8 bytes), data. */
     size_t hlen = strlen(hdr), padded = (hlen + 7) / 8 * 8;
     fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
