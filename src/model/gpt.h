@@ -102,7 +102,9 @@ fsdp_status gpt_set_recompute(gpt_model_t *m, int on);
 /* Forward over tokens int32 [B,T] (each in [0, V)), 1 <= T <= T_max. targets int32 [B,T] in [0, V) or
  * NULL (inference: no loss, and no backward may follow). *loss (may be NULL): mean cross-entropy over
  * this call's B*T positions — this rank's micro-batch only; average across ranks yourself if you want
- * the global figure. Tokens and targets are copied. Activations grow to fit (category activation). */
+ * the global figure. Tokens and targets are copied. Activations grow to fit (category activation).
+ * Bad arguments are refused before any hook runs; a failure after that (a collective, memory) leaves
+ * units mid-lifecycle, so the step is lost: free the model and engine (or end the job). */
 fsdp_status gpt_forward(gpt_model_t *m, const int *tokens, const int *targets, int B, int T, float *loss);
 
 /* Logits float [B,T,Vp] of the last forward (columns >= V are the padded vocab: never sample them).
