@@ -380,7 +380,7 @@ void fsdp_train_usage(FILE *f, fsdp_train_cmd cmd) {
     for (int k = 0; k < NOPTS; k++) {
         const opt_def *o = &opts[k];
         if (!(o->cmds & (1u << cmd))) continue;
-        char def[256], name[64];
+        char def[256], name[200];
         format_value(def, sizeof def, &d, o);
         if (o->kind == OPT_ENUM) {
             char list[128] = "";

@@ -226,7 +226,7 @@ static void test_loader(void) {
     /* State: save after 7 steps, restore into a fresh loader, same next batch. */
     fsdp_loader L, L2;
     CHECK_OK(fsdp_loader_init(&L, p, 1000, B, T, 1, 0, 1));
-    CHECK(fsdp_loader_num_batches(&L) == (N - 1) / (B * T));
+    CHECK(fsdp_loader_num_batches(&L) == (uint64_t)((N - 1) / (B * T)));
     for (int k = 0; k < 7; k++)
         fsdp_loader_advance(&L);
     fsdp_loader_state st = fsdp_loader_get_state(&L);
