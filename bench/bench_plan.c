@@ -1,0 +1,271 @@
+/* bench_plan.c — the memory plan for a GPT-2-shaped model: a table of predicted per-rank peaks for
+ * every strategy, main_grad policy and accumulation mode at several world sizes, beside the ZeRO
+ * (2+2+12)·psi/N reference (no model is allocated); and with --measure, one real training step of a
+ * gpt model on this communicator (run under mpirun) with predicted vs measured peaks, max over ranks.
+ *
+ *   build/bench/bench_plan [--layers L --embd C --heads H --vocab V --seq T --batch B --micro M
+ *                           --compute f32|bf16 --recompute 0|1 --worlds 1,2,4]
+ *   tests/mpirun.sh 2 build/bench/bench_plan --measure --layers 2 --embd 64 --heads 4 --vocab 512 --seq 64
+ *                   [--strategy full_shard|shard_grad_op|no_shard --main-grad lazy|eager --accum
+ * sharded|no_sync]
+ * --measure exits 1 if master, optim, grad_shard, param_full or main_grad differ from the plan. */
+#include "fsdp.h"
+#include "model/gpt.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* The units gpt_init registers (src/model/gpt.c), as plan input: "root" (wte, wpe, lnf_w, lnf_b and
+ * lm_head tied to wte; reshard_after_forward 0) then "h0".."h<L-1>" with twelve tensors each. The
+ * measure mode checks these layouts against the engine's. */
+typedef struct {
+    fsdp_tensor_spec root[GPT_ROOT_NTENSORS];
+    fsdp_tensor_spec blk[GPT_BLOCK_NTENSORS];
+    fsdp_unit_config root_cfg;
+    fsdp_plan_unit *units; /* (L + 1) */
+    char (*names)[16];     /* (L + 1) */
+} gpt_plan_input;
+
+static int gpt_plan_units(gpt_plan_input *in, const gpt_config *c) {
+    int64_t C = c->n_embd,
+            Vp = c->padded_vocab_size ? c->padded_vocab_size : (c->vocab_size + 127) / 128 * 128;
+    int L = c->n_layer;
+    memset(in, 0, sizeof *in);
+    in->root[GPT_WTE] = (fsdp_tensor_spec){.name = "wte", .ndim = 2, .shape = {Vp, C}};
+    in->root[GPT_WPE] = (fsdp_tensor_spec){.name = "wpe", .ndim = 2, .shape = {c->max_seq_len, C}};
+    in->root[GPT_LNF_W] = (fsdp_tensor_spec){.name = "lnf_w", .ndim = 1, .shape = {C}};
+    in->root[GPT_LNF_B] = (fsdp_tensor_spec){.name = "lnf_b", .ndim = 1, .shape = {C}};
+    in->root[GPT_LM_HEAD] =
+        (fsdp_tensor_spec){.name = "lm_head", .ndim = 2, .shape = {Vp, C}, .alias_of = "wte"};
+    const int64_t shapes[GPT_BLOCK_NTENSORS][2] = {{C, 0},     {C, 0},     {3 * C, C}, {3 * C, 0},
+                                                   {C, C},     {C, 0},     {C, 0},     {C, 0},
+                                                   {4 * C, C}, {4 * C, 0}, {C, 4 * C}, {C, 0}};
+    const char *names[GPT_BLOCK_NTENSORS] = {"ln1_w", "ln1_b", "qkv_w", "qkv_b", "attproj_w", "attproj_b",
+                                             "ln2_w", "ln2_b", "fc_w",  "fc_b",  "fcproj_w",  "fcproj_b"};
+    for (int t = 0; t < GPT_BLOCK_NTENSORS; t++)
+        in->blk[t] = (fsdp_tensor_spec){
+            .name = names[t], .ndim = shapes[t][1] ? 2 : 1, .shape = {shapes[t][0], shapes[t][1]}};
+    in->root_cfg = fsdp_unit_config_default();
+    in->root_cfg.reshard_after_forward = 0;
+    in->units = calloc((size_t)L + 1, sizeof *in->units);
+    in->names = calloc((size_t)L + 1, sizeof *in->names);
+    if (!in->units || !in->names) return -1;
+    in->units[0] = (fsdp_plan_unit){.name = "root", .specs = in->root, .n_specs = 5, .cfg = &in->root_cfg};
+    for (int l = 0; l < L; l++) {
+        snprintf(in->names[l + 1], sizeof in->names[l + 1], "h%d", l);
+        in->units[l + 1] = (fsdp_plan_unit){.name = in->names[l + 1], .specs = in->blk, .n_specs = 12};
+    }
+    return 0;
+}
+
+static void gpt_plan_free(gpt_plan_input *in) {
+    free(in->units);
+    free(in->names);
+}
+
+static double mib(size_t b) { return (double)b / (1024.0 * 1024.0); }
+
+typedef struct {
+    gpt_config gc;
+    int B, T, n_micro, measure;
+    fsdp_dtype compute;
+    fsdp_strategy strategy;          /* --measure only */
+    fsdp_main_grad_policy main_grad; /* --measure only */
+    fsdp_accum_mode accum;           /* --measure only */
+    int worlds[8], n_worlds;
+} opts;
+
+static int parse(opts *o, int argc, char **argv) {
+    o->gc = gpt_config_default();
+    o->B = 4, o->T = 1024, o->n_micro = 1, o->measure = 0, o->compute = FSDP_BF16;
+    o->strategy = FSDP_FULL_SHARD, o->main_grad = FSDP_MAIN_GRAD_LAZY, o->accum = FSDP_ACCUM_SHARDED;
+    o->worlds[0] = 1, o->worlds[1] = 2, o->worlds[2] = 4, o->n_worlds = 3;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--measure")) {
+            o->measure = 1;
+            continue;
+        }
+        if (v == NULL) {
+            fprintf(stderr, "bench_plan: %s needs a value\n", a);
+            return -1;
+        }
+        i++;
+        if (!strcmp(a, "--layers"))
+            o->gc.n_layer = atoi(v);
+        else if (!strcmp(a, "--embd"))
+            o->gc.n_embd = atoi(v);
+        else if (!strcmp(a, "--heads"))
+            o->gc.n_head = atoi(v);
+        else if (!strcmp(a, "--vocab"))
+            o->gc.vocab_size = atoi(v), o->gc.padded_vocab_size = 0;
+        else if (!strcmp(a, "--seq"))
+            o->T = atoi(v), o->gc.max_seq_len = atoi(v);
+        else if (!strcmp(a, "--batch"))
+            o->B = atoi(v);
+        else if (!strcmp(a, "--micro"))
+            o->n_micro = atoi(v);
+        else if (!strcmp(a, "--recompute"))
+            o->gc.recompute = atoi(v);
+        else if (!strcmp(a, "--compute"))
+            o->compute = !strcmp(v, "f32") ? FSDP_F32 : FSDP_BF16;
+        else if (!strcmp(a, "--strategy"))
+            o->strategy = !strcmp(v, "no_shard")        ? FSDP_NO_SHARD
+                          : !strcmp(v, "shard_grad_op") ? FSDP_SHARD_GRAD_OP
+                                                        : FSDP_FULL_SHARD;
+        else if (!strcmp(a, "--main-grad"))
+            o->main_grad = !strcmp(v, "eager") ? FSDP_MAIN_GRAD_EAGER : FSDP_MAIN_GRAD_LAZY;
+        else if (!strcmp(a, "--accum"))
+            o->accum = !strcmp(v, "no_sync") ? FSDP_ACCUM_NO_SYNC : FSDP_ACCUM_SHARDED;
+        else if (!strcmp(a, "--worlds")) {
+            o->n_worlds = 0;
+            for (char *s = (char *)v; *s && o->n_worlds < 8;) {
+                o->worlds[o->n_worlds++] = (int)strtol(s, &s, 10);
+                if (*s == ',')
+                    s++;
+                else
+                    break;
+            }
+        } else {
+            fprintf(stderr, "bench_plan: unknown option %s\n", a);
+            return -1;
+        }
+    }
+    if (gpt_config_validate(&o->gc) != FSDP_OK) {
+        fprintf(stderr, "bench_plan: %s\n", fsdp_last_error());
+        return -1;
+    }
+    return 0;
+}
+
+/* The table: every strategy x main_grad x accum at each world size; no model allocated. */
+static int table(const opts *o) {
+    gpt_plan_input in;
+    if (gpt_plan_units(&in, &o->gc) != 0) return 1;
+    size_t act = gpt_activation_bytes(&o->gc, o->B, o->T);
+    printf("GPT-2 shape: L %d, C %d, V %d, T %d, batch %d, %d micro-batch(es), compute %s, recompute %d; "
+           "activations %.1f MiB (gpt_activation_bytes)\n\n",
+           o->gc.n_layer, o->gc.n_embd, o->gc.vocab_size, o->T, o->B, o->n_micro, fsdp_dtype_name(o->compute),
+           o->gc.recompute, mib(act));
+    printf(
+        "| ranks | strategy | main_grad | accum | master+optim+grad MiB | param_full MiB | main_grad MiB | "
+        "activation MiB | total MiB | ZeRO (2+2+12)psi/N MiB | model states / ZeRO | total / ZeRO |\n");
+    printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    static const char *sn[] = {"FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD"};
+    for (int wi = 0; wi < o->n_worlds; wi++)
+        for (int s = 0; s < 3; s++)
+            for (int mg = 0; mg < 2; mg++)
+                for (int ac = 0; ac < 2; ac++) {
+                    fsdp_plan_config pc = fsdp_plan_config_default();
+                    pc.world = o->worlds[wi];
+                    pc.engine.strategy = (fsdp_strategy)s;
+                    pc.engine.compute_dtype = o->compute;
+                    pc.engine.main_grad = (fsdp_main_grad_policy)mg;
+                    pc.engine.accum = (fsdp_accum_mode)ac;
+                    pc.n_micro = o->n_micro;
+                    pc.activation_bytes = act;
+                    fsdp_plan p;
+                    if (fsdp_plan_compute(in.units, o->gc.n_layer + 1, &pc, &p) != FSDP_OK) {
+                        fprintf(stderr, "bench_plan: %s\n", fsdp_last_error());
+                        gpt_plan_free(&in);
+                        return 1;
+                    }
+                    const size_t *k = p.predicted.peak;
+                    size_t states = k[FSDP_MEM_MASTER] + k[FSDP_MEM_OPTIM] + k[FSDP_MEM_GRAD_SHARD];
+                    printf("| %d | %s | %s | %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.3f | %.3f |\n",
+                           pc.world, sn[s], mg ? "EAGER" : "LAZY", ac ? "NO_SYNC" : "SHARDED", mib(states),
+                           mib(k[FSDP_MEM_PARAM_FULL]), mib(k[FSDP_MEM_MAIN_GRAD]),
+                           mib(k[FSDP_MEM_ACTIVATION]), mib(p.predicted.total), mib(p.zero_ref_bytes),
+                           (double)states / (double)p.zero_ref_bytes,
+                           (double)p.predicted.total / (double)p.zero_ref_bytes);
+                }
+    gpt_plan_free(&in);
+    return 0;
+}
+
+/* One real step of a gpt model on this communicator: predicted vs measured (max over ranks). */
+static int measure(const opts *o, int *argc, char ***argv) {
+    fsdp_comm_t *comm = NULL;
+    fsdp_comm_config cc = fsdp_comm_config_default();
+    if (fsdp_comm_init(&comm, &cc, argc, argv) != FSDP_OK) {
+        fprintf(stderr, "bench_plan: %s\n", fsdp_last_error());
+        return 1;
+    }
+    int rank = fsdp_comm_rank(comm), world = fsdp_comm_size(comm), bad = 0;
+    gpt_plan_input in;
+    fsdp_engine_t *eng = NULL;
+    gpt_model_t *m = NULL;
+    int *tok = NULL;
+    if (gpt_plan_units(&in, &o->gc) != 0) return 1;
+    fsdp_engine_config ec = fsdp_engine_config_default();
+    ec.compute_dtype = o->compute;
+    ec.strategy = o->strategy;
+    ec.main_grad = o->main_grad;
+    ec.accum = o->accum;
+    fsdp_plan_config pc = fsdp_plan_config_default();
+    pc.world = world;
+    pc.engine = ec;
+    pc.backend = strcmp(fsdp_comm_backend_name(comm), "mpi") == 0 ? FSDP_COMM_MPI : FSDP_COMM_SELF;
+    pc.n_micro = o->n_micro;
+    pc.activation_bytes = gpt_activation_bytes(&o->gc, o->B, o->T);
+    fsdp_plan plan;
+    fsdp_status st = fsdp_plan_compute(in.units, o->gc.n_layer + 1, &pc, &plan);
+    fsdp_mem_reset_peaks();
+    if (st == FSDP_OK) st = fsdp_engine_init(&eng, comm, &ec);
+    if (st == FSDP_OK) st = gpt_init(&m, eng, &o->gc);
+    if (st == FSDP_OK) st = fsdp_engine_init_params(eng);
+    for (int i = 0; st == FSDP_OK && i <= o->gc.n_layer; i++) { /* the plan's layout is the engine's */
+        size_t padded = 0;
+        fsdp_plan_unit_layout(&in.units[i], ec.align, world, NULL, &padded);
+        if (padded != fsdp_unit_padded_numel(fsdp_engine_unit(eng, i))) {
+            fprintf(stderr, "bench_plan: unit %d layout differs from gpt.c's\n", i);
+            bad = 1;
+        }
+    }
+    size_t N = (size_t)o->B * (size_t)o->T;
+    tok = malloc(2 * N * sizeof *tok);
+    if (tok == NULL) st = FSDP_ENOMEM;
+    for (size_t i = 0; tok && i < 2 * N; i++)
+        tok[i] = (int)((i * 7919u + (size_t)rank * 104729u) % (size_t)o->gc.vocab_size);
+    if (st == FSDP_OK) st = fsdp_engine_begin_step(eng, o->n_micro);
+    for (int mi = 0; st == FSDP_OK && mi < o->n_micro; mi++) {
+        float loss;
+        st = fsdp_engine_begin_micro(eng, mi);
+        if (st == FSDP_OK) st = gpt_forward(m, tok, tok + N, o->B, o->T, &loss);
+        if (st == FSDP_OK) st = gpt_backward(m, 1.0f);
+    }
+    float norm;
+    if (st == FSDP_OK) st = fsdp_engine_clip_grad_norm(eng, 1.0f, &norm);
+    fsdp_adamw_config oc = fsdp_adamw_config_default();
+    if (st == FSDP_OK) st = fsdp_engine_adamw_step(eng, &oc);
+    if (st != FSDP_OK) {
+        fprintf(stderr, "bench_plan rank %d: %s\n", rank, fsdp_last_error());
+        fsdp_comm_abort(comm, 1);
+    }
+    fsdp_mem_peaks meas;
+    fsdp_mem_peaks_local(&meas);
+    if (fsdp_mem_peaks_max(comm, &meas) != FSDP_OK) bad = 1;
+    if (rank == 0) {
+        fsdp_plan_print(stdout, &plan, &meas);
+        const fsdp_mem_cat exact[] = {FSDP_MEM_MASTER, FSDP_MEM_OPTIM, FSDP_MEM_GRAD_SHARD,
+                                      FSDP_MEM_PARAM_FULL, FSDP_MEM_MAIN_GRAD};
+        for (int k = 0; k < 5; k++)
+            if (meas.peak[exact[k]] != plan.predicted.peak[exact[k]]) {
+                fprintf(stderr, "bench_plan: %s measured %zu, predicted %zu\n", fsdp_mem_cat_name(exact[k]),
+                        meas.peak[exact[k]], plan.predicted.peak[exact[k]]);
+                bad = 1;
+            }
+    }
+    free(tok);
+    gpt_free(m);
+    fsdp_engine_free(eng);
+    gpt_plan_free(&in);
+    fsdp_comm_free(comm);
+    return bad;
+}
+
+int main(int argc, char **argv) {
+    opts o;
+    if (parse(&o, argc, argv) != 0) return 2;
+    return o.measure ? measure(&o, &argc, &argv) : table(&o);
+}
