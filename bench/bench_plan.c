@@ -6,8 +6,8 @@
  *   build/bench/bench_plan [--layers L --embd C --heads H --vocab V --seq T --batch B --micro M
  *                           --compute f32|bf16 --recompute 0|1 --worlds 1,2,4]
  *   tests/mpirun.sh 2 build/bench/bench_plan --measure --layers 2 --embd 64 --heads 4 --vocab 512 --seq 64
- *                   [--strategy full_shard|shard_grad_op|no_shard --main-grad lazy|eager --accum
- * sharded|no_sync]
+ *       [--strategy full_shard|shard_grad_op|no_shard] [--main-grad lazy|eager] [--accum sharded|no_sync]
+ *       [--trace FILE] [--report FILE.json]
  * --measure exits 1 if master, optim, grad_shard, param_full or main_grad differ from the plan. */
 #include "fsdp.h"
 #include "model/gpt.h"
@@ -68,6 +68,7 @@ static double mib(size_t b) { return (double)b / (1024.0 * 1024.0); }
 typedef struct {
     gpt_config gc;
     int B, T, n_micro, measure;
+    const char *trace, *report; /* --measure: Chrome-trace file, JSON report (rank 0) */
     fsdp_dtype compute;
     fsdp_strategy strategy;          /* --measure only */
     fsdp_main_grad_policy main_grad; /* --measure only */
@@ -77,6 +78,7 @@ typedef struct {
 
 static int parse(opts *o, int argc, char **argv) {
     o->gc = gpt_config_default();
+    o->trace = o->report = NULL;
     o->B = 4, o->T = 1024, o->n_micro = 1, o->measure = 0, o->compute = FSDP_BF16;
     o->strategy = FSDP_FULL_SHARD, o->main_grad = FSDP_MAIN_GRAD_LAZY, o->accum = FSDP_ACCUM_SHARDED;
     o->worlds[0] = 1, o->worlds[1] = 2, o->worlds[2] = 4, o->n_worlds = 3;
@@ -117,6 +119,10 @@ static int parse(opts *o, int argc, char **argv) {
             o->main_grad = !strcmp(v, "eager") ? FSDP_MAIN_GRAD_EAGER : FSDP_MAIN_GRAD_LAZY;
         else if (!strcmp(a, "--accum"))
             o->accum = !strcmp(v, "no_sync") ? FSDP_ACCUM_NO_SYNC : FSDP_ACCUM_SHARDED;
+        else if (!strcmp(a, "--trace"))
+            o->trace = v;
+        else if (!strcmp(a, "--report"))
+            o->report = v;
         else if (!strcmp(a, "--worlds")) {
             o->n_worlds = 0;
             for (char *s = (char *)v; *s && o->n_worlds < 8;) {
@@ -227,6 +233,8 @@ static int measure(const opts *o, int *argc, char ***argv) {
     if (tok == NULL) st = FSDP_ENOMEM;
     for (size_t i = 0; tok && i < 2 * N; i++)
         tok[i] = (int)((i * 7919u + (size_t)rank * 104729u) % (size_t)o->gc.vocab_size);
+    if (st == FSDP_OK && o->trace) st = fsdp_comm_barrier(comm); /* a common time origin, roughly */
+    if (st == FSDP_OK && o->trace) st = fsdp_trace_enable(rank);
     if (st == FSDP_OK) st = fsdp_engine_begin_step(eng, o->n_micro);
     for (int mi = 0; st == FSDP_OK && mi < o->n_micro; mi++) {
         float loss;
@@ -238,6 +246,8 @@ static int measure(const opts *o, int *argc, char ***argv) {
     if (st == FSDP_OK) st = fsdp_engine_clip_grad_norm(eng, 1.0f, &norm);
     fsdp_adamw_config oc = fsdp_adamw_config_default();
     if (st == FSDP_OK) st = fsdp_engine_adamw_step(eng, &oc);
+    fsdp_trace_disable();
+    if (st == FSDP_OK && o->trace) st = fsdp_trace_write(o->trace, comm); /* collective */
     if (st != FSDP_OK) {
         fprintf(stderr, "bench_plan rank %d: %s\n", rank, fsdp_last_error());
         fsdp_comm_abort(comm, 1);
@@ -247,6 +257,10 @@ static int measure(const opts *o, int *argc, char ***argv) {
     if (fsdp_mem_peaks_max(comm, &meas) != FSDP_OK) bad = 1;
     if (rank == 0) {
         fsdp_plan_print(stdout, &plan, &meas);
+        if (o->report && fsdp_plan_write_json(o->report, &plan, &meas) != FSDP_OK) {
+            fprintf(stderr, "bench_plan: %s\n", fsdp_last_error());
+            bad = 1;
+        }
         const fsdp_mem_cat exact[] = {FSDP_MEM_MASTER, FSDP_MEM_OPTIM, FSDP_MEM_GRAD_SHARD,
                                       FSDP_MEM_PARAM_FULL, FSDP_MEM_MAIN_GRAD};
         for (int k = 0; k < 5; k++)
@@ -257,6 +271,7 @@ static int measure(const opts *o, int *argc, char ***argv) {
             }
     }
     free(tok);
+    fsdp_trace_free();
     gpt_free(m);
     fsdp_engine_free(eng);
     gpt_plan_free(&in);
