@@ -468,8 +468,10 @@ fsdp_status fsdp_plan_write_json(const char *path, const fsdp_plan *p, const fsd
 
 /* Records duration events and the allocator's per-category memory over time, and writes them as
  * Chrome-trace JSON (open in Perfetto or chrome://tracing): pid = rank, one counter track "memory"
- * with one series per category. Disabled, every call is a cheap no-op. Not for concurrent use from
- * several threads of one process (the hooks run on the thread that drives the model). */
+ * with one series per category. Disabled, every call is one atomic load. Thread-safe (each thread
+ * gets its own tid); call fsdp_trace_enable after a barrier so the ranks' time origins roughly agree.
+ * The shard engine emits "<phase> <unit>" spans (all-gather, forward, backward, reduce-scatter or
+ * all-reduce, optimizer) through fsdp_trace_unit_begin/end. */
 
 /* Starts recording (clears earlier events; turns on fsdp_mem_timeline). rank labels the process. */
 fsdp_status fsdp_trace_enable(int rank);
