@@ -156,6 +156,8 @@ fsdp_status shard_reduce(fsdp_unit_t *u) {
     size_t n_out = u->shard_len; /* NO_SHARD: padded (everything) */
     const float scale = 1.0f / (float)((double)e->world * (double)e->n_micro);
     fsdp_status st = FSDP_OK;
+    const char *phase = no_shard ? "all-reduce" : "reduce-scatter";
+    fsdp_trace_unit_begin(u->name, phase);
     if (e->cfg.reduce_dtype == FSDP_F32) {
         shard_set_label(u, no_shard ? "all-reduce grads" : "reduce-scatter grads");
         st = no_shard ? fsdp_comm_all_reduce(e->comm, mg, mg, u->padded, FSDP_F32, FSDP_SUM)
@@ -173,6 +175,7 @@ fsdp_status shard_reduce(fsdp_unit_t *u) {
             fsdp_mem_free(wire);
         }
     }
+    fsdp_trace_unit_end(u->name, phase);
     if (st != FSDP_OK) return st;
     float *g = u->grad;
 #pragma omp parallel for schedule(static) if (n_out > SHARD_OMP_MIN)

@@ -142,6 +142,7 @@ fsdp_status fsdp_engine_adamw_step(fsdp_engine_t *e, const fsdp_adamw_config *cf
                 neg_step = (float)(-(lr / bc1));
     for (int i = 0; i < e->n_units; i++) {
         fsdp_unit_t *u = e->units[i];
+        fsdp_trace_unit_begin(u->name, "optimizer");
         FOR_TENSOR_RANGES(u, u->shard_off, u->shard_off + u->shard_len, tt, lo, hi) {
             size_t o = lo - u->shard_off, n = hi - lo;
             float *p = u->master + o, *m = u->adam_m + o, *v = u->adam_v + o;
@@ -155,6 +156,7 @@ fsdp_status fsdp_engine_adamw_step(fsdp_engine_t *e, const fsdp_adamw_config *cf
                 adamw_range(p + a, m + a, v + a, g + a, len, do_decay, &sc);
             }
         }
+        fsdp_trace_unit_end(u->name, "optimizer");
     }
     return FSDP_OK;
 }

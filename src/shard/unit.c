@@ -439,7 +439,9 @@ static fsdp_status unit_unshard(fsdp_unit_t *u) {
         memcpy(slot, u->master, u->shard_len * sizeof(float));
     if (e->cfg.strategy != FSDP_NO_SHARD) {
         shard_set_label(u, "all-gather params");
+        fsdp_trace_unit_begin(u->name, "all-gather");
         fsdp_status st = fsdp_comm_all_gather(e->comm, slot, u->full, u->shard_len, dt);
+        fsdp_trace_unit_end(u->name, "all-gather");
         if (st != FSDP_OK) {
             fsdp_mem_free(u->full);
             u->full = NULL;
@@ -471,9 +473,11 @@ fsdp_status fsdp_unit_pre_forward(fsdp_unit_t *u) {
         FSDP_TRY(unit_unshard(u));
         if (u->eng->cfg.main_grad == FSDP_MAIN_GRAD_EAGER) FSDP_TRY(shard_main_grad_alloc(u));
         u->state = UNIT_FORWARD;
+        fsdp_trace_unit_begin(u->name, "forward");
         return FSDP_OK;
     case UNIT_BACKWARD: /* activation recompute: parameters are already unsharded */
         u->state = UNIT_RECOMPUTE;
+        fsdp_trace_unit_begin(u->name, "forward");
         return FSDP_OK;
     default: return bad_state(u, "fsdp_unit_pre_forward", "call post_forward before the next pre_forward");
     }
@@ -483,10 +487,12 @@ fsdp_status fsdp_unit_post_forward(fsdp_unit_t *u) {
     if (u == NULL) return FSDP_ERR(FSDP_EINVAL, "unit must not be NULL");
     switch (u->state) {
     case UNIT_FORWARD:
+        fsdp_trace_unit_end(u->name, "forward");
         if (u->reshard_after_forward) unit_reshard(u);
         u->state = UNIT_FORWARD_DONE;
         return FSDP_OK;
     case UNIT_RECOMPUTE: /* backward needs the parameters next: keep them */
+        fsdp_trace_unit_end(u->name, "forward");
         u->state = UNIT_BACKWARD;
         return FSDP_OK;
     default: return bad_state(u, "fsdp_unit_post_forward", "post_forward must follow pre_forward");
@@ -501,6 +507,7 @@ fsdp_status fsdp_unit_pre_backward(fsdp_unit_t *u) {
     FSDP_TRY(unit_unshard(u));
     FSDP_TRY(shard_main_grad_alloc(u));
     u->state = UNIT_BACKWARD;
+    fsdp_trace_unit_begin(u->name, "backward");
     return FSDP_OK;
 }
 
@@ -511,6 +518,7 @@ fsdp_status fsdp_unit_post_backward(fsdp_unit_t *u) {
                          u->state == UNIT_RECOMPUTE
                              ? "finish the recompute forward with post_forward first"
                              : "post_backward must follow pre_backward, once per backward");
+    fsdp_trace_unit_end(u->name, "backward");
     FSDP_TRY(shard_reduce(u));
     unit_reshard(u);
     u->state = UNIT_IDLE;
