@@ -460,11 +460,15 @@ static fsdp_status parse_units(fsdp_ckpt_reader *r, const cJSON *uj) {
             size_t prod = 1;
             for (int d = 0; d < T->ndim; d++) {
                 const cJSON *dv = cJSON_GetArrayItem(sh, d);
-                if (!cJSON_IsNumber(dv) || dv->valuedouble < 0)
+                /* A whole number in [0, 2^53] before any cast (casting 1e300 is undefined behaviour:
+                 * found by fuzz_manifest), and a product that does not wrap (else [2^32, 2^32] would
+                 * pass as 0 elements). */
+                if (!cJSON_IsNumber(dv) || !(dv->valuedouble >= 0 && dv->valuedouble <= 9007199254740992.0) ||
+                    dv->valuedouble != (double)(uint64_t)dv->valuedouble ||
+                    !fsdp_mul_ok(prod, (size_t)dv->valuedouble, &prod))
                     return fsdp_set_error(FSDP_EFORMAT, "%s: tensor %s.%s has a bad shape", mp, U->name,
                                           T->name);
                 T->shape[d] = (int64_t)dv->valuedouble;
-                prod *= (size_t)T->shape[d];
             }
             T->offset = (size_t)off;
             T->numel = (size_t)n;
@@ -535,7 +539,9 @@ static fsdp_status open_shard(fsdp_ckpt_reader *r, int q, const cJSON *entry) {
         return fsdp_set_error(FSDP_EFORMAT, "%s is truncated or padded: %lld bytes, its header says %llu",
                               f->path, (long long)st.st_size,
                               (unsigned long long)(FSDP_CKPT_HEADER_BYTES + f->payload_bytes));
-    if ((uint64_t)mbytes != (uint64_t)st.st_size || (uint32_t)mcrc != f->crc)
+    /* mcrc compared as a double: casting a recorded value above 2^32 to uint32_t is undefined
+     * (found by fuzz_manifest). */
+    if ((uint64_t)mbytes != (uint64_t)st.st_size || mcrc != (double)f->crc)
         return fsdp_set_error(FSDP_EFORMAT,
                               "%s: size or checksum differs from %s's record: a file from another checkpoint",
                               f->path, r->manifest_path);

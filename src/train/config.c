@@ -173,7 +173,9 @@ static fsdp_status set_value(fsdp_train_config *cfg, const opt_def *o, const cha
         long long x = strtoll(v, &end, 10);
         if (end == v || *end != '\0' || errno == ERANGE)
             return fsdp_set_error(FSDP_EINVAL, "--%s: \"%s\" is not a whole number", o->name, v);
-        if ((double)x < o->min || (double)x > o->max)
+        /* Compared as integers: as doubles, 2^53 + 1 rounds to 2^53 and passed --seed's bound, then
+         * did not survive the manifest's JSON number (found by fuzz_cmdline). */
+        if (x < (long long)o->min || x > (long long)o->max)
             return fsdp_set_error(FSDP_EINVAL, "--%s %lld is outside its range %.0f..%.0f", o->name, x,
                                   o->min, o->max);
         if (o->kind == OPT_INT)

@@ -1,0 +1,60 @@
+/* fuzz_tokens.c — libFuzzer target for token files (src/train/data.h): the header check of
+ * fsdp_tokens_open, the id check of fsdp_tokens_read, and the loader on top (init, every micro-batch,
+ * advance, set_state with an untrusted position).
+ * Input: byte 0 picks the vocabulary and the loader's shape, bytes 1.. are the file. */
+#include "fuzz_common.h"
+
+#include "fsdp.h"
+#include "train/data.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    if (size < 1) return 0;
+    const uint8_t mode = data[0];
+    static const int vocabs[4] = {FSDP_BYTE_VOCAB, FSDP_GPT2_VOCAB, 65536, 2};
+    const int vocab = vocabs[mode & 3];
+    char path[512];
+    fuzz_path(path, sizeof path, "train.bin");
+    fuzz_write(path, data + 1, size - 1);
+
+    fsdp_token_file tf;
+    fsdp_status s = fsdp_tokens_open(&tf, path, vocab);
+    if (s == FSDP_OK) {
+        /* A file that opened must hold exactly the tokens its header says, each readable. */
+        FUZZ_REQUIRE(tf.ntok == (size - 1 - FSDP_TOKENS_HEADER_BYTES) / 2);
+        int32_t buf[64];
+        size_t n = tf.ntok < 64 ? (size_t)tf.ntok : 64;
+        FUZZ_REQUIRE(fsdp_tokens_read(&tf, 0, n, buf) == FSDP_OK);
+        for (size_t i = 0; i < n; i++)
+            FUZZ_REQUIRE(buf[i] >= 0 && buf[i] < vocab);
+        FUZZ_REQUIRE(fsdp_tokens_read(&tf, tf.ntok, 1, buf) == FSDP_EINVAL); /* past the end */
+        fsdp_tokens_close(&tf);
+    } else {
+        FUZZ_REQUIRE(fsdp_last_error()[0] != '\0'); /* every failure says why */
+    }
+    fsdp_tokens_close(&tf); /* twice: must be harmless */
+
+    /* The loader: batch 1..4, T 1..8, micro 1..2 over world 1..2, from the mode byte. */
+    int micro = 1 + ((mode >> 2) & 1), world = 1 + ((mode >> 3) & 1);
+    int batch = micro * world * (1 + ((mode >> 4) & 1)), T = 1 + ((mode >> 5) & 7);
+    fsdp_loader L;
+    s = fsdp_loader_init(&L, path, vocab, batch, T, micro, world - 1, world);
+    if (s == FSDP_OK) {
+        int32_t in[64], tg[64];
+        for (int step = 0; step < 3; step++) {
+            for (int m = 0; m < micro; m++)
+                if (fsdp_loader_micro(&L, m, in, tg) == FSDP_OK)
+                    for (int i = 0; i < L.b * T; i++)
+                        FUZZ_REQUIRE(in[i] >= 0 && in[i] < vocab && tg[i] >= 0 && tg[i] < vocab);
+            fsdp_loader_advance(&L);
+        }
+        /* An untrusted position (as a checkpoint would give it): header int 3 and 4 of the file. */
+        uint32_t raw[2] = {0, 0};
+        if (size >= 1 + 20) memcpy(raw, data + 1 + 12, 8);
+        fsdp_loader_state st = {((uint64_t)raw[1] << 32) | raw[0], raw[1]};
+        if (fsdp_loader_set_state(&L, st) == FSDP_OK) fsdp_loader_micro(&L, 0, in, tg);
+        (void)fsdp_loader_num_batches(&L);
+        fsdp_loader_free(&L);
+    }
+    fsdp_loader_free(&L); /* twice: must be harmless */
+    return 0;
+}
