@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# fault_hang.sh — hangs become errors. A rank frozen (SIGSTOP) at a random point of training: the
+# other ranks' collectives time out after --comm-timeout and the job ends non-zero within the timeout
+# plus a few seconds, with a message naming the rank, the unit, the phase and the collective.
+# And a rank that skips one collective (the comm layer's FSDP_TEST_SKIP_COLLECTIVE switch): the job
+# ends non-zero in bounded time instead of hanging.
+# usage: fault_hang.sh FSDP_TRAIN MPIRUN_SH WORKDIR FAULT_LIB
+BIN=$1 MPIRUN=$2 WORK=$3 FAULT_LIB=$4
+source "$(dirname "$0")/lib.sh"
+TIMEOUT=3
+SLACK=12 # MPI_Abort and process teardown on an oversubscribed, shared 2-core machine
+seed=${FSDP_FAULT_SEED:-$$}
+RANDOM=$seed
+echo "random seed $seed (FSDP_FAULT_SEED=$seed reproduces the stop points)"
+
+# check_message NAME NP: the first timeout message names a rank, the unit and phase (the
+# communicator's label "unit NAME / PHASE"), the collective and the timeout.
+check_message() {
+    local name=$1 np=$2 msg
+    msg=$(grep -m1 "not complete after" "$name.log")
+    echo "  $msg"
+    [[ "$msg" =~ \[rank\ [0-9]+\] ]] && [[ "$msg" =~ rank\ [0-9]+\ of\ $np ]] && ok || bad "$name: no rank in '$msg'"
+    [[ "$msg" =~ label\ \"unit\ [^\"/]+\ /\ [^\"]+\" ]] && ok || bad "$name: no 'unit NAME / PHASE' label in '$msg'"
+    [[ "$msg" =~ (all-gather|reduce-scatter|all-reduce|broadcast|barrier) ]] && ok || bad "$name: no collective in '$msg'"
+    [[ "$msg" =~ timeout_s\ $TIMEOUT ]] && ok || bad "$name: the timeout is not stated in '$msg'"
+}
+
+# stop_case NP RANK: freeze RANK once the run has reached a random step in 2..6.
+stop_case() {
+    local np=$1 victim=$2 at=$((2 + RANDOM % 5)) name=stop_np$1_r$2
+    rm -f pid.* "$name.jsonl"
+    timeout 120 "$MPIRUN" "$np" ./launch.sh "$BIN" "${TINY[@]}" --steps 100000 --comm-timeout $TIMEOUT \
+        --checkpoint-dir "ck_$name" --metrics "$name.jsonl" >"$name.log" 2>&1 &
+    local job=$!
+    local i=0
+    while ! grep -q "\"step\": $at," "$name.jsonl" 2>/dev/null && [ $i -lt 600 ]; do sleep 0.05; i=$((i + 1)); done
+    local pid
+    pid=$(cat "pid.$victim" 2>/dev/null)
+    [ -n "$pid" ] && kill -STOP "$pid" && ok || bad "$name: could not stop rank $victim"
+    local t0=$(date +%s.%N)
+    wait $job
+    local rc=$?
+    local el
+    el=$(python3 -c "import time; print(f'{time.time() - $t0:.1f}')")
+    [ -n "$pid" ] && kill -KILL "$pid" 2>/dev/null # in case the launcher left it stopped
+    echo "$name: rank $victim stopped at step $at; job exit $rc after ${el}s"
+    [ $rc -ne 0 ] && [ $rc -ne 124 ] && ok || bad "$name: exit $rc (want a failure, not a hang)"
+    python3 -c "import sys; sys.exit(0 if $el <= $TIMEOUT + $SLACK else 1)" && ok || bad "$name: ended ${el}s after the stop, more than $TIMEOUT + $SLACK s"
+    check_message "$name" "$np"
+}
+stop_case 2 1
+stop_case 3 0
+
+# skip_case NP N: rank NP-1 returns from its N-th collective without communicating.
+skip_case() {
+    local np=$1 n=$2 name=skip_np$1_$2 t0=$SECONDS
+    FSDP_TEST_SKIP_COLLECTIVE=$((np - 1)):$n timeout 120 "$MPIRUN" "$np" "$BIN" "${TINY[@]}" --steps 100000 \
+        --comm-timeout $TIMEOUT --checkpoint-dir "ck_$name" >"$name.log" 2>&1
+    local rc=$? el=$((SECONDS - t0))
+    echo "$name: exit $rc after ${el}s: $(grep -m1 -E 'error|MPI_ERR' "$name.log")"
+    [ $rc -ne 0 ] && [ $rc -ne 124 ] && ok || bad "$name: exit $rc (want a failure, not a hang)"
+    [ $el -le $((TIMEOUT + SLACK)) ] && ok || bad "$name: took ${el}s, more than $TIMEOUT + $SLACK s"
+}
+skip_case 2 $((20 + RANDOM % 40))
+finish

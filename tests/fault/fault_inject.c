@@ -1,0 +1,148 @@
+/* fault_inject.c — an LD_PRELOAD library for the fault tests (tests/fault/fault_*.sh): it watches the files
+ * whose path contains $FSDP_FAULT_MATCH and, as configured by environment variables, kills the process
+ * or fails writes at a chosen point, so a crash or a full disk can be placed exactly inside a
+ * checkpoint save. Without FSDP_FAULT_MATCH it changes nothing.
+ *   FSDP_FAULT_KILL_AT_WRITE=n  SIGKILL just before the n-th (1-based) write/pwrite to a watched file
+ *   FSDP_FAULT_KILL_AT_RENAME=1 SIGKILL just before a rename whose source or target is watched
+ *   FSDP_FAULT_ENOSPC_AFTER=b   watched files together take b bytes; then writes fail with ENOSPC
+ *                               (the write that crosses the limit is short, as on a real full disk) */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#define MAX_FD 4096
+
+static const char *match;          /* NULL: inactive */
+static long kill_at_write = -1;    /* n-th watched write kills; -1: off */
+static int kill_at_rename;         /* 1: a watched rename kills */
+static long long enospc_left = -1; /* bytes watched files may still take; -1: unlimited */
+static long writes_seen;
+static unsigned char watched[MAX_FD];
+
+__attribute__((constructor)) static void fault_init(void) {
+    match = getenv("FSDP_FAULT_MATCH");
+    if (match && !*match) match = NULL;
+    const char *v;
+    if ((v = getenv("FSDP_FAULT_KILL_AT_WRITE"))) kill_at_write = atol(v);
+    if ((v = getenv("FSDP_FAULT_KILL_AT_RENAME"))) kill_at_rename = atoi(v);
+    if ((v = getenv("FSDP_FAULT_ENOSPC_AFTER"))) enospc_left = atoll(v);
+}
+
+static int is_watched(const char *path) { return match && path && strstr(path, match) != NULL; }
+
+static void die(const char *what, const char *path) {
+    char msg[512];
+    int n = snprintf(msg, sizeof msg, "fault_inject: pid %d killed by SIGKILL at %s %s\n", (int)getpid(),
+                     what, path ? path : "");
+    if (n > 0) (void)!write(2, msg, (size_t)n < sizeof msg ? (size_t)n : sizeof msg - 1);
+    raise(SIGKILL);
+}
+
+static void note_open(int fd, const char *path) {
+    if (fd >= 0 && fd < MAX_FD) watched[fd] = (unsigned char)is_watched(path);
+}
+
+/* real_NAME: libc's NAME, looked up once. */
+#define REAL(name)                                                                                           \
+    static __typeof__(name) *real_##name;                                                                    \
+    if (!real_##name) real_##name = (__typeof__(name) *)dlsym(RTLD_NEXT, #name)
+
+int __open_2(const char *path, int flags); /* glibc's fortified open(), declared only under fortify */
+
+/* Applies the configured fault to a write of n bytes on fd; returns the bytes to really write, or -1
+ * with errno set for a failed write. */
+static ssize_t before_write(int fd, size_t n) {
+    if (!match || fd < 0 || fd >= MAX_FD || !watched[fd]) return (ssize_t)n;
+    writes_seen++;
+    if (kill_at_write > 0 && writes_seen >= kill_at_write) die("write", match);
+    if (enospc_left >= 0) {
+        if (enospc_left == 0 || n == 0) {
+            if (n == 0) return 0;
+            errno = ENOSPC;
+            return -1;
+        }
+        if ((long long)n > enospc_left) n = (size_t)enospc_left;
+        enospc_left -= (long long)n;
+    }
+    return (ssize_t)n;
+}
+
+int open(const char *path, int flags, ...) {
+    REAL(open);
+    mode_t mode = 0;
+    if (flags & (O_CREAT | O_TMPFILE)) {
+        va_list ap;
+        va_start(ap, flags);
+        mode = va_arg(ap, mode_t);
+        va_end(ap);
+    }
+    int fd = real_open(path, flags, mode);
+    note_open(fd, path);
+    return fd;
+}
+int open64(const char *path, int flags, ...) {
+    REAL(open64);
+    mode_t mode = 0;
+    if (flags & (O_CREAT | O_TMPFILE)) {
+        va_list ap;
+        va_start(ap, flags);
+        mode = va_arg(ap, mode_t);
+        va_end(ap);
+    }
+    int fd = real_open64(path, flags, mode);
+    note_open(fd, path);
+    return fd;
+}
+int openat(int dirfd, const char *path, int flags, ...) {
+    REAL(openat);
+    mode_t mode = 0;
+    if (flags & (O_CREAT | O_TMPFILE)) {
+        va_list ap;
+        va_start(ap, flags);
+        mode = va_arg(ap, mode_t);
+        va_end(ap);
+    }
+    int fd = real_openat(dirfd, path, flags, mode);
+    note_open(fd, path);
+    return fd;
+}
+int __open_2(const char *path, int flags) {
+    REAL(__open_2);
+    int fd = real___open_2(path, flags);
+    note_open(fd, path);
+    return fd;
+}
+int close(int fd) {
+    REAL(close);
+    if (fd >= 0 && fd < MAX_FD) watched[fd] = 0;
+    return real_close(fd);
+}
+ssize_t write(int fd, const void *buf, size_t n) {
+    REAL(write);
+    ssize_t k = before_write(fd, n);
+    return k < 0 ? -1 : real_write(fd, buf, (size_t)k);
+}
+ssize_t pwrite(int fd, const void *buf, size_t n, off_t off) {
+    REAL(pwrite);
+    ssize_t k = before_write(fd, n);
+    return k < 0 ? -1 : real_pwrite(fd, buf, (size_t)k, off);
+}
+ssize_t pwrite64(int fd, const void *buf, size_t n, off_t off) {
+    REAL(pwrite64);
+    ssize_t k = before_write(fd, n);
+    return k < 0 ? -1 : real_pwrite64(fd, buf, (size_t)k, off);
+}
+int rename(const char *from, const char *to) {
+    REAL(rename);
+    if (kill_at_rename && (is_watched(from) || is_watched(to))) die("rename", from);
+    return real_rename(from, to);
+}
