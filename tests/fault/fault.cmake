@@ -1,7 +1,7 @@
 # tests/fault/fault.cmake — reliability tests of the fsdp-train program (label fault): a hang that
 # becomes an error, a rank killed mid-training and mid-checkpoint, a full disk while saving
 # (tests/fault/*.sh, with the LD_PRELOAD fault library fault_inject.c), bad values for every flag
-# (test_flags.c), and, with -DFSDP_VALGRIND=ON, a short training run under valgrind memcheck.
+# (test_flags.c), and a short training run under valgrind memcheck (tools/valgrind-check.sh).
 if(TARGET fsdp-train)
   add_library(fsdp_fault_inject SHARED ${PROJECT_SOURCE_DIR}/tests/fault/fault_inject.c)
   target_compile_options(fsdp_fault_inject PRIVATE ${FSDP_WARN})
@@ -17,4 +17,24 @@ if(TARGET fsdp-train)
       set_tests_properties(fault/${part} PROPERTIES LABELS "script;fault" TIMEOUT 600)
     endforeach()
   endif()
+endif()
+
+# Bad values for every flag (a unit test: also runs in the ASan+UBSan build).
+if(TARGET fsdp_train)
+  add_executable(test_flags ${PROJECT_SOURCE_DIR}/tests/fault/test_flags.c)
+  target_compile_options(test_flags PRIVATE ${FSDP_WARN})
+  target_include_directories(test_flags PRIVATE ${PROJECT_SOURCE_DIR}/tests ${CJSON_INCLUDE_DIR})
+  target_link_libraries(test_flags PRIVATE fsdp_train)
+  set_target_properties(test_flags PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}/tests)
+  add_test(NAME fault/test_flags COMMAND test_flags)
+  set_tests_properties(fault/test_flags PROPERTIES LABELS "unit;fault" TIMEOUT 120)
+endif()
+
+# A short training run (1 and 2 ranks), resume, sample and export under valgrind memcheck: about a
+# minute; registered when valgrind is installed (Debian package valgrind) and the build is not ASan.
+find_program(FSDP_VALGRIND_EXE valgrind)
+if(TARGET fsdp-train AND FSDP_VALGRIND_EXE AND NOT FSDP_SANITIZE)
+  add_test(NAME fault/valgrind
+    COMMAND ${PROJECT_SOURCE_DIR}/tools/valgrind-check.sh $<TARGET_FILE:fsdp-train> ${PROJECT_BINARY_DIR}/tmp_valgrind)
+  set_tests_properties(fault/valgrind PROPERTIES LABELS "script;fault;valgrind" TIMEOUT 600)
 endif()
