@@ -15,54 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The units gpt_init registers (src/model/gpt.c), as plan input: "root" (wte, wpe, lnf_w, lnf_b and
- * lm_head tied to wte; reshard_after_forward 0) then "h0".."h<L-1>" with twelve tensors each. The
- * measure mode checks these layouts against the engine's. */
-typedef struct {
-    fsdp_tensor_spec root[GPT_ROOT_NTENSORS];
-    fsdp_tensor_spec blk[GPT_BLOCK_NTENSORS];
-    fsdp_unit_config root_cfg;
-    fsdp_plan_unit *units; /* (L + 1) */
-    char (*names)[16];     /* (L + 1) */
-} gpt_plan_input;
-
-static int gpt_plan_units(gpt_plan_input *in, const gpt_config *c) {
-    int64_t C = c->n_embd,
-            Vp = c->padded_vocab_size ? c->padded_vocab_size : (c->vocab_size + 127) / 128 * 128;
-    int L = c->n_layer;
-    memset(in, 0, sizeof *in);
-    in->root[GPT_WTE] = (fsdp_tensor_spec){.name = "wte", .ndim = 2, .shape = {Vp, C}};
-    in->root[GPT_WPE] = (fsdp_tensor_spec){.name = "wpe", .ndim = 2, .shape = {c->max_seq_len, C}};
-    in->root[GPT_LNF_W] = (fsdp_tensor_spec){.name = "lnf_w", .ndim = 1, .shape = {C}};
-    in->root[GPT_LNF_B] = (fsdp_tensor_spec){.name = "lnf_b", .ndim = 1, .shape = {C}};
-    in->root[GPT_LM_HEAD] =
-        (fsdp_tensor_spec){.name = "lm_head", .ndim = 2, .shape = {Vp, C}, .alias_of = "wte"};
-    const int64_t shapes[GPT_BLOCK_NTENSORS][2] = {{C, 0},     {C, 0},     {3 * C, C}, {3 * C, 0},
-                                                   {C, C},     {C, 0},     {C, 0},     {C, 0},
-                                                   {4 * C, C}, {4 * C, 0}, {C, 4 * C}, {C, 0}};
-    const char *names[GPT_BLOCK_NTENSORS] = {"ln1_w", "ln1_b", "qkv_w", "qkv_b", "attproj_w", "attproj_b",
-                                             "ln2_w", "ln2_b", "fc_w",  "fc_b",  "fcproj_w",  "fcproj_b"};
-    for (int t = 0; t < GPT_BLOCK_NTENSORS; t++)
-        in->blk[t] = (fsdp_tensor_spec){
-            .name = names[t], .ndim = shapes[t][1] ? 2 : 1, .shape = {shapes[t][0], shapes[t][1]}};
-    in->root_cfg = fsdp_unit_config_default();
-    in->root_cfg.reshard_after_forward = 0;
-    in->units = calloc((size_t)L + 1, sizeof *in->units);
-    in->names = calloc((size_t)L + 1, sizeof *in->names);
-    if (!in->units || !in->names) return -1;
-    in->units[0] = (fsdp_plan_unit){.name = "root", .specs = in->root, .n_specs = 5, .cfg = &in->root_cfg};
-    for (int l = 0; l < L; l++) {
-        snprintf(in->names[l + 1], sizeof in->names[l + 1], "h%d", l);
-        in->units[l + 1] = (fsdp_plan_unit){.name = in->names[l + 1], .specs = in->blk, .n_specs = 12};
-    }
-    return 0;
-}
-
-static void gpt_plan_free(gpt_plan_input *in) {
-    free(in->units);
-    free(in->names);
-}
-
 static double mib(size_t b) { return (double)b / (1024.0 * 1024.0); }
 
 typedef struct {
@@ -146,13 +98,18 @@ static int parse(opts *o, int argc, char **argv) {
 
 /* The table: every strategy x main_grad x accum at each world size; no model allocated. */
 static int table(const opts *o) {
-    gpt_plan_input in;
-    if (gpt_plan_units(&in, &o->gc) != 0) return 1;
-    size_t act = gpt_activation_bytes(&o->gc, o->B, o->T);
+    gpt_units in;
+    if (gpt_units_init(&in, &o->gc) != FSDP_OK) {
+        fprintf(stderr, "bench_plan: %s\n", fsdp_last_error());
+        return 1;
+    }
+    size_t act = gpt_activation_bytes(&o->gc, o->B, o->T),
+           other = gpt_other_bytes(&o->gc, o->B, o->T, o->compute);
     printf("GPT-2 shape: L %d, C %d, V %d, T %d, batch %d, %d micro-batch(es), compute %s, recompute %d; "
-           "activations %.1f MiB (gpt_activation_bytes)\n\n",
+           "activations %.1f MiB (gpt_activation_bytes), GEMM workspace %.1f MiB (gpt_other_bytes, without "
+           "oneDNN's scratchpad)\n\n",
            o->gc.n_layer, o->gc.n_embd, o->gc.vocab_size, o->T, o->B, o->n_micro, fsdp_dtype_name(o->compute),
-           o->gc.recompute, mib(act));
+           o->gc.recompute, mib(act), mib(other));
     printf(
         "| ranks | strategy | main_grad | accum | master+optim+grad MiB | param_full MiB | main_grad MiB | "
         "activation MiB | total MiB | ZeRO (2+2+12)psi/N MiB | model states / ZeRO | total / ZeRO |\n");
@@ -170,10 +127,11 @@ static int table(const opts *o) {
                     pc.engine.accum = (fsdp_accum_mode)ac;
                     pc.n_micro = o->n_micro;
                     pc.activation_bytes = act;
+                    pc.other_bytes = other;
                     fsdp_plan p;
                     if (fsdp_plan_compute(in.units, o->gc.n_layer + 1, &pc, &p) != FSDP_OK) {
                         fprintf(stderr, "bench_plan: %s\n", fsdp_last_error());
-                        gpt_plan_free(&in);
+                        gpt_units_free(&in);
                         return 1;
                     }
                     const size_t *k = p.predicted.peak;
@@ -185,7 +143,7 @@ static int table(const opts *o) {
                            (double)states / (double)p.zero_ref_bytes,
                            (double)p.predicted.total / (double)p.zero_ref_bytes);
                 }
-    gpt_plan_free(&in);
+    gpt_units_free(&in);
     return 0;
 }
 
@@ -198,11 +156,15 @@ static int measure(const opts *o, int *argc, char ***argv) {
         return 1;
     }
     int rank = fsdp_comm_rank(comm), world = fsdp_comm_size(comm), bad = 0;
-    gpt_plan_input in;
+    gpt_units in;
     fsdp_engine_t *eng = NULL;
     gpt_model_t *m = NULL;
     int *tok = NULL;
-    if (gpt_plan_units(&in, &o->gc) != 0) return 1;
+    if (gpt_units_init(&in, &o->gc) != FSDP_OK) {
+        fprintf(stderr, "bench_plan: %s\n", fsdp_last_error());
+        fsdp_comm_free(comm);
+        return 1;
+    }
     fsdp_engine_config ec = fsdp_engine_config_default();
     ec.compute_dtype = o->compute;
     ec.strategy = o->strategy;
@@ -214,6 +176,7 @@ static int measure(const opts *o, int *argc, char ***argv) {
     pc.backend = strcmp(fsdp_comm_backend_name(comm), "mpi") == 0 ? FSDP_COMM_MPI : FSDP_COMM_SELF;
     pc.n_micro = o->n_micro;
     pc.activation_bytes = gpt_activation_bytes(&o->gc, o->B, o->T);
+    pc.other_bytes = gpt_other_bytes(&o->gc, o->B, o->T, o->compute);
     fsdp_plan plan;
     fsdp_status st = fsdp_plan_compute(in.units, o->gc.n_layer + 1, &pc, &plan);
     fsdp_mem_reset_peaks();
@@ -274,7 +237,7 @@ static int measure(const opts *o, int *argc, char ***argv) {
     fsdp_trace_free();
     gpt_free(m);
     fsdp_engine_free(eng);
-    gpt_plan_free(&in);
+    gpt_units_free(&in);
     fsdp_comm_free(comm);
     return bad;
 }

@@ -144,6 +144,34 @@ size_t gpt_activation_bytes(const gpt_config *cfg, int B, int T) {
     return arena_floats(&c, B, T, c.recompute) * sizeof(float);
 }
 
+/* Mirrors gemm.c's workspace slots for this model's GEMM shapes (N = B*T rows):
+ *   forward  out[N,n] = in[N,k] W[n,k]^T  with (k, n) in {(C,3C), (C,C), (C,4C), (4C,C), (C,Vp)};
+ *   backward dinp = dout[N,n] W, dW = dout^T in, for the same shapes.
+ * Mixed mode keeps bf16 copies of the activation operands: slot A holds in (forward) or dout (backward),
+ * at most N*max(4C, Vp) elements; slot B holds in (backward), at most N*4C. The bf16-via-f32 fallback
+ * also widens both GEMM operands and the bias to fp32: A32 up to N*max(4C, Vp) (dout; forward's in is
+ * smaller), B32 up to max(N*4C, Vp*C, 4C*C) (an activation or a weight), bias up to 4C. Short-lived
+ * buffers beside them: softmax-CE row losses (N doubles) and LayerNorm forward's fp32 weight and bias
+ * (2C floats). */
+size_t gpt_other_bytes(const gpt_config *cfg, int B, int T, fsdp_dtype compute) {
+    if (gpt_config_validate(cfg) != FSDP_OK || B < 1 || T < 1) return 0;
+    gpt_config c = resolve(cfg);
+    size_t N = (size_t)B * (size_t)T, C = (size_t)c.n_embd, Vp = (size_t)c.padded_vocab_size;
+    size_t wide = 4 * C > Vp ? 4 * C : Vp; /* widest activation operand's columns */
+    size_t bytes = 0;
+    if (compute == FSDP_BF16) {
+        bytes += N * wide * sizeof(fsdp_bf16) + N * 4 * C * sizeof(fsdp_bf16);
+        if (fsdp_gemm_path_for(FSDP_BF16) == FSDP_GEMM_BF16_VIA_F32) {
+            size_t b32 = N * 4 * C;
+            if (Vp * C > b32) b32 = Vp * C;
+            bytes += (N * wide + b32 + 4 * C) * sizeof(float);
+        }
+    }
+    size_t transient = N * sizeof(double);
+    if (2 * C * sizeof(float) > transient) transient = 2 * C * sizeof(float);
+    return bytes + transient;
+}
+
 /* Carves the arena for (B, T) and the current recompute setting; reallocates only when it must grow. */
 static fsdp_status ensure_arena(gpt_model_t *m, int B, int T) {
     const gpt_config *c = &m->cfg;
@@ -205,87 +233,128 @@ static float *res_at(const gpt_model_t *m, int l) {
 
 /* ---------------------------------------------------------------- init / free */
 
+/* The one description of the model's units (gpt_init registers exactly these; the memory plan reads
+ * them). Every block has the same specs, so one table serves all L blocks. */
+fsdp_status gpt_units_init(gpt_units *out, const gpt_config *cfg) {
+    if (out == NULL) return FSDP_ERR(FSDP_EINVAL, "out must not be NULL");
+    memset(out, 0, sizeof *out);
+    FSDP_TRY(gpt_config_validate(cfg));
+    const gpt_config c = resolve(cfg);
+    const int64_t L = c.n_layer, C = c.n_embd, Vp = c.padded_vocab_size;
+    out->units = calloc((size_t)L + 1, sizeof *out->units);
+    out->names = calloc((size_t)L + 1, sizeof *out->names);
+    out->root = calloc(GPT_ROOT_NTENSORS, sizeof *out->root);
+    out->block = calloc(GPT_BLOCK_NTENSORS, sizeof *out->block);
+    out->root_cfg = calloc(1, sizeof *out->root_cfg);
+    if (!out->units || !out->names || !out->root || !out->block || !out->root_cfg) {
+        gpt_units_free(out);
+        return FSDP_ERR(FSDP_ENOMEM, "cannot allocate the unit table of %lld layers", (long long)L);
+    }
+    out->n_units = (int)L + 1;
+
+    /* Root: embeddings and final LN; the LM head is an alias of wte in the same unit. */
+    fsdp_tensor_spec *r = out->root;
+    r[GPT_WTE] = (fsdp_tensor_spec){
+        .name = "wte", .ndim = 2, .shape = {Vp, C}, .init = FSDP_INIT_NORMAL, .std = 0.02f};
+    r[GPT_WPE] = (fsdp_tensor_spec){
+        .name = "wpe", .ndim = 2, .shape = {c.max_seq_len, C}, .init = FSDP_INIT_NORMAL, .std = 0.02f};
+    r[GPT_LNF_W] =
+        (fsdp_tensor_spec){.name = "lnf_w", .ndim = 1, .shape = {C}, .init = FSDP_INIT_ONES, .no_decay = 1};
+    r[GPT_LNF_B] =
+        (fsdp_tensor_spec){.name = "lnf_b", .ndim = 1, .shape = {C}, .init = FSDP_INIT_ZEROS, .no_decay = 1};
+    r[GPT_LM_HEAD] = (fsdp_tensor_spec){.name = "lm_head", .ndim = 2, .shape = {Vp, C}, .alias_of = "wte"};
+    *out->root_cfg = fsdp_unit_config_default();
+    out->root_cfg->reshard_after_forward =
+        0; /* the LM head runs at the end of forward and first in backward */
+
+    const float std_proj = 0.02f / sqrtf(2.0f * (float)L); /* GPT-2: residual projections scaled */
+    fsdp_tensor_spec *b = out->block;
+    b[GPT_LN1_W] =
+        (fsdp_tensor_spec){.name = "ln1_w", .ndim = 1, .shape = {C}, .init = FSDP_INIT_ONES, .no_decay = 1};
+    b[GPT_LN1_B] =
+        (fsdp_tensor_spec){.name = "ln1_b", .ndim = 1, .shape = {C}, .init = FSDP_INIT_ZEROS, .no_decay = 1};
+    b[GPT_QKV_W] = (fsdp_tensor_spec){
+        .name = "qkv_w", .ndim = 2, .shape = {3 * C, C}, .init = FSDP_INIT_NORMAL, .std = 0.02f};
+    b[GPT_QKV_B] = (fsdp_tensor_spec){
+        .name = "qkv_b", .ndim = 1, .shape = {3 * C}, .init = FSDP_INIT_ZEROS, .no_decay = 1};
+    b[GPT_ATTPROJ_W] = (fsdp_tensor_spec){
+        .name = "attproj_w", .ndim = 2, .shape = {C, C}, .init = FSDP_INIT_NORMAL, .std = std_proj};
+    b[GPT_ATTPROJ_B] = (fsdp_tensor_spec){
+        .name = "attproj_b", .ndim = 1, .shape = {C}, .init = FSDP_INIT_ZEROS, .no_decay = 1};
+    b[GPT_LN2_W] =
+        (fsdp_tensor_spec){.name = "ln2_w", .ndim = 1, .shape = {C}, .init = FSDP_INIT_ONES, .no_decay = 1};
+    b[GPT_LN2_B] =
+        (fsdp_tensor_spec){.name = "ln2_b", .ndim = 1, .shape = {C}, .init = FSDP_INIT_ZEROS, .no_decay = 1};
+    b[GPT_FC_W] = (fsdp_tensor_spec){
+        .name = "fc_w", .ndim = 2, .shape = {4 * C, C}, .init = FSDP_INIT_NORMAL, .std = 0.02f};
+    b[GPT_FC_B] = (fsdp_tensor_spec){
+        .name = "fc_b", .ndim = 1, .shape = {4 * C}, .init = FSDP_INIT_ZEROS, .no_decay = 1};
+    b[GPT_FCPROJ_W] = (fsdp_tensor_spec){
+        .name = "fcproj_w", .ndim = 2, .shape = {C, 4 * C}, .init = FSDP_INIT_NORMAL, .std = std_proj};
+    b[GPT_FCPROJ_B] = (fsdp_tensor_spec){
+        .name = "fcproj_b", .ndim = 1, .shape = {C}, .init = FSDP_INIT_ZEROS, .no_decay = 1};
+
+    snprintf(out->names[0], sizeof out->names[0], "root");
+    out->units[0] = (fsdp_plan_unit){
+        .name = out->names[0], .specs = r, .n_specs = GPT_ROOT_NTENSORS, .cfg = out->root_cfg};
+    for (int l = 0; l < L; l++) {
+        snprintf(out->names[l + 1], sizeof out->names[l + 1], "h%d", l);
+        out->units[l + 1] = (fsdp_plan_unit){
+            .name = out->names[l + 1], .specs = b, .n_specs = GPT_BLOCK_NTENSORS, .cfg = NULL};
+    }
+    return FSDP_OK;
+}
+
+void gpt_units_free(gpt_units *u) {
+    if (u == NULL) return;
+    free(u->units);
+    free(u->names);
+    free(u->root);
+    free(u->block);
+    free(u->root_cfg);
+    memset(u, 0, sizeof *u);
+}
+
 fsdp_status gpt_init(gpt_model_t **out, fsdp_engine_t *eng, const gpt_config *cfg) {
     if (out == NULL || eng == NULL) return FSDP_ERR(FSDP_EINVAL, "out and eng must not be NULL");
     *out = NULL;
     FSDP_TRY(gpt_config_validate(cfg));
+    gpt_units us;
+    FSDP_TRY(gpt_units_init(&us, cfg));
     gpt_model_t *m = calloc(1, sizeof *m);
-    if (m == NULL) return FSDP_ERR(FSDP_ENOMEM, "cannot allocate the model struct");
     fsdp_status st;
+    if (m == NULL) {
+        st = FSDP_ERR(FSDP_ENOMEM, "cannot allocate the model struct");
+        goto fail;
+    }
     m->cfg = resolve(cfg);
     m->eng = eng;
     m->pdt = fsdp_engine_get_config(eng)->compute_dtype;
     m->recompute = m->cfg.recompute;
-    const int64_t L = m->cfg.n_layer, C = m->cfg.n_embd;
+    const int64_t L = m->cfg.n_layer;
     m->blocks = calloc((size_t)L, sizeof *m->blocks);
     m->acts = calloc((size_t)L, sizeof *m->acts);
     if (m->blocks == NULL || m->acts == NULL) {
         st = FSDP_ERR(FSDP_ENOMEM, "cannot allocate the model's unit table (%lld layers)", (long long)L);
         goto fail;
     }
-
-    /* Root: embeddings and final LN; the LM head is an alias of wte in the same unit. */
-    const fsdp_tensor_spec root[GPT_ROOT_NTENSORS] = {
-        [GPT_WTE] = {.name = "wte",
-                     .ndim = 2,
-                     .shape = {m->cfg.padded_vocab_size, C},
-                     .init = FSDP_INIT_NORMAL,
-                     .std = 0.02f},
-        [GPT_WPE] = {.name = "wpe",
-                     .ndim = 2,
-                     .shape = {m->cfg.max_seq_len, C},
-                     .init = FSDP_INIT_NORMAL,
-                     .std = 0.02f},
-        [GPT_LNF_W] = {.name = "lnf_w", .ndim = 1, .shape = {C}, .init = FSDP_INIT_ONES, .no_decay = 1},
-        [GPT_LNF_B] = {.name = "lnf_b", .ndim = 1, .shape = {C}, .init = FSDP_INIT_ZEROS, .no_decay = 1},
-        [GPT_LM_HEAD] = {.name = "lm_head",
-                         .ndim = 2,
-                         .shape = {m->cfg.padded_vocab_size, C},
-                         .alias_of = "wte"},
-    };
-    fsdp_unit_config rc = fsdp_unit_config_default();
-    rc.reshard_after_forward = 0; /* the LM head runs at the end of forward and first in backward */
-    st = fsdp_engine_add_unit(eng, "root", root, GPT_ROOT_NTENSORS, &rc, &m->root);
-    if (st != FSDP_OK) goto fail;
-
-    const float std_proj = 0.02f / sqrtf(2.0f * (float)L); /* GPT-2: residual projections scaled */
-    for (int l = 0; l < L; l++) {
-        const fsdp_tensor_spec blk[GPT_BLOCK_NTENSORS] = {
-            [GPT_LN1_W] = {.name = "ln1_w", .ndim = 1, .shape = {C}, .init = FSDP_INIT_ONES, .no_decay = 1},
-            [GPT_LN1_B] = {.name = "ln1_b", .ndim = 1, .shape = {C}, .init = FSDP_INIT_ZEROS, .no_decay = 1},
-            [GPT_QKV_W] =
-                {.name = "qkv_w", .ndim = 2, .shape = {3 * C, C}, .init = FSDP_INIT_NORMAL, .std = 0.02f},
-            [GPT_QKV_B] =
-                {.name = "qkv_b", .ndim = 1, .shape = {3 * C}, .init = FSDP_INIT_ZEROS, .no_decay = 1},
-            [GPT_ATTPROJ_W] =
-                {.name = "attproj_w", .ndim = 2, .shape = {C, C}, .init = FSDP_INIT_NORMAL, .std = std_proj},
-            [GPT_ATTPROJ_B] =
-                {.name = "attproj_b", .ndim = 1, .shape = {C}, .init = FSDP_INIT_ZEROS, .no_decay = 1},
-            [GPT_LN2_W] = {.name = "ln2_w", .ndim = 1, .shape = {C}, .init = FSDP_INIT_ONES, .no_decay = 1},
-            [GPT_LN2_B] = {.name = "ln2_b", .ndim = 1, .shape = {C}, .init = FSDP_INIT_ZEROS, .no_decay = 1},
-            [GPT_FC_W] =
-                {.name = "fc_w", .ndim = 2, .shape = {4 * C, C}, .init = FSDP_INIT_NORMAL, .std = 0.02f},
-            [GPT_FC_B] =
-                {.name = "fc_b", .ndim = 1, .shape = {4 * C}, .init = FSDP_INIT_ZEROS, .no_decay = 1},
-            [GPT_FCPROJ_W] = {.name = "fcproj_w",
-                              .ndim = 2,
-                              .shape = {C, 4 * C},
-                              .init = FSDP_INIT_NORMAL,
-                              .std = std_proj},
-            [GPT_FCPROJ_B] =
-                {.name = "fcproj_b", .ndim = 1, .shape = {C}, .init = FSDP_INIT_ZEROS, .no_decay = 1},
-        };
-        char name[32];
-        snprintf(name, sizeof name, "h%d", l);
-        st = fsdp_engine_add_unit(eng, name, blk, GPT_BLOCK_NTENSORS, NULL, &m->blocks[l]);
+    /* Exactly the units gpt_units_init describes: root, then h0..h<L-1>. */
+    for (int i = 0; i < us.n_units; i++) {
+        const fsdp_plan_unit *pu = &us.units[i];
+        st = fsdp_engine_add_unit(eng, pu->name, pu->specs, pu->n_specs, pu->cfg,
+                                  i ? &m->blocks[i - 1] : &m->root);
         if (st != FSDP_OK) goto fail;
     }
+    gpt_units_free(&us);
     *out = m;
     return FSDP_OK;
 fail: /* units already added belong to the engine (freed with it) */
-    free(m->acts);
-    free(m->blocks);
-    free(m);
+    if (m) {
+        free(m->acts);
+        free(m->blocks);
+        free(m);
+    }
+    gpt_units_free(&us);
     return st;
 }
 

@@ -56,6 +56,36 @@ size_t gpt_num_params(const gpt_config *cfg);
 /* Activation bytes gpt_forward/gpt_backward allocate for a (B, T) batch: what the memory plan needs. */
 size_t gpt_activation_bytes(const gpt_config *cfg, int B, int T);
 
+/* Bytes the kernels keep in category other during training steps on (B, T) batches with this compute
+ * dtype: the GEMMs' grow-only operand copies (mixed mode: bf16 copies of the activation operands,
+ * B*T*max(4C, Vp) + B*T*4C elements of 2 bytes; on the bf16-via-f32 fallback path also fp32 copies of
+ * both operands and the bias) plus the largest short-lived buffer that coexists with them (softmax-CE
+ * row losses, B*T doubles; LayerNorm parameters widened to fp32, 2*C floats). Exact for these buffers
+ * from the second step on (the workspace reaches its size in the first backward). NOT included:
+ * oneDNN's own scratchpad, whose size oneDNN picks per GEMM shape and CPU ISA — so the figure is a
+ * lower bound of the measured `other` peak. May initialise oneDNN (to learn the GEMM path); allocates
+ * nothing tracked. 0 for an invalid config or B, T < 1. */
+size_t gpt_other_bytes(const gpt_config *cfg, int B, int T, fsdp_dtype compute);
+
+/* The units gpt_init registers, as data: the memory plan's input AND gpt_init's own source, so the
+ * layout a plan predicts is by construction the layout the model builds. units[0] is "root" (its
+ * config has reshard_after_forward 0), units[l+1] is "h<l>" (cfg NULL: the engine's default); every
+ * entry holds exactly the name, specs, n_specs and cfg fsdp_engine_add_unit gets. Plain heap memory
+ * (not tracked: it must not show in the figures it predicts); the struct may be copied, the pointers
+ * stay valid until gpt_units_free. */
+typedef struct {
+    int n_units;             /* L + 1 */
+    fsdp_plan_unit *units;   /* (L + 1) */
+    fsdp_tensor_spec *root;  /* (GPT_ROOT_NTENSORS) root's specs, indexed by GPT_WTE... */
+    fsdp_tensor_spec *block; /* (GPT_BLOCK_NTENSORS) every block's specs, indexed by GPT_LN1_W... */
+    fsdp_unit_config *root_cfg;
+    char (*names)[16]; /* (L + 1) unit names */
+} gpt_units;
+
+/* FSDP_EINVAL for an invalid cfg (gpt_config_validate), FSDP_ENOMEM; *out is zeroed on failure. */
+fsdp_status gpt_units_init(gpt_units *out, const gpt_config *cfg);
+void gpt_units_free(gpt_units *u); /* zeroes *u; NULL or a zeroed struct is a no-op */
+
 /* Tensor indices inside the units (fsdp_unit_param / fsdp_unit_main_grad / load / gather). Names are
  * the ones in comments; tools/gpt2_reference.py writes the same names. Linear weights are (out, in). */
 enum {

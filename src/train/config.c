@@ -91,6 +91,18 @@ static const opt_def opts[] = {
     {"log-every", OPT_INT, F(log_every), 1, 1 << 30, NULL, C_TRAIN, "print a line every N steps"},
     {"sample-tokens", OPT_INT, F(sample_tokens), 0, 1 << 20, NULL, C_TRAIN,
      "tokens of text generated after training (0: none)"},
+    {"plan", OPT_BOOL, F(plan), 0, 1, NULL, C_TRAIN,
+     "print the predicted per-rank peak memory of these settings (every category, the ZeRO formula, "
+     "plain data parallel) and stop: allocates no model, needs no data files"},
+    {"world", OPT_INT, F(world), 0, 1 << 20, NULL, C_TRAIN,
+     "ranks --plan plans for; 0: the launcher's (a run must match it)"},
+    {"report", OPT_STR, F(report), 0, 0, NULL, C_TRAIN,
+     "JSON file: predicted and measured peak bytes per category, max over ranks (--plan: predicted)"},
+    {"trace", OPT_STR, F(trace), 0, 0, NULL, C_TRAIN,
+     "Chrome-trace JSON file (Perfetto, chrome://tracing): a span per unit and phase per rank, memory "
+     "counters per category"},
+    {"trace-steps", OPT_INT, F(trace_steps), 0, 1 << 30, NULL, C_TRAIN,
+     "--trace covers steps up to this one (0: the whole run)"},
     {"checkpoint", OPT_STR, F(checkpoint), 0, 0, NULL, C_EXPORT | C_SAMPLE,
      "a step folder, or a checkpoint folder (its `latest`)"},
     {"logits", OPT_STR, F(logits), 0, 0, NULL, C_EXPORT,
@@ -321,6 +333,12 @@ fsdp_status fsdp_train_config_check(fsdp_train_config *c, int world) {
                 c->batch, c->micro_batches, world, c->micro_batches * world);
         if (c->min_lr > c->lr)
             return fsdp_set_error(FSDP_EINVAL, "--min-lr %g is above --lr %g", c->min_lr, c->lr);
+        if (c->world > 0 && world > 0 && c->world != world)
+            return fsdp_set_error(
+                FSDP_EINVAL,
+                "--world %d but %d rank%s running: --world is for --plan (or must equal the "
+                "launcher's number of ranks)",
+                c->world, world, world == 1 ? " is" : "s are");
         if (!c->checkpoint_dir && c->resume)
             return fsdp_set_error(FSDP_EINVAL, "--resume needs --checkpoint-dir");
         break;

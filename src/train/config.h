@@ -61,6 +61,13 @@ typedef struct {
     int log_every;
     int sample_tokens; /* generated at the end of training (0: none) */
 
+    /* memory plan, report, trace (DESIGN.md section 5) */
+    int plan;           /* --plan: print the predicted per-rank memory of these settings and stop */
+    int world;          /* ranks --plan plans for; 0: the launcher's (1 without one) */
+    const char *report; /* JSON file: predicted (and, after a run, measured) peak bytes per category */
+    const char *trace;  /* Chrome-trace JSON file of the run */
+    int trace_steps;    /* trace steps 1..N of the run only (0: the whole run) */
+
     /* sample (and the sample after training) */
     const char *prompt;
     double temperature;

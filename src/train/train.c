@@ -89,8 +89,8 @@ static void model_free(run_model *rm) {
     rm->eng = NULL;
 }
 
-static fsdp_status model_build(const fsdp_train_config *cfg, fsdp_comm_t *comm, run_model *rm) {
-    memset(rm, 0, sizeof *rm);
+/* The engine and model settings of cfg: one place, used by the run and by its memory plan. */
+static fsdp_engine_config engine_config_of(const fsdp_train_config *cfg) {
     fsdp_engine_config ec = fsdp_engine_config_default();
     ec.strategy = (fsdp_strategy)cfg->strategy;
     ec.compute_dtype = cfg->precision == FSDP_PRECISION_MIXED ? FSDP_BF16 : FSDP_F32;
@@ -98,7 +98,10 @@ static fsdp_status model_build(const fsdp_train_config *cfg, fsdp_comm_t *comm, 
     ec.main_grad = (fsdp_main_grad_policy)cfg->main_grad;
     ec.accum = (fsdp_accum_mode)cfg->accum;
     ec.seed = (uint64_t)cfg->seed;
-    FSDP_TRY(fsdp_engine_init(&rm->eng, comm, &ec));
+    return ec;
+}
+
+static gpt_config gpt_config_of(const fsdp_train_config *cfg) {
     gpt_config gc = gpt_config_default();
     gc.n_layer = cfg->layers;
     gc.n_embd = cfg->width;
@@ -107,6 +110,14 @@ static fsdp_status model_build(const fsdp_train_config *cfg, fsdp_comm_t *comm, 
     gc.padded_vocab_size = 0;
     gc.max_seq_len = cfg->max_seq_len;
     gc.recompute = cfg->recompute;
+    return gc;
+}
+
+static fsdp_status model_build(const fsdp_train_config *cfg, fsdp_comm_t *comm, run_model *rm) {
+    memset(rm, 0, sizeof *rm);
+    fsdp_engine_config ec = engine_config_of(cfg);
+    FSDP_TRY(fsdp_engine_init(&rm->eng, comm, &ec));
+    gpt_config gc = gpt_config_of(cfg);
     fsdp_status s = gpt_init(&rm->model, rm->eng, &gc);
     if (s != FSDP_OK) model_free(rm);
     return s;
@@ -120,6 +131,76 @@ static fsdp_status resolve_config(fsdp_train_config *c, int world) {
         c->vocab = v > 0 ? v : FSDP_GPT2_VOCAB;
     }
     return fsdp_train_config_check(c, world);
+}
+
+/* ---------------------------------------------------------------- memory plan */
+
+fsdp_status fsdp_train_plan_compute(const fsdp_train_config *c, int world, int threads, int have_val,
+                                    fsdp_plan *out) {
+    if (c == NULL || out == NULL || world < 1 || threads < 1)
+        return FSDP_ERR(FSDP_EINVAL, "plan: need a config, an output, world >= 1 and threads >= 1");
+    if (c->batch % (c->micro_batches * world) != 0)
+        return fsdp_set_error(FSDP_EINVAL, "--batch %d is not divisible by --micro-batches %d x %d ranks",
+                              c->batch, c->micro_batches, world);
+    gpt_config gc = gpt_config_of(c);
+    gpt_units us;
+    FSDP_TRY(gpt_units_init(&us, &gc));
+    /* Per rank and micro-batch: b sequences of T tokens (the loader's split). */
+    const int b = c->batch / (c->micro_batches * world), T = c->seq_len;
+    const size_t bt = (size_t)b * (size_t)T;
+    fsdp_plan_config pc = fsdp_plan_config_default();
+    pc.world = world;
+    pc.engine = engine_config_of(c);
+    pc.backend = world > 1 ? FSDP_COMM_MPI : FSDP_COMM_SELF;
+    pc.n_micro = c->micro_batches;
+    pc.schedule = FSDP_PLAN_ROOT_WRAPS; /* gpt's hook order */
+    /* activation: the model's arena, the trainer's input and target tokens (int32 [b, T] each), and
+     * attention backward's scratch (T floats per thread) that lives beside them during backward. */
+    pc.activation_bytes = gpt_activation_bytes(&gc, b, T) + 2 * bt * sizeof(int32_t) +
+                          (size_t)threads * (size_t)T * sizeof(float);
+    /* other: the GEMM workspace and the loaders' read buffers (b*T + 1 int32 each). */
+    pc.other_bytes = gpt_other_bytes(&gc, b, T, pc.engine.compute_dtype) +
+                     (size_t)(have_val ? 2 : 1) * (bt + 1) * sizeof(int32_t);
+    fsdp_status s = fsdp_plan_compute(us.units, us.n_units, &pc, out);
+    gpt_units_free(&us);
+    return s;
+}
+
+fsdp_status fsdp_train_plan(const fsdp_train_config *cfg_in, fsdp_comm_t *comm, FILE *out) {
+    fsdp_train_config cfg = *cfg_in;
+    fsdp_train_config *c = &cfg;
+    const int world = c->world > 0 ? c->world : fsdp_comm_size(comm);
+    const int rank0 = fsdp_comm_rank(comm) == 0;
+    if (c->vocab == 0) {
+        int v = 0;
+        FSDP_TRY(fsdp_data_meta_vocab(c->data, &v));
+        c->vocab = v > 0 ? v : FSDP_GPT2_VOCAB;
+    }
+    c->world = world;
+    FSDP_TRY(fsdp_train_config_check(c, world));
+    /* The threads a real run would use: --threads, else the cores split over the ranks (all on this
+     * node when planning for a world other than the launcher's). */
+    int threads = fsdp_train_threads(c, comm);
+    if (c->threads == 0 && world != fsdp_comm_size(comm)) {
+        threads = fsdp_train_threads(c, NULL) / world;
+        if (threads < 1) threads = 1;
+    }
+    fsdp_plan plan;
+    FSDP_TRY(fsdp_train_plan_compute(c, world, threads, c->eval_every > 0, &plan));
+    if (!rank0) return FSDP_OK;
+    if (out) {
+        fprintf(
+            out,
+            "fsdp-train --plan: %d layers, width %d, %d heads, vocab %d, seq-len %d, batch %d (%d per rank "
+            "and micro-batch), %d thread%s per rank; nothing allocated\n",
+            c->layers, c->width, c->heads, c->vocab, c->seq_len, c->batch,
+            c->batch / (c->micro_batches * world), threads, threads == 1 ? "" : "s");
+        FSDP_TRY(fsdp_plan_print(out, &plan, NULL));
+        fprintf(out, "activation and other are estimates (other excludes oneDNN's GEMM scratchpad); the "
+                     "rest is exact\n");
+    }
+    if (c->report) FSDP_TRY(fsdp_plan_write_json(c->report, &plan, NULL));
+    return FSDP_OK;
 }
 
 /* ---------------------------------------------------------------- sampling */
@@ -275,6 +356,8 @@ fsdp_status fsdp_train_run(const fsdp_train_config *cfg_in, fsdp_comm_t *comm, F
     FILE *metrics = NULL;
     cJSON *cj = NULL;
     fsdp_ckpt_state st = {0, 0, 0, {0, 0}};
+    fsdp_plan plan;
+    memset(&plan, 0, sizeof plan);
     fsdp_status s = resolve_config(c, world);
     s = fsdp_ckpt_agree(comm, s, "checking the settings");
     if (s != FSDP_OK) goto done;
@@ -322,6 +405,8 @@ fsdp_status fsdp_train_run(const fsdp_train_config *cfg_in, fsdp_comm_t *comm, F
     s = fsdp_mem_alloc((void **)&in, sizeof(int32_t) * bt, FSDP_MEM_ACTIVATION);
     if (s == FSDP_OK) s = fsdp_mem_alloc((void **)&tg, sizeof(int32_t) * bt, FSDP_MEM_ACTIVATION);
     if (s == FSDP_OK) s = model_build(c, comm, &rm);
+    /* The prediction the end-of-run report compares against (the same arithmetic as --plan). */
+    if (s == FSDP_OK) s = fsdp_train_plan_compute(c, world, threads, have_val, &plan);
     s = fsdp_ckpt_agree(comm, s, "building the model");
     if (s != FSDP_OK) goto done;
     if (o) {
@@ -368,6 +453,11 @@ fsdp_status fsdp_train_run(const fsdp_train_config *cfg_in, fsdp_comm_t *comm, F
     s = fsdp_ckpt_agree(comm, s, "opening the metrics file");
     if (s != FSDP_OK) goto done;
 
+    if (c->trace) { /* after a barrier, so the ranks' time origins roughly agree */
+        s = fsdp_comm_barrier(comm);
+        if (s == FSDP_OK) s = fsdp_trace_enable(rank);
+        if (s != FSDP_OK) goto done;
+    }
     const int tty = o && isatty(fileno(o));
     const int first = (int)st.step + 1;
     const double tokens_per_step = (double)c->batch * (double)c->seq_len;
@@ -377,8 +467,11 @@ fsdp_status fsdp_train_run(const fsdp_train_config *cfg_in, fsdp_comm_t *comm, F
     rr.last_step = first - 1;
     fsdp_mem_reset_peaks();
     const int last = c->stop_at > 0 && c->stop_at < c->steps ? c->stop_at : c->steps;
+    char span[32];
     for (int step = first; step <= last; step++) {
         double t0 = fsdp_time_s();
+        snprintf(span, sizeof span, "step %d", step);
+        fsdp_trace_begin(span, "step");
         double lr = fsdp_train_lr(c, step);
         s = fsdp_engine_begin_step(rm.eng, c->micro_batches);
         double lsum = 0;
@@ -402,6 +495,7 @@ fsdp_status fsdp_train_run(const fsdp_train_config *cfg_in, fsdp_comm_t *comm, F
         float loss = (float)(lsum / c->micro_batches), gloss = loss;
         if (s == FSDP_OK && world > 1) s = fsdp_comm_all_reduce(comm, &loss, &gloss, 1, FSDP_F32, FSDP_AVG);
         if (s != FSDP_OK) goto done;
+        fsdp_trace_end(span, "step");
         fsdp_loader_advance(&train);
         double dt = fsdp_time_s() - t0;
         if (step > first || last == first) { /* the first step warms caches: not in the average */
@@ -436,8 +530,10 @@ fsdp_status fsdp_train_run(const fsdp_train_config *cfg_in, fsdp_comm_t *comm, F
         }
         if (have_val && (step % c->eval_every == 0 || step == last)) {
             float vl;
+            fsdp_trace_begin("eval", "eval");
             s = evaluate(&rm, &val, c, comm, in, tg, &vl);
             if (s != FSDP_OK) goto done;
+            fsdp_trace_end("eval", "eval");
             rr.last_val_loss = vl;
             if (o) fprintf(o, "%sstep %d: val loss %.4f\n", tty ? "\n" : "", step, vl);
             if (metrics) {
@@ -450,14 +546,18 @@ fsdp_status fsdp_train_run(const fsdp_train_config *cfg_in, fsdp_comm_t *comm, F
             st.step = step;
             st.data_pos = ls.pos;
             st.data_epoch = ls.epoch;
+            fsdp_trace_begin("checkpoint", "checkpoint");
             s = fsdp_ckpt_save(rm.eng, c->checkpoint_dir, cj, &st, &saved);
             if (s != FSDP_OK) goto done;
+            fsdp_trace_end("checkpoint", "checkpoint");
             last_saved = step;
             if (o) fprintf(o, "%ssaved %s\n", tty ? "\n" : "", saved);
             free(saved);
             saved = NULL;
         }
+        if (step == c->trace_steps) fsdp_trace_disable();
     }
+    fsdp_trace_disable();
     (void)last_saved;
     if (o && tty) fputc('\n', o);
     if (o && rr.last_step >= rr.first_step) {
@@ -466,6 +566,25 @@ fsdp_status fsdp_train_run(const fsdp_train_config *cfg_in, fsdp_comm_t *comm, F
         fprintf(o, "done: steps %d..%d in %.1f s, %.0f tokens/s, final loss %.4f, peak memory %s per rank\n",
                 rr.first_step, rr.last_step, fsdp_time_s() - t_loop, rr.tokens_per_s, rr.last_loss, peak);
     }
+    /* Predicted vs measured peaks, max over ranks (since the loop began: model states, steps, evals and
+     * checkpoints; not the sample below). */
+    fsdp_mem_peaks meas;
+    fsdp_mem_peaks_local(&meas);
+    s = fsdp_mem_peaks_max(comm, &meas);
+    if (s != FSDP_OK) goto done;
+    if (o) {
+        fprintf(o, "memory per rank, predicted vs measured (max over %d rank%s):\n", world,
+                world == 1 ? "" : "s");
+        fsdp_plan_print(o, &plan, &meas);
+    }
+    if (rank0 && c->report) s = fsdp_plan_write_json(c->report, &plan, &meas);
+    s = fsdp_ckpt_agree(comm, s, "writing the --report file");
+    if (s == FSDP_OK && c->trace) s = fsdp_trace_write(c->trace, comm); /* collective; rank 0 writes */
+    s = fsdp_ckpt_agree(comm, s, "writing the --trace file");
+    if (s != FSDP_OK) goto done;
+    if (o && (c->report || c->trace))
+        fprintf(o, "wrote%s%s%s%s\n", c->report ? " " : "", c->report ? c->report : "", c->trace ? " " : "",
+                c->trace ? c->trace : "");
     if (c->sample_tokens > 0) {
         if (o)
             fprintf(o, "sample (%d tokens, temperature %g, top-k %d):\n", c->sample_tokens, c->temperature,
@@ -474,6 +593,7 @@ fsdp_status fsdp_train_run(const fsdp_train_config *cfg_in, fsdp_comm_t *comm, F
                      st.rng, o);
     }
 done:
+    if (c->trace) fsdp_trace_free();
     if (res) *res = rr;
     if (metrics) fclose(metrics);
     cJSON_Delete(cj);

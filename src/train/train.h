@@ -21,6 +21,20 @@ typedef struct {
 fsdp_status fsdp_train_run(const fsdp_train_config *cfg, fsdp_comm_t *comm, FILE *out,
                            fsdp_train_result *res);
 
+/* The memory plan of the run cfg describes (a checked config with the vocabulary resolved) on `world`
+ * ranks with `threads` OpenMP threads per rank: the model's units (gpt_units_init, so the layout is the
+ * one gpt_init builds), the engine policies of the flags, activations = the model's arena + the token
+ * buffers + attention backward's per-thread scratch, other = the GEMM workspace (gpt_other_bytes: a
+ * lower bound, oneDNN's scratchpad is not known before it runs) + the data loaders' buffers (validation
+ * loader counted when have_val). Allocates nothing tracked. */
+fsdp_status fsdp_train_plan_compute(const fsdp_train_config *cfg, int world, int threads, int have_val,
+                                    fsdp_plan *out);
+
+/* `--plan`: prints the plan of cfg's run on cfg->world ranks (0: comm's size) on rank 0 — every
+ * category, the ZeRO formula, plain data parallel — and with --report writes it as JSON. Builds no
+ * model and reads no data file (DIR/meta.json gives the vocabulary when it exists). */
+fsdp_status fsdp_train_plan(const fsdp_train_config *cfg, fsdp_comm_t *comm, FILE *out);
+
 /* `sample`: text from a checkpoint (any world size saved it; this runs on comm, rank 0 prints). */
 fsdp_status fsdp_sample_run(const fsdp_train_config *cfg, fsdp_comm_t *comm, FILE *out);
 

@@ -57,7 +57,9 @@ int main(int argc, char **argv) {
         if (rank == 0) fsdp_train_usage(stdout, cfg.cmd);
     } else {
         switch (cfg.cmd) {
-        case FSDP_CMD_TRAIN: s = fsdp_train_run(&cfg, comm, stdout, NULL); break;
+        case FSDP_CMD_TRAIN:
+            s = cfg.plan ? fsdp_train_plan(&cfg, comm, stdout) : fsdp_train_run(&cfg, comm, stdout, NULL);
+            break;
         case FSDP_CMD_SAMPLE: s = fsdp_sample_run(&cfg, comm, stdout); break;
         /* single-process commands: rank 0 does them under a launcher */
         case FSDP_CMD_PREPARE: s = rank == 0 ? prepare(&cfg) : FSDP_OK; break;

@@ -1,0 +1,11 @@
+# fsdp-train's memory plan, end-of-run report and trace (tests/train/plan_report.sh) on 1, 2 and 3
+# ranks: exact prediction of master/optim/grad_shard/param_full/main_grad under LAZY/EAGER x
+# SHARDED/NO_SYNC, activation within 5%, --plan == the run's prediction, a valid Chrome trace.
+if(TARGET fsdp-train)
+  foreach(np 1 2 3)
+    add_test(NAME train/plan_report/np${np}
+      COMMAND ${PROJECT_SOURCE_DIR}/tests/train/plan_report.sh $<TARGET_FILE:fsdp-train>
+              ${FSDP_MPIRUN} ${PROJECT_BINARY_DIR}/tmp_plan_report_np${np} ${np})
+    set_tests_properties(train/plan_report/np${np} PROPERTIES LABELS "script;train" TIMEOUT 300)
+  endforeach()
+endif()
