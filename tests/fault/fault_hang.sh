@@ -33,7 +33,7 @@ stop_case() {
         --checkpoint-dir "ck_$name" --metrics "$name.jsonl" >"$name.log" 2>&1 &
     local job=$!
     local i=0
-    while ! grep -q "\"step\": $at," "$name.jsonl" 2>/dev/null && [ $i -lt 600 ]; do sleep 0.05; i=$((i + 1)); done
+    while ! grep -q "\"step\": $at," "$name.jsonl" 2>/dev/null && [ $i -lt 1200 ]; do sleep 0.05; i=$((i + 1)); done
     local pid
     pid=$(cat "pid.$victim" 2>/dev/null)
     [ -n "$pid" ] && kill -STOP "$pid" && ok || bad "$name: could not stop rank $victim"

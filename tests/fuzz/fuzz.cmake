@@ -17,7 +17,7 @@ if(TARGET fsdp_train)
     target_link_libraries(replay_${t} PRIVATE fsdp_train)
     set_target_properties(replay_${t} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}/tests)
     add_test(NAME fuzz/replay_${t} COMMAND replay_${t} ${FSDP_FUZZ_DIR}/corpus/${t})
-    set_tests_properties(fuzz/replay_${t} PROPERTIES LABELS "unit;fuzz-replay" TIMEOUT 120)
+    set_tests_properties(fuzz/replay_${t} PROPERTIES LABELS "unit;corpus" TIMEOUT 120)
   endforeach()
 endif()
 
