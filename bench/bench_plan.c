@@ -3,8 +3,9 @@
  * (2+2+12)·psi/N reference (no model is allocated); and with --measure, one real training step of a
  * gpt model on this communicator (run under mpirun) with predicted vs measured peaks, max over ranks.
  *
- *   build/bench/bench_plan [--layers L --embd C --heads H --vocab V --seq T --batch B --micro M
- *                           --compute f32|bf16 --recompute 0|1 --worlds 1,2,4]
+ *   build/bench/bench_plan [--layers L --embd C --heads H --vocab V --seq T --max-seq TMAX --batch B
+ *                           --micro M --compute f32|bf16 --recompute 0|1 --worlds 1,2,4]
+ * (--batch: sequences per rank and micro-batch; --max-seq: the position table, default --seq)
  *   tests/mpirun.sh 2 build/bench/bench_plan --measure --layers 2 --embd 64 --heads 4 --vocab 512 --seq 64
  *       [--strategy full_shard|shard_grad_op|no_shard] [--main-grad lazy|eager] [--accum sharded|no_sync]
  *       [--trace FILE] [--report FILE.json]
@@ -34,6 +35,7 @@ static int parse(opts *o, int argc, char **argv) {
     o->B = 4, o->T = 1024, o->n_micro = 1, o->measure = 0, o->compute = FSDP_BF16;
     o->strategy = FSDP_FULL_SHARD, o->main_grad = FSDP_MAIN_GRAD_LAZY, o->accum = FSDP_ACCUM_SHARDED;
     o->worlds[0] = 1, o->worlds[1] = 2, o->worlds[2] = 4, o->n_worlds = 3;
+    int max_seq = 0; /* the position table; 0: --seq */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--measure")) {
@@ -54,7 +56,9 @@ static int parse(opts *o, int argc, char **argv) {
         else if (!strcmp(a, "--vocab"))
             o->gc.vocab_size = atoi(v), o->gc.padded_vocab_size = 0;
         else if (!strcmp(a, "--seq"))
-            o->T = atoi(v), o->gc.max_seq_len = atoi(v);
+            o->T = atoi(v);
+        else if (!strcmp(a, "--max-seq"))
+            max_seq = atoi(v);
         else if (!strcmp(a, "--batch"))
             o->B = atoi(v);
         else if (!strcmp(a, "--micro"))
@@ -88,6 +92,11 @@ static int parse(opts *o, int argc, char **argv) {
             fprintf(stderr, "bench_plan: unknown option %s\n", a);
             return -1;
         }
+    }
+    o->gc.max_seq_len = max_seq > 0 ? max_seq : o->T;
+    if (o->T > o->gc.max_seq_len) {
+        fprintf(stderr, "bench_plan: --seq %d is longer than --max-seq %d\n", o->T, o->gc.max_seq_len);
+        return -1;
     }
     if (gpt_config_validate(&o->gc) != FSDP_OK) {
         fprintf(stderr, "bench_plan: %s\n", fsdp_last_error());
