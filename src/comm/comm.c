@@ -35,9 +35,12 @@ static int launched_by_mpi(void) {
            getenv("PMI_SIZE") != NULL;
 }
 
-/* FSDP_TEST_SKIP_COLLECTIVE=<rank>:<n>: that rank returns FSDP_OK from its n-th collective (0-based)
- * without communicating, so the other ranks' timeout path can be tested. Malformed values are an
- * error rather than silently ignored. */
+/* FSDP_TEST_SKIP_COLLECTIVE=<rank>:<n>[:stall]: that rank returns FSDP_OK from its n-th collective
+ * (0-based) without communicating, so the other ranks' timeout path can be tested. With ":stall" the
+ * rank then posts no further collective either: each later one waits until its own timeout, as a rank
+ * that went astray would (without it, the rank's next collective is mismatched against the others'
+ * and MPI may fail the job first with a truncation error). Malformed values are an error rather than
+ * silently ignored. */
 static fsdp_status parse_skip(fsdp_comm_t *c) {
     c->skip_rank = -1;
     const char *v = getenv("FSDP_TEST_SKIP_COLLECTIVE");
@@ -45,11 +48,16 @@ static fsdp_status parse_skip(fsdp_comm_t *c) {
     char *end = NULL;
     long r = strtol(v, &end, 10);
     if (end == v || *end != ':' || r < 0 || r > INT_MAX)
-        return FSDP_ERR(FSDP_EINVAL, "FSDP_TEST_SKIP_COLLECTIVE=\"%s\" is malformed; use <rank>:<n>", v);
+        return FSDP_ERR(FSDP_EINVAL, "FSDP_TEST_SKIP_COLLECTIVE=\"%s\" is malformed; use <rank>:<n>[:stall]", v);
     const char *p = end + 1;
     unsigned long long n = strtoull(p, &end, 10);
+    c->skip_stall = 0;
+    if (end != p && strcmp(end, ":stall") == 0) {
+        c->skip_stall = 1;
+        end += strlen(end);
+    }
     if (end == p || *end != '\0' || p[0] == '-')
-        return FSDP_ERR(FSDP_EINVAL, "FSDP_TEST_SKIP_COLLECTIVE=\"%s\" is malformed; use <rank>:<n>", v);
+        return FSDP_ERR(FSDP_EINVAL, "FSDP_TEST_SKIP_COLLECTIVE=\"%s\" is malformed; use <rank>:<n>[:stall]", v);
     c->skip_rank = (int)r;
     c->skip_seq = (uint64_t)n;
     return FSDP_OK;
@@ -294,6 +302,8 @@ static fsdp_status start(fsdp_comm_t *c, comm_coll k, const void *send, void *re
         uint64_t seq = c->seq++;
         if (c->skip_rank == c->rank && c->skip_seq == seq) {
             r->done = 1; /* test fault: this rank pretends the collective happened */
+        } else if (c->skip_rank == c->rank && c->skip_stall && seq > c->skip_seq) {
+            r->stalled = 1; /* test fault: never posted, so it can only time out */
         } else {
             fsdp_status s = comm_mpi_start(r);
             if (s != FSDP_OK) {
@@ -311,6 +321,10 @@ static fsdp_status progress(fsdp_comm_req_t *r, int *done) {
         *done = 1;
         return FSDP_OK;
     }
+    if (r->stalled) {
+        *done = 0;
+        return FSDP_OK;
+    }
     fsdp_status s = comm_mpi_progress(r, done);
     if (s == FSDP_OK && *done) r->done = 1;
     return s;
@@ -321,14 +335,19 @@ static fsdp_status progress(fsdp_comm_req_t *r, int *done) {
 static fsdp_status timed_out(fsdp_comm_req_t *r, double elapsed) {
     fsdp_comm_t *c = r->c;
     c->broken = 1;
-    r->next_stale = c->stale;
-    c->stale = r;
-    return FSDP_ERR(FSDP_ETIMEOUT,
+    fsdp_status s = FSDP_ERR(FSDP_ETIMEOUT,
                     "rank %d of %d: %s (label \"%s\", %zu x %s) not complete after %.3f s (timeout_s %.3f); "
                     "another rank likely failed, stopped or called a different collective; end the job with "
                     "fsdp_comm_abort (the buffers of this call must stay valid until then)",
                     c->rank, c->size, comm_coll_name(r->coll), c->label, r->count, fsdp_dtype_name(r->t),
                     elapsed, c->timeout_s);
+    if (r->stalled) { /* nothing was posted: MPI owns nothing of it */
+        req_free(r);
+    } else {
+        r->next_stale = c->stale;
+        c->stale = r;
+    }
+    return s;
 }
 
 static int past_deadline(const fsdp_comm_req_t *r, double *elapsed) {

@@ -36,6 +36,7 @@ struct fsdp_comm {
     uint64_t seq;                /* collectives started on this communicator (for fault injection) */
     int skip_rank;               /* FSDP_TEST_SKIP_COLLECTIVE=<rank>:<n>; -1 when unset */
     uint64_t skip_seq;           /* that rank skips its collective number skip_seq (0-based) */
+    int skip_stall;              /* ":stall": after the skip, post nothing more (a rank stuck elsewhere) */
     size_t int_limit;            /* largest count handed to MPI as an int (INT_MAX; tests lower it) */
     struct fsdp_comm_req *stale; /* timed-out requests MPI still owns (list via next_stale) */
     int mpi_inited_here;         /* fsdp_comm_init called MPI_Init_thread: free finalises */
@@ -47,6 +48,7 @@ struct fsdp_comm_req {
     comm_coll coll;
     double t0; /* fsdp_time_s() when started: timeouts are measured from here */
     int done;
+    int stalled; /* test fault (":stall"): never posted, never completes */
     /* The call's arguments. Element counts; recv/send as given by the caller. */
     const void *send;
     void *recv;
