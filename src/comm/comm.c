@@ -48,7 +48,8 @@ static fsdp_status parse_skip(fsdp_comm_t *c) {
     char *end = NULL;
     long r = strtol(v, &end, 10);
     if (end == v || *end != ':' || r < 0 || r > INT_MAX)
-        return FSDP_ERR(FSDP_EINVAL, "FSDP_TEST_SKIP_COLLECTIVE=\"%s\" is malformed; use <rank>:<n>[:stall]", v);
+        return FSDP_ERR(FSDP_EINVAL, "FSDP_TEST_SKIP_COLLECTIVE=\"%s\" is malformed; use <rank>:<n>[:stall]",
+                        v);
     const char *p = end + 1;
     unsigned long long n = strtoull(p, &end, 10);
     c->skip_stall = 0;
@@ -57,7 +58,8 @@ static fsdp_status parse_skip(fsdp_comm_t *c) {
         end += strlen(end);
     }
     if (end == p || *end != '\0' || p[0] == '-')
-        return FSDP_ERR(FSDP_EINVAL, "FSDP_TEST_SKIP_COLLECTIVE=\"%s\" is malformed; use <rank>:<n>[:stall]", v);
+        return FSDP_ERR(FSDP_EINVAL, "FSDP_TEST_SKIP_COLLECTIVE=\"%s\" is malformed; use <rank>:<n>[:stall]",
+                        v);
     c->skip_rank = (int)r;
     c->skip_seq = (uint64_t)n;
     return FSDP_OK;
@@ -335,12 +337,13 @@ static fsdp_status progress(fsdp_comm_req_t *r, int *done) {
 static fsdp_status timed_out(fsdp_comm_req_t *r, double elapsed) {
     fsdp_comm_t *c = r->c;
     c->broken = 1;
-    fsdp_status s = FSDP_ERR(FSDP_ETIMEOUT,
-                    "rank %d of %d: %s (label \"%s\", %zu x %s) not complete after %.3f s (timeout_s %.3f); "
-                    "another rank likely failed, stopped or called a different collective; end the job with "
-                    "fsdp_comm_abort (the buffers of this call must stay valid until then)",
-                    c->rank, c->size, comm_coll_name(r->coll), c->label, r->count, fsdp_dtype_name(r->t),
-                    elapsed, c->timeout_s);
+    fsdp_status s =
+        FSDP_ERR(FSDP_ETIMEOUT,
+                 "rank %d of %d: %s (label \"%s\", %zu x %s) not complete after %.3f s (timeout_s %.3f); "
+                 "another rank likely failed, stopped or called a different collective; end the job with "
+                 "fsdp_comm_abort (the buffers of this call must stay valid until then)",
+                 c->rank, c->size, comm_coll_name(r->coll), c->label, r->count, fsdp_dtype_name(r->t),
+                 elapsed, c->timeout_s);
     if (r->stalled) { /* nothing was posted: MPI owns nothing of it */
         req_free(r);
     } else {
