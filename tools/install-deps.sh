@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Installs what fsdp.c needs to build, test and train, from Debian's packages. Needs root (or sudo).
 set -euo pipefail
-pkgs=(build-essential cmake pkg-config clang libclang-rt-14-dev
+# clang + libclang-rt: libFuzzer targets; valgrind: the memcheck run; python3-torch: the PyTorch
+# reference fixtures and the check that exported safetensors reproduce the C model's logits.
+pkgs=(build-essential cmake pkg-config clang libclang-rt-14-dev valgrind
       libdnnl-dev libopenmpi-dev openmpi-bin libcjson-dev
-      fortunes fortunes-min gnuplot-nox python3 python3-numpy)
-# PyTorch (fixture regeneration, export check): large, so only when asked.
-if [ "${FSDP_WITH_TORCH:-0}" = 1 ]; then pkgs+=(python3-torch); fi
+      fortunes fortunes-min gnuplot-nox python3 python3-numpy python3-torch)
 missing=()
 for p in "${pkgs[@]}"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then
