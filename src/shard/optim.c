@@ -7,6 +7,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define SHARD_X86 1
+#endif
+
+/* gnu11 lets GCC fuse a*b + c into one fma wherever the target has FMA (-ffp-contract=fast), even
+ * across intrinsics; that would round p*decay + step once instead of twice and break the bit-exact
+ * match with torch. Every function here that does arithmetic keeps one rounding per operation. */
+#define NOCONTRACT optimize("fp-contract=off")
+
 /* Calls fn(u, tensor, lo, hi) for each non-alias tensor's part of [r_lo, r_hi) (flat indices):
  * layout gaps and padding are never visited, aliases take no space so nothing is visited twice. */
 #define FOR_TENSOR_RANGES(u, r_lo, r_hi, t, lo, hi)                                                          \
@@ -17,10 +27,88 @@
                              : (r_hi);                                                                       \
              (u)->tensors[t].alias_of < 0 && lo < hi; lo = hi)
 
+/* The path for this call: the process-wide fsdp_simd choice (tests force each one); AVX2 also needs
+ * FMA, which every AVX2 CPU fsdp.c targets has, but the check is cheap. */
+static int simd_path(void) {
+#ifdef SHARD_X86
+    fsdp_simd s = fsdp_simd_active();
+    if (s == FSDP_SIMD_AVX512) return 2;
+    if (s == FSDP_SIMD_AVX2 && __builtin_cpu_supports("fma")) return 1;
+#endif
+    return 0;
+}
+
+/* sum of g[k]^2 in double. Each (double)g*g is exact, so an fma into a double accumulator rounds
+ * exactly like the scalar s += g*g; the vector paths only change the order of the additions (16
+ * interleaved partial sums), which moves the result by a few double ulps at most. */
+static double sumsq_scalar(const float *g, size_t n) {
+    double s = 0.0;
+    for (size_t k = 0; k < n; k++)
+        s += (double)g[k] * (double)g[k];
+    return s;
+}
+
+#ifdef SHARD_X86
+__attribute__((target("avx512f"), NOCONTRACT)) static double sumsq_avx512(const float *g, size_t n) {
+    __m512d s0 = _mm512_setzero_pd(), s1 = _mm512_setzero_pd();
+    size_t k = 0;
+    for (; k + 16 <= n; k += 16) {
+        __m512d a = _mm512_cvtps_pd(_mm256_loadu_ps(g + k)), b = _mm512_cvtps_pd(_mm256_loadu_ps(g + k + 8));
+        s0 = _mm512_fmadd_pd(a, a, s0);
+        s1 = _mm512_fmadd_pd(b, b, s1);
+    }
+    return _mm512_reduce_add_pd(_mm512_add_pd(s0, s1)) + sumsq_scalar(g + k, n - k);
+}
+
+__attribute__((target("avx2,fma"), NOCONTRACT)) static double sumsq_avx2(const float *g, size_t n) {
+    __m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd();
+    size_t k = 0;
+    for (; k + 8 <= n; k += 8) {
+        __m256d a = _mm256_cvtps_pd(_mm_loadu_ps(g + k)), b = _mm256_cvtps_pd(_mm_loadu_ps(g + k + 4));
+        s0 = _mm256_fmadd_pd(a, a, s0);
+        s1 = _mm256_fmadd_pd(b, b, s1);
+    }
+    __m256d s = _mm256_add_pd(s0, s1);
+    __m128d h = _mm_add_pd(_mm256_castpd256_pd128(s), _mm256_extractf128_pd(s, 1));
+    return _mm_cvtsd_f64(_mm_add_sd(h, _mm_unpackhi_pd(h, h))) + sumsq_scalar(g + k, n - k);
+}
+
+__attribute__((target("avx512f"), NOCONTRACT)) static void scale_avx512(float *g, size_t n, float c) {
+    const __m512 cv = _mm512_set1_ps(c);
+    size_t k = 0;
+    for (; k + 16 <= n; k += 16)
+        _mm512_storeu_ps(g + k, _mm512_mul_ps(_mm512_loadu_ps(g + k), cv));
+    for (; k < n; k++)
+        g[k] *= c;
+}
+#endif
+
+static double sumsq(const float *g, size_t n, int path) {
+#ifdef SHARD_X86
+    if (path == 2) return sumsq_avx512(g, n);
+    if (path == 1) return sumsq_avx2(g, n);
+#endif
+    (void)path;
+    return sumsq_scalar(g, n);
+}
+
+/* g *= c: one rounding per element on every path. */
+static void scale(float *g, size_t n, float c, int path) {
+#ifdef SHARD_X86
+    if (path == 2) return scale_avx512(g, n, c);
+#endif
+    (void)path;
+    for (size_t k = 0; k < n; k++)
+        g[k] *= c;
+}
+
+#define CLIP_CHUNK 65536 /* elements per OpenMP work item */
+
 fsdp_status fsdp_engine_clip_grad_norm(fsdp_engine_t *e, float max_norm, float *norm) {
     if (e == NULL || norm == NULL) return FSDP_ERR(FSDP_EINVAL, "engine and norm must not be NULL");
     if (isnan(max_norm))
         return FSDP_ERR(FSDP_EINVAL, "max_norm is NaN; pass > 0 to clip, <= 0 to only measure");
+    const int path = simd_path();
     double local = 0.0;
     for (int i = 0; i < e->n_units; i++) {
         fsdp_unit_t *u = e->units[i];
@@ -30,11 +118,13 @@ fsdp_status fsdp_engine_clip_grad_norm(fsdp_engine_t *e, float max_norm, float *
         if (e->cfg.strategy == FSDP_NO_SHARD) fsdp_shard_range(u->padded, e->rank, e->world, &c_off, &c_len);
         FOR_TENSOR_RANGES(u, c_off, c_off + c_len, t, lo, hi) {
             const float *g = u->grad + (lo - u->shard_off);
-            size_t n = hi - lo;
+            size_t n = hi - lo, n_chunks = (n + CLIP_CHUNK - 1) / CLIP_CHUNK;
             double s = 0.0;
 #pragma omp parallel for reduction(+ : s) schedule(static) if (n > SHARD_OMP_MIN)
-            for (size_t k = 0; k < n; k++)
-                s += (double)g[k] * (double)g[k];
+            for (size_t c = 0; c < n_chunks; c++) {
+                size_t a = c * CLIP_CHUNK;
+                s += sumsq(g + a, n - a < CLIP_CHUNK ? n - a : CLIP_CHUNK, path);
+            }
             local += s;
         }
     }
@@ -54,9 +144,12 @@ fsdp_status fsdp_engine_clip_grad_norm(fsdp_engine_t *e, float max_norm, float *
             for (int i = 0; i < e->n_units; i++) {
                 float *g = e->units[i]->grad;
                 size_t n = e->units[i]->shard_len;
+                size_t n_chunks = (n + CLIP_CHUNK - 1) / CLIP_CHUNK;
 #pragma omp parallel for schedule(static) if (n > SHARD_OMP_MIN)
-                for (size_t k = 0; k < n; k++)
-                    g[k] *= coef;
+                for (size_t c = 0; c < n_chunks; c++) {
+                    size_t a = c * CLIP_CHUNK;
+                    scale(g + a, n - a < CLIP_CHUNK ? n - a : CLIP_CHUNK, coef, path);
+                }
             }
         }
     }
@@ -92,21 +185,87 @@ typedef struct {
 
 #define ADAMW_CHUNK 16384 /* elements per OpenMP work item */
 
-/* The element update on one contiguous range. Cloned for Haswell-class CPUs so fmaf becomes one
- * vectorisable instruction; the default clone calls libm's fmaf (the same exact result, slower). */
-__attribute__((target_clones("arch=haswell", "default"))) static void
-adamw_range(float *restrict p, float *restrict m, float *restrict v, const float *restrict g, size_t n,
-            int do_decay, const adamw_scalars *sc) {
-    for (size_t k = 0; k < n; k++) {
-        float pk = p[k], gk = g[k];
-        if (do_decay) pk = pk * sc->decay;
-        float mk = fmaf(gk, sc->omb1, m[k] * sc->b1);
-        float vk = fmaf(sc->omb2 * gk, gk, v[k] * sc->b2);
-        float denom = sqrtf(vk) / sc->bc2_sqrt + sc->eps;
-        p[k] = pk + (sc->neg_step * mk) / denom;
-        m[k] = mk;
-        v[k] = vk;
+/* The element update, the reference for every SIMD path. Each operation is one IEEE-rounded fp32
+ * operation (fmaf is exact-then-rounded), so the vector paths below, doing the same operations in
+ * the same order, give the same bits on every machine. */
+__attribute__((NOCONTRACT)) static inline void adamw_elem(float *p, float *m, float *v, float g, int do_decay,
+                                                          const adamw_scalars *sc) {
+    float pk = *p;
+    if (do_decay) pk = pk * sc->decay;
+    float mk = fmaf(g, sc->omb1, *m * sc->b1);
+    float vk = fmaf(sc->omb2 * g, g, *v * sc->b2);
+    float denom = sqrtf(vk) / sc->bc2_sqrt + sc->eps;
+    *p = pk + (sc->neg_step * mk) / denom;
+    *m = mk;
+    *v = vk;
+}
+
+__attribute__((NOCONTRACT)) static void adamw_range_scalar(float *restrict p, float *restrict m,
+                                                           float *restrict v, const float *restrict g,
+                                                           size_t n, int do_decay, const adamw_scalars *sc) {
+    for (size_t k = 0; k < n; k++)
+        adamw_elem(p + k, m + k, v + k, g[k], do_decay, sc);
+}
+
+#ifdef SHARD_X86
+__attribute__((target("avx512f,fma"), NOCONTRACT)) static void
+adamw_range_avx512(float *restrict p, float *restrict m, float *restrict v, const float *restrict g, size_t n,
+                   int do_decay, const adamw_scalars *sc) {
+    const __m512 decay = _mm512_set1_ps(do_decay ? sc->decay : 1.0f), b1 = _mm512_set1_ps(sc->b1);
+    const __m512 omb1 = _mm512_set1_ps(sc->omb1), b2 = _mm512_set1_ps(sc->b2),
+                 omb2 = _mm512_set1_ps(sc->omb2);
+    const __m512 bc2 = _mm512_set1_ps(sc->bc2_sqrt), eps = _mm512_set1_ps(sc->eps);
+    const __m512 nstep = _mm512_set1_ps(sc->neg_step);
+    size_t k = 0;
+    /* p * 1.0f is exact, so a no-decay tensor may share the multiply. */
+    for (; k + 16 <= n; k += 16) {
+        __m512 gk = _mm512_loadu_ps(g + k);
+        __m512 pk = _mm512_mul_ps(_mm512_loadu_ps(p + k), decay);
+        __m512 mk = _mm512_fmadd_ps(gk, omb1, _mm512_mul_ps(_mm512_loadu_ps(m + k), b1));
+        __m512 vk = _mm512_fmadd_ps(_mm512_mul_ps(omb2, gk), gk, _mm512_mul_ps(_mm512_loadu_ps(v + k), b2));
+        __m512 denom = _mm512_add_ps(_mm512_div_ps(_mm512_sqrt_ps(vk), bc2), eps);
+        pk = _mm512_add_ps(pk, _mm512_div_ps(_mm512_mul_ps(nstep, mk), denom));
+        _mm512_storeu_ps(p + k, pk);
+        _mm512_storeu_ps(m + k, mk);
+        _mm512_storeu_ps(v + k, vk);
     }
+    for (; k < n; k++)
+        adamw_elem(p + k, m + k, v + k, g[k], do_decay, sc);
+}
+
+__attribute__((target("avx2,fma"), NOCONTRACT)) static void
+adamw_range_avx2(float *restrict p, float *restrict m, float *restrict v, const float *restrict g, size_t n,
+                 int do_decay, const adamw_scalars *sc) {
+    const __m256 decay = _mm256_set1_ps(do_decay ? sc->decay : 1.0f), b1 = _mm256_set1_ps(sc->b1);
+    const __m256 omb1 = _mm256_set1_ps(sc->omb1), b2 = _mm256_set1_ps(sc->b2),
+                 omb2 = _mm256_set1_ps(sc->omb2);
+    const __m256 bc2 = _mm256_set1_ps(sc->bc2_sqrt), eps = _mm256_set1_ps(sc->eps);
+    const __m256 nstep = _mm256_set1_ps(sc->neg_step);
+    size_t k = 0;
+    for (; k + 8 <= n; k += 8) {
+        __m256 gk = _mm256_loadu_ps(g + k);
+        __m256 pk = _mm256_mul_ps(_mm256_loadu_ps(p + k), decay);
+        __m256 mk = _mm256_fmadd_ps(gk, omb1, _mm256_mul_ps(_mm256_loadu_ps(m + k), b1));
+        __m256 vk = _mm256_fmadd_ps(_mm256_mul_ps(omb2, gk), gk, _mm256_mul_ps(_mm256_loadu_ps(v + k), b2));
+        __m256 denom = _mm256_add_ps(_mm256_div_ps(_mm256_sqrt_ps(vk), bc2), eps);
+        pk = _mm256_add_ps(pk, _mm256_div_ps(_mm256_mul_ps(nstep, mk), denom));
+        _mm256_storeu_ps(p + k, pk);
+        _mm256_storeu_ps(m + k, mk);
+        _mm256_storeu_ps(v + k, vk);
+    }
+    for (; k < n; k++)
+        adamw_elem(p + k, m + k, v + k, g[k], do_decay, sc);
+}
+#endif
+
+static void adamw_range(float *restrict p, float *restrict m, float *restrict v, const float *restrict g,
+                        size_t n, int do_decay, const adamw_scalars *sc, int path) {
+#ifdef SHARD_X86
+    if (path == 2) return adamw_range_avx512(p, m, v, g, n, do_decay, sc);
+    if (path == 1) return adamw_range_avx2(p, m, v, g, n, do_decay, sc);
+#endif
+    (void)path;
+    adamw_range_scalar(p, m, v, g, n, do_decay, sc);
 }
 
 /* One AdamW step in torch.optim.AdamW's order (torch 1.13 single-tensor path), fp32 per element:
@@ -140,6 +299,7 @@ fsdp_status fsdp_engine_adamw_step(fsdp_engine_t *e, const fsdp_adamw_config *cf
     const float decay = (float)(1.0 - lr * wd), b1f = (float)b1, omb1 = (float)(1.0 - b1), b2f = (float)b2,
                 omb2 = (float)(1.0 - b2), bc2_sqrt = (float)sqrt(bc2), eps = cfg->eps,
                 neg_step = (float)(-(lr / bc1));
+    const int path = simd_path();
     for (int i = 0; i < e->n_units; i++) {
         fsdp_unit_t *u = e->units[i];
         fsdp_trace_unit_begin(u->name, "optimizer");
@@ -153,7 +313,7 @@ fsdp_status fsdp_engine_adamw_step(fsdp_engine_t *e, const fsdp_adamw_config *cf
 #pragma omp parallel for schedule(static) if (n > SHARD_OMP_MIN)
             for (size_t c = 0; c < n_chunks; c++) {
                 size_t a = c * ADAMW_CHUNK, len = n - a < ADAMW_CHUNK ? n - a : ADAMW_CHUNK;
-                adamw_range(p + a, m + a, v + a, g + a, len, do_decay, &sc);
+                adamw_range(p + a, m + a, v + a, g + a, len, do_decay, &sc, path);
             }
         }
         fsdp_trace_unit_end(u->name, "optimizer");
