@@ -1,10 +1,12 @@
 /* attention.c — causal multi-head self-attention from packed qkv [B,T,3C] to out [B,T,C] in plain C +
  * OpenMP, as llm.c's attention_forward/backward: scores q·k/sqrt(hs), row-max-subtracted softmax
  * (probabilities saved for backward), weighted sum of v; the backward uses the O(T) softmax gradient.
- * Dot products over a head use `omp simd` reductions (a fixed, vectorised summation order). */
+ * Dot products over a head use `omp simd` reductions (a fixed, vectorised summation order); the
+ * softmax's exp goes through vmath.c. */
 #include "kernels/kernels.h"
 
 #include "core/core.h"
+#include "kernels/vmath.h"
 
 #include <math.h>
 #include <omp.h>
@@ -50,12 +52,7 @@ fsdp_status fsdp_attention_forward(float *out, float *preatt, float *att, const 
                     memcpy(preatt + row, a, (size_t)(t + 1) * sizeof(float));
                     memset(preatt + row + t + 1, 0, (size_t)(T - t - 1) * sizeof(float));
                 }
-                double sum = 0.0;
-                for (int t2 = 0; t2 <= t; t2++) {
-                    float e = expf(a[t2] - mx);
-                    a[t2] = e;
-                    sum += e;
-                }
+                double sum = fsdp_vexp_shift_sum(a, a, (size_t)t + 1, mx);
                 float inv = (float)(1.0 / sum);
                 for (int t2 = 0; t2 <= t; t2++)
                     a[t2] *= inv;

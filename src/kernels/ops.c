@@ -1,9 +1,11 @@
 /* ops.c — element-wise GPT-2 kernels in plain C + OpenMP: encoder (token + position embedding) and
  * its scatter-add backward, LayerNorm, GELU (tanh form) and residual add, forward and backward.
- * Parameter inputs are F32 or BF16 (see kernels.h); all arithmetic is fp32 (statistics in double). */
+ * Parameter inputs are F32 or BF16 (see kernels.h); all arithmetic is fp32 (statistics in double).
+ * GELU runs through vmath.c (vectorised, accuracy contract in vmath.h). */
 #include "kernels/kernels.h"
 
 #include "core/core.h"
+#include "kernels/vmath.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -220,16 +222,17 @@ fsdp_status fsdp_layernorm_backward(float *dinp, int dinp_acc, float *dweight, f
 
 /* ---------------------------------------------------------------- GELU, residual */
 
-#define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
-#define GELU_A 0.044715f
+/* GELU through vmath (x * sigmoid(2y), vectorised; accuracy contract in vmath.h), split over threads
+ * in fixed chunks. */
+#define GELU_CHUNK ((size_t)1 << 14)
 
 fsdp_status fsdp_gelu_forward(float *out, const float *inp, size_t n) {
     if (!out || !inp) return FSDP_ERR(FSDP_EINVAL, "out and inp must be non-NULL");
-    long ln = (long)n;
-#pragma omp parallel for schedule(static)
-    for (long i = 0; i < ln; i++) {
-        float x = inp[i];
-        out[i] = 0.5f * x * (1.0f + tanhf(GELU_K * (x + GELU_A * x * x * x)));
+    long nc = (long)((n + GELU_CHUNK - 1) / GELU_CHUNK);
+#pragma omp parallel for schedule(static) if (nc > 1)
+    for (long c = 0; c < nc; c++) {
+        size_t o = (size_t)c * GELU_CHUNK, len = n - o < GELU_CHUNK ? n - o : GELU_CHUNK;
+        fsdp_vgelu_forward(out + o, inp + o, len);
     }
     return FSDP_OK;
 }
@@ -237,14 +240,11 @@ fsdp_status fsdp_gelu_forward(float *out, const float *inp, size_t n) {
 fsdp_status fsdp_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
     if (!dinp || !inp || !dout) return FSDP_ERR(FSDP_EINVAL, "dinp, inp and dout must be non-NULL");
     if (dinp == inp) return FSDP_ERR(FSDP_EINVAL, "dinp must not alias inp (it may alias dout)");
-    long ln = (long)n;
-#pragma omp parallel for schedule(static)
-    for (long i = 0; i < ln; i++) {
-        float x = inp[i];
-        float th = tanhf(GELU_K * (x + GELU_A * x * x * x));
-        /* sech^2 = 1 - tanh^2: no cosh overflow for large |x|. */
-        float g = 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * GELU_K * (1.0f + 3.0f * GELU_A * x * x);
-        dinp[i] = g * dout[i];
+    long nc = (long)((n + GELU_CHUNK - 1) / GELU_CHUNK);
+#pragma omp parallel for schedule(static) if (nc > 1)
+    for (long c = 0; c < nc; c++) {
+        size_t o = (size_t)c * GELU_CHUNK, len = n - o < GELU_CHUNK ? n - o : GELU_CHUNK;
+        fsdp_vgelu_backward(dinp + o, inp + o, dout + o, len);
     }
     return FSDP_OK;
 }

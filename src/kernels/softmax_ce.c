@@ -1,9 +1,11 @@
 /* softmax_ce.c — fused softmax + cross-entropy over padded-vocab logits [N, Vp] (only the first V
  * columns are real; padded columns are never read into the math and get zero gradient), and a plain
- * softmax with temperature for sampling. Row max subtracted; sums in double. */
+ * softmax with temperature for sampling. Row max subtracted; sums in double; exp, max and scaling
+ * through vmath.c (vectorised, accuracy contract in vmath.h). */
 #include "kernels/kernels.h"
 
 #include "core/core.h"
+#include "kernels/vmath.h"
 
 #include <math.h>
 
@@ -31,31 +33,18 @@ fsdp_status fsdp_softmax_crossentropy(float *losses, float *mean_loss, float *dl
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         const float *x = logits + (size_t)n * Vp;
-        float mx = -INFINITY;
-        for (int j = 0; j < V; j++)
-            if (x[j] > mx) mx = x[j];
+        const float mx = fsdp_vmax(x, (size_t)V);
         int tg = targets[n];
         float xt = x[tg]; /* read before dlogits (which may alias x) is written */
-        double sum = 0.0;
         float *g = dlogits ? dlogits + (size_t)n * Vp : NULL;
-        if (g) {
-            /* one expf per element: exp(x - max) parked in g (x[j] is read before g[j] is written) */
-            for (int j = 0; j < V; j++) {
-                float e = expf(x[j] - mx);
-                g[j] = e;
-                sum += e;
-            }
-        } else {
-            for (int j = 0; j < V; j++)
-                sum += expf(x[j] - mx);
-        }
+        /* one exp per element: exp(x - max) parked in g (x[j] is read before g[j] is written) */
+        double sum = fsdp_vexp_shift_sum(g, x, (size_t)V, mx);
         double loss = log(sum) - ((double)xt - mx);
         rowloss[n] = loss;
         if (losses) losses[n] = (float)loss;
         if (g) {
             float inv = (float)(1.0 / sum);
-            for (int j = 0; j < V; j++)
-                g[j] = dloss * (g[j] * inv);
+            fsdp_vscale2(g, g, (size_t)V, dloss, inv); /* dloss * (e * inv) */
             g[tg] -= dloss;
             for (int j = V; j < Vp; j++)
                 g[j] = 0.0f;
@@ -78,18 +67,13 @@ fsdp_status fsdp_softmax_forward(float *probs, const float *logits, int N, int V
     for (int n = 0; n < N; n++) {
         const float *x = logits + (size_t)n * Vp;
         float *p = probs + (size_t)n * Vp;
-        float mx = -INFINITY;
+        const float mx = fsdp_vmax(x, (size_t)V);
+        /* p = exp((x - mx) / T) / sum: the scaled differences are written to p first (p may alias x;
+         * each element is read once, before it is written) */
         for (int j = 0; j < V; j++)
-            if (x[j] > mx) mx = x[j];
-        double sum = 0.0;
-        for (int j = 0; j < V; j++) {
-            float e = expf((x[j] - mx) * it);
-            p[j] = e;
-            sum += e;
-        }
-        float inv = (float)(1.0 / sum);
-        for (int j = 0; j < V; j++)
-            p[j] *= inv;
+            p[j] = (x[j] - mx) * it;
+        double sum = fsdp_vexp_shift_sum(p, p, (size_t)V, 0.0f);
+        fsdp_vscale2(p, p, (size_t)V, 1.0f, (float)(1.0 / sum));
         for (int j = V; j < Vp; j++)
             p[j] = 0.0f;
     }
