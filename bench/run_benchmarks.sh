@@ -10,6 +10,7 @@
 # usage: bench/run_benchmarks.sh [BUILD_DIR (build)] [OUT.md (BUILD_DIR/benchmarks.md)]
 #   QUICK=1 bench/run_benchmarks.sh ...   tiny shapes: checks the script in about a minute (figures are
 #                                         meaningless)
+#   FSDP_COMMIT=abc1234                   the commit to name when the tree is not a git checkout
 # Needs the benches and fsdp-train built in BUILD_DIR (cmake --build BUILD_DIR), python3 (stdlib), and
 # /usr/bin/python3 with torch for the PyTorch column (skipped with a note otherwise). About 10-15 min.
 set -euo pipefail
@@ -54,7 +55,8 @@ run() {
 }
 
 # Token data: this repository's sources, byte-level (ids < 257 are valid in any vocabulary >= 257).
-CMD_PREP=$(run prepare.log "$TRAIN" prepare --text "$SRC"/src/*/*.c "$SRC"/src/*/*.h --out "$WORK/data" --val-fraction 0.05)
+run prepare.log "$TRAIN" prepare --text "$SRC"/src/*/*.c "$SRC"/src/*/*.h --out "$WORK/data" --val-fraction 0.05 >/dev/null
+CMD_PREP="build/fsdp-train prepare --text src/*/*.c src/*/*.h --out \$TMP/data --val-fraction 0.05"
 
 # ---------------------------------------------------------------- 1. GEMM peak and world-1 step breakdown
 CMD_STEP=$(run train_step.log "$B_DIR/bench_train_step" --L $L --C $C --NH $NH --V $V --T $T --B $B --steps 2 --square $SQUARE)
@@ -169,7 +171,7 @@ p("| cores | %s usable (%s socket(s) x %s core(s) x %s thread(s)) |" % (
 p("| memory | %s GiB |" % mem)
 if isa:
     p("| oneDNN | ISA %s; bf16 GEMM path %s (%s); f32 GEMM %s |" % isa.groups())
-p("| commit | %s |" % sh("git -C %s rev-parse --short HEAD" % E["SRC"]))
+p("| commit | %s |" % (E.get("FSDP_COMMIT") or sh("git -C %s rev-parse --short HEAD" % E["SRC"]) or "unknown"))
 p("| date | %s |" % sh("date -u '+%Y-%m-%d %H:%M UTC'"))
 p("| load average (1/5/15 min) | start %s, end %s |" % (E["LOAD_START"], E["LOAD_END"]))
 p("| run time | %d s (bench/run_benchmarks.sh%s) |" % (int(E["ELAPSED"]), ", QUICK=1: tiny shapes" if E["QUICK"] == "1" else ""))
