@@ -130,7 +130,110 @@ fsdp_status fsdp_encoder_backward(float *dwte, int dwte_acc, float *dwpe, int dw
     return FSDP_OK;
 }
 
-/* ---------------------------------------------------------------- LayerNorm */
+/* ---------------------------------------------------------------- LayerNorm
+ * The per-row and per-column-block bodies are always_inline and instantiated twice: generic, and
+ * compiled for AVX-512 (512-bit `omp simd`) when fsdp_simd_active() says so. Row statistics are
+ * `omp simd` reductions in double (the vector width sets the summation order: each path is
+ * deterministic, paths agree to rounding); the parameter gradients sum rows in order per column on
+ * every path. */
+
+#define INL static inline __attribute__((always_inline))
+
+INL void ln_fwd_row(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *bb,
+                    int n, int C) {
+    const float *x = inp + (size_t)n * C;
+    float *o = out + (size_t)n * C;
+    double s = 0.0;
+#pragma omp simd reduction(+ : s)
+    for (int c = 0; c < C; c++)
+        s += x[c];
+    double m = s / C, v = 0.0;
+#pragma omp simd reduction(+ : v)
+    for (int c = 0; c < C; c++)
+        v += ((double)x[c] - m) * ((double)x[c] - m);
+    float mf = (float)m, rs = (float)(1.0 / sqrt(v / C + (double)FSDP_LAYERNORM_EPS));
+#pragma omp simd
+    for (int c = 0; c < C; c++)
+        o[c] = (x[c] - mf) * rs * w[c] + bb[c];
+    if (mean) mean[n] = mf;
+    if (rstd) rstd[n] = rs;
+}
+
+enum { LN_CB = 32 }; /* columns per parameter-gradient work item */
+
+INL void ln_bwd_params_block(float *dweight, float *dbias, int dparam_acc, const float *dout,
+                             const float *inp, const float *mean, const float *rstd, int cb, int N, int C) {
+    double sw[LN_CB] = {0}, sb[LN_CB] = {0};
+    int c0 = cb * LN_CB, c1 = c0 + LN_CB < C ? c0 + LN_CB : C;
+    for (int n = 0; n < N; n++) {
+        const float *x = inp + (size_t)n * C + c0, *d = dout + (size_t)n * C + c0;
+        float m = mean[n], rs = rstd[n];
+#pragma omp simd
+        for (int c = 0; c < c1 - c0; c++) {
+            sw[c] += (double)((x[c] - m) * rs) * d[c];
+            sb[c] += d[c];
+        }
+    }
+    for (int c = c0; c < c1; c++) {
+        if (dweight) dweight[c] = (float)(dparam_acc ? dweight[c] + sw[c - c0] : sw[c - c0]);
+        if (dbias) dbias[c] = (float)(dparam_acc ? dbias[c] + sb[c - c0] : sb[c - c0]);
+    }
+}
+
+INL void ln_bwd_row(float *dinp, int dinp_acc, const float *dout, const float *inp, const float *w,
+                    const float *mean, const float *rstd, int n, int C) {
+    const float *x = inp + (size_t)n * C, *d = dout + (size_t)n * C;
+    float *g = dinp + (size_t)n * C;
+    float m = mean[n], rs = rstd[n];
+    double a = 0.0, b = 0.0; /* sums of w*dout and of w*dout*xhat */
+#pragma omp simd reduction(+ : a, b)
+    for (int c = 0; c < C; c++) {
+        float dn = w[c] * d[c];
+        a += dn;
+        b += (double)dn * ((x[c] - m) * rs);
+    }
+    float am = (float)(a / C), bm = (float)(b / C);
+#pragma omp simd
+    for (int c = 0; c < C; c++) {
+        float xh = (x[c] - m) * rs;
+        float v = (w[c] * d[c] - am - xh * bm) * rs;
+        g[c] = dinp_acc ? g[c] + v : v;
+    }
+}
+
+/* The three parallel loops, once per ISA. */
+#define LN_DRIVERS(sfx, attr)                                                                                \
+    attr static void ln_fwd_##sfx(float *out, float *mean, float *rstd, const float *inp, const float *w,    \
+                                  const float *bb, int N, int C) {                                           \
+        _Pragma("omp parallel for schedule(static)") for (int n = 0; n < N; n++)                             \
+            ln_fwd_row(out, mean, rstd, inp, w, bb, n, C);                                                   \
+    }                                                                                                        \
+    attr static void ln_bwd_params_##sfx(float *dweight, float *dbias, int dparam_acc, const float *dout,    \
+                                         const float *inp, const float *mean, const float *rstd, int N,      \
+                                         int C) {                                                            \
+        int nb = (C + LN_CB - 1) / LN_CB;                                                                    \
+        _Pragma("omp parallel for schedule(static)") for (int cb = 0; cb < nb; cb++)                         \
+            ln_bwd_params_block(dweight, dbias, dparam_acc, dout, inp, mean, rstd, cb, N, C);                \
+    }                                                                                                        \
+    attr static void ln_bwd_dinp_##sfx(float *dinp, int dinp_acc, const float *dout, const float *inp,       \
+                                       const float *w, const float *mean, const float *rstd, int N, int C) { \
+        _Pragma("omp parallel for schedule(static)") for (int n = 0; n < N; n++)                             \
+            ln_bwd_row(dinp, dinp_acc, dout, inp, w, mean, rstd, n, C);                                      \
+    }
+
+LN_DRIVERS(generic, )
+#if defined(__x86_64__) || defined(__i386__)
+#define OPS_X86 1
+LN_DRIVERS(avx512, __attribute__((target("avx512f,fma,prefer-vector-width=512"), optimize("fp-contract=off"))))
+#endif
+
+static int use_avx512(void) {
+#ifdef OPS_X86
+    return fsdp_simd_active() == FSDP_SIMD_AVX512;
+#else
+    return 0;
+#endif
+}
 
 fsdp_status fsdp_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const void *weight,
                                    const void *bias, fsdp_dtype pdt, int N, int C) {
@@ -142,22 +245,12 @@ fsdp_status fsdp_layernorm_forward(float *out, float *mean, float *rstd, const f
     fsdp_status st = param_to_f32(weight, pdt, (size_t)C, &w);
     if (st == FSDP_OK) st = param_to_f32(bias, pdt, (size_t)C, &bb);
     if (st != FSDP_OK) goto done;
-#pragma omp parallel for schedule(static)
-    for (int n = 0; n < N; n++) {
-        const float *x = inp + (size_t)n * C;
-        float *o = out + (size_t)n * C;
-        double s = 0.0;
-        for (int c = 0; c < C; c++)
-            s += x[c];
-        double m = s / C, v = 0.0;
-        for (int c = 0; c < C; c++)
-            v += ((double)x[c] - m) * ((double)x[c] - m);
-        float mf = (float)m, rs = (float)(1.0 / sqrt(v / C + (double)FSDP_LAYERNORM_EPS));
-        for (int c = 0; c < C; c++)
-            o[c] = (x[c] - mf) * rs * w[c] + bb[c];
-        if (mean) mean[n] = mf;
-        if (rstd) rstd[n] = rs;
-    }
+#ifdef OPS_X86
+    if (use_avx512())
+        ln_fwd_avx512(out, mean, rstd, inp, w, bb, N, C);
+    else
+#endif
+        ln_fwd_generic(out, mean, rstd, inp, w, bb, N, C);
 done:
     fsdp_mem_free(bb);
     fsdp_mem_free(w);
@@ -173,49 +266,25 @@ fsdp_status fsdp_layernorm_backward(float *dinp, int dinp_acc, float *dweight, f
                         "dout, inp, mean and rstd must be non-NULL (mean/rstd from the forward)");
     if (dinp && !weight) return FSDP_ERR(FSDP_EINVAL, "dinp requested but weight is NULL");
     FSDP_TRY(check_pdt(__func__, pdt));
+    const int v512 = use_avx512();
     if (dweight || dbias) {
-        /* Parameter grads: channel blocks over threads, rows summed in order in double. */
-        enum { CB = 32 };
-        int nb = (C + CB - 1) / CB;
-#pragma omp parallel for schedule(static)
-        for (int cb = 0; cb < nb; cb++) {
-            double sw[CB] = {0}, sb[CB] = {0};
-            int c0 = cb * CB, c1 = c0 + CB < C ? c0 + CB : C;
-            for (int n = 0; n < N; n++) {
-                const float *x = inp + (size_t)n * C, *d = dout + (size_t)n * C;
-                float m = mean[n], rs = rstd[n];
-                for (int c = c0; c < c1; c++) {
-                    sw[c - c0] += (double)((x[c] - m) * rs) * d[c];
-                    sb[c - c0] += d[c];
-                }
-            }
-            for (int c = c0; c < c1; c++) {
-                if (dweight) dweight[c] = (float)(dparam_acc ? dweight[c] + sw[c - c0] : sw[c - c0]);
-                if (dbias) dbias[c] = (float)(dparam_acc ? dbias[c] + sb[c - c0] : sb[c - c0]);
-            }
-        }
+#ifdef OPS_X86
+        if (v512)
+            ln_bwd_params_avx512(dweight, dbias, dparam_acc, dout, inp, mean, rstd, N, C);
+        else
+#endif
+            ln_bwd_params_generic(dweight, dbias, dparam_acc, dout, inp, mean, rstd, N, C);
     }
     if (!dinp) return FSDP_OK;
     float *w = NULL;
     FSDP_TRY(param_to_f32(weight, pdt, (size_t)C, &w));
-#pragma omp parallel for schedule(static)
-    for (int n = 0; n < N; n++) {
-        const float *x = inp + (size_t)n * C, *d = dout + (size_t)n * C;
-        float *g = dinp + (size_t)n * C;
-        float m = mean[n], rs = rstd[n];
-        double a = 0.0, b = 0.0; /* mean of w*dout, mean of w*dout*xhat */
-        for (int c = 0; c < C; c++) {
-            float dn = w[c] * d[c];
-            a += dn;
-            b += (double)dn * ((x[c] - m) * rs);
-        }
-        float am = (float)(a / C), bm = (float)(b / C);
-        for (int c = 0; c < C; c++) {
-            float xh = (x[c] - m) * rs;
-            float v = (w[c] * d[c] - am - xh * bm) * rs;
-            g[c] = dinp_acc ? g[c] + v : v;
-        }
-    }
+#ifdef OPS_X86
+    if (v512)
+        ln_bwd_dinp_avx512(dinp, dinp_acc, dout, inp, w, mean, rstd, N, C);
+    else
+#endif
+        ln_bwd_dinp_generic(dinp, dinp_acc, dout, inp, w, mean, rstd, N, C);
+    (void)v512;
     fsdp_mem_free(w);
     return FSDP_OK;
 }
