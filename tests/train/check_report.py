@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """check_report.py — checks an fsdp-train --report file: master, optim, grad_shard, param_full and
-main_grad predicted == measured to the byte, activation within 5%, every category present; with
+main_grad predicted == measured to the byte, activation within 5%, other at least the prediction (a
+documented lower bound), every category present; with
 --plan FILE also that a `--plan --report` file predicts exactly what the run predicted.
 usage: check_report.py RUN.json [--plan PLAN.json] [--world N]   (exit 1 with a message on failure)"""
 import json
@@ -49,6 +50,9 @@ def main():
     a, m = pred["activation"], meas["activation"]
     if a <= 0 or abs(m - a) > 0.05 * a:
         fail("activation: predicted %d, measured %d (more than 5%% apart)" % (a, m))
+    # other is documented as a lower bound (oneDNN's scratchpad is not known before a run)
+    if meas["other"] < pred["other"]:
+        fail("other: measured %d below the predicted lower bound %d" % (meas["other"], pred["other"]))
     if world is not None and run.get("world") != world:
         fail("world %r, want %d" % (run.get("world"), world))
     if plan is not None:
