@@ -101,11 +101,24 @@ static void run(int B, int T, int C, int NH, float qscale) {
 }
 
 int main(void) {
-    kref_seed(3);
-    run(1, 1, 4, 1, 1.0f);  /* T = 1: att is 1, dq = dk = 0 */
-    run(2, 5, 12, 3, 1.0f); /* hs = 4 */
-    run(1, 7, 10, 2, 3.0f); /* hs = 5, peaked softmax */
-    run(3, 4, 8, 1, 0.5f);  /* one head */
+    /* every SIMD form this CPU has: generic, and the AVX-512 ones (omp simd clone, blocked) */
+    const fsdp_simd paths[3] = {FSDP_SIMD_AUTO, FSDP_SIMD_AVX2, FSDP_SIMD_SCALAR};
+    for (int p = 0; p < 3; p++) {
+        if (fsdp_simd_force(paths[p]) != FSDP_OK) {
+            fsdp_clear_error();
+            continue;
+        }
+        kref_seed(3);
+        run(1, 1, 4, 1, 1.0f);  /* T = 1: att is 1, dq = dk = 0 */
+        run(2, 5, 12, 3, 1.0f); /* hs = 4 */
+        run(1, 7, 10, 2, 3.0f); /* hs = 5, peaked softmax */
+        run(3, 4, 8, 1, 0.5f);  /* one head */
+        /* head sizes that are multiples of 16 take the blocked AVX-512 form where the CPU has it; T
+         * not a multiple of 16 exercises its partial blocks */
+        run(2, 17, 32, 2, 2.0f); /* hs = 16 */
+        run(1, 18, 64, 1, 1.0f); /* hs = 64, as GPT-2 */
+    }
+    CHECK_OK(fsdp_simd_force(FSDP_SIMD_AUTO));
     float x[24] = {0}, y[8];
     CHECK_ERR(fsdp_attention_forward(y, NULL, y, x, 1, 1, 8, 3), FSDP_EINVAL, "multiple");
     CHECK_ERR(fsdp_attention_forward(y, NULL, y, x, 1, 0, 8, 2), FSDP_EINVAL, "T=0");
