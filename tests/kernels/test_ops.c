@@ -270,15 +270,24 @@ static void test_residual(void) {
 }
 
 int main(void) {
-    kref_seed(7);
-    test_encoder(FSDP_F32);
-    test_encoder(FSDP_BF16);
-    test_layernorm(FSDP_F32, 1, 1);
-    test_layernorm(FSDP_F32, 7, 37);
-    test_layernorm(FSDP_BF16, 5, 64);
-    test_layernorm(FSDP_F32, 3, 131);
-    test_gelu();
-    test_residual();
+    /* every SIMD form this CPU has (LayerNorm and GELU have AVX-512 / AVX2 / generic forms) */
+    const fsdp_simd paths[3] = {FSDP_SIMD_AUTO, FSDP_SIMD_AVX2, FSDP_SIMD_SCALAR};
+    for (int p = 0; p < 3; p++) {
+        if (fsdp_simd_force(paths[p]) != FSDP_OK) {
+            fsdp_clear_error();
+            continue;
+        }
+        kref_seed(7);
+        test_encoder(FSDP_F32);
+        test_encoder(FSDP_BF16);
+        test_layernorm(FSDP_F32, 1, 1);
+        test_layernorm(FSDP_F32, 7, 37);
+        test_layernorm(FSDP_BF16, 5, 64);
+        test_layernorm(FSDP_F32, 3, 131);
+        test_gelu();
+        test_residual();
+    }
+    CHECK_OK(fsdp_simd_force(FSDP_SIMD_AUTO));
     CHECK(fsdp_mem_current(FSDP_MEM_OTHER) == 0 && fsdp_mem_current(FSDP_MEM_ACTIVATION) == 0);
     return TEST_MAIN_END();
 }
