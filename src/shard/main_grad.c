@@ -189,8 +189,13 @@ fsdp_status shard_reduce(fsdp_unit_t *u) {
 
 fsdp_status fsdp_engine_zero_grad(fsdp_engine_t *e) {
     if (e == NULL) return FSDP_ERR(FSDP_EINVAL, "engine must not be NULL");
-    for (int i = 0; i < e->n_units; i++)
-        memset(e->units[i]->grad, 0, e->units[i]->shard_len * sizeof(float));
+    for (int i = 0; i < e->n_units; i++) {
+        float *g = e->units[i]->grad;
+        const size_t n = e->units[i]->shard_len, ch = SHARD_OMP_MIN, nc = (n + ch - 1) / ch;
+#pragma omp parallel for schedule(static) if (nc > 1)
+        for (size_t c = 0; c < nc; c++)
+            memset(g + c * ch, 0, (n - c * ch < ch ? n - c * ch : ch) * sizeof(float));
+    }
     return FSDP_OK;
 }
 

@@ -433,9 +433,14 @@ static fsdp_status unit_unshard(fsdp_unit_t *u) {
     size_t esz = fsdp_dtype_size(dt);
     FSDP_TRY(fsdp_mem_alloc(&u->full, u->padded * esz, FSDP_MEM_PARAM_FULL));
     char *slot = (char *)u->full + u->shard_off * esz;
-    if (dt == FSDP_BF16)
-        fsdp_f32_to_bf16_n((fsdp_bf16 *)slot, u->master, u->shard_len);
-    else
+    if (dt == FSDP_BF16) {
+        /* split over threads in fixed chunks (exact conversion: the split changes no bit) */
+        const size_t ch = SHARD_OMP_MIN, nc = (u->shard_len + ch - 1) / ch;
+#pragma omp parallel for schedule(static) if (nc > 1)
+        for (size_t c = 0; c < nc; c++)
+            fsdp_f32_to_bf16_n((fsdp_bf16 *)slot + c * ch, u->master + c * ch,
+                               u->shard_len - c * ch < ch ? u->shard_len - c * ch : ch);
+    } else
         memcpy(slot, u->master, u->shard_len * sizeof(float));
     if (e->cfg.strategy != FSDP_NO_SHARD) {
         shard_set_label(u, "all-gather params");
