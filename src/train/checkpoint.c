@@ -273,6 +273,48 @@ fsdp_status fsdp_ckpt_agree(fsdp_comm_t *comm, fsdp_status s, const char *what) 
     return fsdp_set_error(FSDP_EIO, "%s failed on rank %d (its message says why)", what, failed);
 }
 
+/* `fin` (ckpt_dir/name) exists. If `latest` names it, it is a committed checkpoint and is never
+ * overwritten. Otherwise it is what a save interrupted between its folder rename and the move of
+ * `latest` left behind (never committed: a resume starts from `latest` and recomputes this step
+ * bit for bit); it is renamed to .uncommitted_<name> (replacing an older one of that name), so the
+ * save can go on and nothing is deleted that was ever committed. */
+static fsdp_status set_aside_uncommitted(const char *ckpt_dir, const char *name, const char *fin) {
+    char *latest = fsdp_strdupf("%s/latest", ckpt_dir),
+         *aside = fsdp_strdupf("%s/.uncommitted_%s", ckpt_dir, name);
+    char *text = NULL;
+    size_t len = 0;
+    fsdp_status s = FSDP_OK;
+    if (latest == NULL || aside == NULL) {
+        s = FSDP_ERR(FSDP_ENOMEM, "no memory for checkpoint paths");
+        goto done;
+    }
+    int committed = 1; /* when `latest` cannot be read, assume the worst: never touch fin */
+    if (access(latest, F_OK) != 0) {
+        committed = 0;
+    } else if (fsdp_io_read_file(latest, &text, &len) == FSDP_OK) {
+        size_t n = strlen(name);
+        committed = len >= n && memcmp(text, name, n) == 0 && (len == n || text[n] == '\n');
+    }
+    if (committed) {
+        s = fsdp_set_error(FSDP_EIO,
+                           "%s already exists: a checkpoint is never overwritten; use another "
+                           "--checkpoint-dir or remove it",
+                           fin);
+        goto done;
+    }
+    fsdp_rm_tree1(aside);
+    if (rename(fin, aside) != 0)
+        s = fsdp_set_error(FSDP_EIO,
+                           "%s exists but `latest` does not name it (an interrupted save); cannot move it "
+                           "to %s: %s",
+                           fin, aside, strerror(errno));
+done:
+    fsdp_mem_free(text);
+    free(aside);
+    free(latest);
+    return s;
+}
+
 fsdp_status fsdp_ckpt_save_parts(fsdp_comm_t *comm, const char *ckpt_dir, const cJSON *config, int n_units,
                                  const fsdp_ckpt_unit *units, const fsdp_ckpt_part *parts,
                                  const fsdp_ckpt_state *st, char **final_dir) {
@@ -293,11 +335,7 @@ fsdp_status fsdp_ckpt_save_parts(fsdp_comm_t *comm, const char *ckpt_dir, const 
         s = FSDP_ERR(FSDP_ENOMEM, "no memory for checkpoint paths");
     if (s == FSDP_OK && rank == 0) {
         s = fsdp_mkdirs(ckpt_dir);
-        if (s == FSDP_OK && access(fin, F_OK) == 0)
-            s = fsdp_set_error(FSDP_EIO,
-                               "%s already exists: a checkpoint is never overwritten; use another "
-                               "--checkpoint-dir or remove it",
-                               fin);
+        if (s == FSDP_OK && access(fin, F_OK) == 0) s = set_aside_uncommitted(ckpt_dir, name, fin);
         if (s == FSDP_OK) {
             fsdp_rm_tree1(tmp); /* debris of an earlier crashed save of this step */
             if (mkdir(tmp, 0755) != 0)
