@@ -331,6 +331,10 @@ fsdp_status fsdp_train_config_check(fsdp_train_config *c, int world) {
                 "--batch %d is not divisible by --micro-batches %d x %d ranks = %d: every rank "
                 "needs the same whole number of sequences per micro-batch",
                 c->batch, c->micro_batches, world, c->micro_batches * world);
+        if (c->stop_at > c->steps)
+            return fsdp_set_error(FSDP_EINVAL,
+                                  "--stop-at %d is beyond --steps %d: the run would end at --steps first",
+                                  c->stop_at, c->steps);
         if (c->min_lr > c->lr)
             return fsdp_set_error(FSDP_EINVAL, "--min-lr %g is above --lr %g", c->min_lr, c->lr);
         if (c->world > 0 && world > 0 && c->world != world)

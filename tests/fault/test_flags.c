@@ -173,6 +173,10 @@ static void test_consistency(void) {
               "--batch 10 is not divisible by --micro-batches 4");
     CHECK_ERR(parse_line(&c, "--lr 1e-4 --min-lr 1e-3"), FSDP_EINVAL, "--min-lr 0.001 is above --lr 0.0001");
     CHECK_ERR(parse_line(&c, "--vocab 1"), FSDP_EINVAL, "--vocab 1");
+    CHECK_ERR(parse_line(&c, "--steps 10 --stop-at 11"), FSDP_EINVAL, "--stop-at 11 is beyond --steps 10");
+    CHECK_OK(parse_line(&c, "--steps 10 --stop-at 10"));
+    /* A warmup longer than a short (debugging) run is allowed: the LR just never reaches --lr. */
+    CHECK_OK(parse_line(&c, "--steps 3 --warmup 20"));
     CHECK_ERR(parse_line(&c, "prepare --out d"), FSDP_EINVAL, "--text");
     CHECK_ERR(parse_line(&c, "prepare --text a"), FSDP_EINVAL, "--out");
     CHECK_ERR(parse_line(&c, "export --out m.safetensors"), FSDP_EINVAL, "--checkpoint");
