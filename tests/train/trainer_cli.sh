@@ -53,7 +53,7 @@ if [ "$PART" = basic ] || [ "$PART" = all ]; then
     "$BIN" sample --checkpoint ck_basic --prompt "int " --tokens 30 --seed 3 >sample2.log 2>&1
     cmp -s sample.log sample2.log && ok || bad "sample is deterministic for a seed"
     "$BIN" export --checkpoint ck_basic --out exp/model.safetensors --logits exp/logits.bin >export.log 2>&1 && [ -f exp/config.json ] && ok || bad "export: $(cat export.log)"
-    if [ -n "${FSDP_CHECK_EXPORT:-}" ]; then # PyTorch reproduces the C model's logits from the export
+    if [ -n "${FSDP_CHECK_EXPORT:-}" ]; then # PyTorch reproduces the C model's logits from the export (ctest always sets it)
         "$FSDP_CHECK_EXPORT" "$SRC/tools/check_export.py" exp/model.safetensors exp/logits.bin && ok || bad "tools/check_export.py"
     fi
     # a second run into the same folder without --resume is refused, and changes nothing
