@@ -135,6 +135,15 @@ size_t fsdp_mem_total_current(void);
 size_t fsdp_mem_total_peak(void); /* peak of the sum, not the sum of peaks */
 void fsdp_mem_reset_peaks(void);  /* peaks := current values */
 
+/* Freed blocks of >= 1 MiB are kept (at most 8 blocks, 512 MiB) and handed to the next allocation of
+ * the same size, so a training step does not fault in fresh pages for every unit's full parameters and
+ * main_grad. Kept bytes are freed bytes for the categories above: the process holds up to
+ * fsdp_mem_cached() more than fsdp_mem_total_current(). Off in FSDP_DEBUG_CHECKS/sanitizer builds
+ * (both return 0 there). fsdp_mem_trim() returns every kept block to the C library. */
+size_t fsdp_mem_cached(void);
+size_t fsdp_mem_cached_peak(void); /* most bytes kept at once since start or the last trim */
+void fsdp_mem_trim(void);
+
 /* Optional timeline of allocation events for traces. */
 typedef struct {
     double t_s;    /* seconds since the timeline was enabled (monotonic clock) */

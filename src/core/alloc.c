@@ -48,7 +48,7 @@ static size_t tl_n, tl_cap;
 #define MEM_REUSE_SLOTS 8
 static void *reuse_blk[MEM_REUSE_SLOTS];
 static size_t reuse_size[MEM_REUSE_SLOTS]; /* block bytes (header included); 0: empty slot */
-static size_t reuse_total;
+static size_t reuse_total, reuse_peak;     /* bytes parked now / at most since start or the last trim */
 
 /* A parked block of exactly `total` bytes, or NULL. */
 static void *reuse_take(size_t total) {
@@ -78,6 +78,7 @@ static int reuse_park(void *base, size_t total) {
                 reuse_blk[i] = base;
                 reuse_size[i] = total;
                 reuse_total += total;
+                if (reuse_total > reuse_peak) reuse_peak = reuse_total;
                 parked = 1;
             }
         }
@@ -224,6 +225,37 @@ void fsdp_mem_free(void *p) {
         return;
 #endif
     free(base);
+}
+
+size_t fsdp_mem_cached(void) {
+#ifdef MEM_REUSE
+    pthread_mutex_lock(&mem_lock);
+    size_t v = reuse_total;
+    pthread_mutex_unlock(&mem_lock);
+    return v;
+#else
+    return 0;
+#endif
+}
+
+size_t fsdp_mem_cached_peak(void) {
+#ifdef MEM_REUSE
+    pthread_mutex_lock(&mem_lock);
+    size_t v = reuse_peak;
+    pthread_mutex_unlock(&mem_lock);
+    return v;
+#else
+    return 0;
+#endif
+}
+
+void fsdp_mem_trim(void) {
+#ifdef MEM_REUSE
+    reuse_drain();
+    pthread_mutex_lock(&mem_lock);
+    reuse_peak = 0;
+    pthread_mutex_unlock(&mem_lock);
+#endif
 }
 
 size_t fsdp_mem_current(fsdp_mem_cat c) {

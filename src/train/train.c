@@ -576,6 +576,10 @@ fsdp_status fsdp_train_run(const fsdp_train_config *cfg_in, fsdp_comm_t *comm, F
         fprintf(o, "memory per rank, predicted vs measured (max over %d rank%s):\n", world,
                 world == 1 ? "" : "s");
         fsdp_plan_print(o, &plan, &meas);
+        char cached[32];
+        fmt_bytes(cached, sizeof cached, fsdp_mem_cached_peak());
+        fprintf(o, "allocator cache (rank 0): up to %s of freed blocks kept for reuse, not counted above\n",
+                cached);
     }
     if (rank0 && c->report) s = fsdp_plan_write_json(c->report, &plan, &meas);
     s = fsdp_ckpt_agree(comm, s, "writing the --report file");

@@ -295,7 +295,39 @@ static void test_threads(void) {
     check_all_zero();
 }
 
+/* Freed big blocks are kept for the next allocation of the same size (not in debug builds): the
+ * categories still count them as freed, fsdp_mem_cached says how much is kept, trim returns it. */
+static void test_cache(void) {
+    fsdp_mem_trim();
+    const size_t big = (size_t)3 << 20, small = 1000;
+#ifdef FSDP_DEBUG_CHECKS
+    const size_t kept = 0; /* reuse is off: a use after free must stay visible */
+#else
+    const size_t kept = 64 + big; /* the 64-byte header plus the (64-aligned) payload */
+#endif
+    size_t cur0 = fsdp_mem_current(FSDP_MEM_MAIN_GRAD);
+    void *a = NULL, *b = NULL, *c = NULL;
+    CHECK_OK(fsdp_mem_alloc(&a, big, FSDP_MEM_MAIN_GRAD));
+    CHECK_OK(fsdp_mem_alloc(&c, small, FSDP_MEM_MAIN_GRAD));
+    fsdp_mem_free(c); /* under 1 MiB: never kept */
+    CHECK(fsdp_mem_cached() == 0);
+    fsdp_mem_free(a);
+    CHECK(fsdp_mem_current(FSDP_MEM_MAIN_GRAD) == cur0);
+    CHECKF(fsdp_mem_cached() == kept, "cached %zu, want %zu", fsdp_mem_cached(), kept);
+    CHECK(fsdp_mem_cached_peak() == kept);
+    CHECK_OK(fsdp_mem_alloc(&b, big, FSDP_MEM_PARAM_FULL)); /* same size: takes the kept block */
+    CHECK(fsdp_mem_cached() == 0);
+    CHECK(fsdp_mem_current(FSDP_MEM_PARAM_FULL) >= big);
+    CHECK(((uintptr_t)b % 64) == 0);
+    memset(b, 1, big);
+    fsdp_mem_free(b);
+    CHECK(fsdp_mem_cached() == kept);
+    fsdp_mem_trim();
+    CHECK(fsdp_mem_cached() == 0 && fsdp_mem_cached_peak() == 0);
+}
+
 int main(void) {
+    test_cache();
     test_names();
     test_accounting();
     test_alignment_and_calloc();
