@@ -13,18 +13,30 @@
 fsdp_status fsdp_set_error_at(fsdp_status s, const char *where, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-#define FSDP_TRY(expr)                                                                             \
-    do {                                                                                           \
-        fsdp_status fsdp_try_s_ = (expr);                                                          \
-        if (fsdp_try_s_ != FSDP_OK) return fsdp_try_s_;                                           \
+#define FSDP_TRY(expr)                                                                                       \
+    do {                                                                                                     \
+        fsdp_status fsdp_try_s_ = (expr);                                                                    \
+        if (fsdp_try_s_ != FSDP_OK) return fsdp_try_s_;                                                      \
     } while (0)
 
 /* Internal invariant (a bug if it fails): on in release builds too, never for input checks. */
-#define FSDP_INVARIANT(cond)                                                                       \
-    do {                                                                                           \
-        if (!(cond)) fsdp_invariant_failed(#cond, __FILE__, __LINE__);                             \
+#define FSDP_INVARIANT(cond)                                                                                 \
+    do {                                                                                                     \
+        if (!(cond)) fsdp_invariant_failed(#cond, __FILE__, __LINE__);                                       \
     } while (0)
 void fsdp_invariant_failed(const char *cond, const char *file, int line) __attribute__((noreturn));
+
+/* Function attributes for run-time-dispatched SIMD bodies. GCC takes a vector-width preference inside
+ * target(); clang rejects that string (and then drops the whole attribute), so it gets its own
+ * spelling. FSDP_NO_CONTRACT keeps a function's a*b+c unfused (bit-exact references); clang ignores
+ * optimize(), so under clang (the fuzz build only) it is empty. */
+#if defined(__clang__)
+#define FSDP_TARGET_AVX512 __attribute__((target("avx512f,fma"), min_vector_width(512)))
+#define FSDP_NO_CONTRACT
+#else
+#define FSDP_TARGET_AVX512 __attribute__((target("avx512f,fma,prefer-vector-width=512")))
+#define FSDP_NO_CONTRACT   __attribute__((optimize("fp-contract=off")))
+#endif
 
 /* Overflow-checked size_t multiply: returns 0 on overflow, else 1 and *out = a*b. */
 static inline int fsdp_mul_ok(size_t a, size_t b, size_t *out) { return !__builtin_mul_overflow(a, b, out); }

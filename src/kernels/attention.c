@@ -136,7 +136,7 @@ static void att_bwd_generic(float *dqkv, const float *dout, const float *qkv, co
 #if defined(__x86_64__) || defined(__i386__)
 #define ATT_X86 1
 /* 512-bit vectors (GCC's generic tuning would otherwise prefer 256-bit ones). */
-#define T512 __attribute__((target("avx512f,fma,prefer-vector-width=512")))
+#define T512 FSDP_TARGET_AVX512
 
 T512 static void att_fwd_avx512(float *out, float *preatt, float *att, const float *qkv, int B, int T, int C,
                                 int NH, int hs, float scale) {

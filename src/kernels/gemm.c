@@ -427,7 +427,7 @@ static void bias_grad_generic(float *dbias, const float *dout, int M, int N, int
 }
 
 #if defined(__x86_64__) || defined(__i386__)
-__attribute__((target("avx512f,prefer-vector-width=512"))) static void
+FSDP_TARGET_AVX512 static void
 bias_grad_avx512(float *dbias, const float *dout, int M, int N, int acc) {
     int nb = (N + BIAS_CB - 1) / BIAS_CB;
 #pragma omp parallel for schedule(static)

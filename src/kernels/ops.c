@@ -224,7 +224,7 @@ INL void ln_bwd_row(float *dinp, int dinp_acc, const float *dout, const float *i
 LN_DRIVERS(generic, )
 #if defined(__x86_64__) || defined(__i386__)
 #define OPS_X86 1
-LN_DRIVERS(avx512, __attribute__((target("avx512f,fma,prefer-vector-width=512"), optimize("fp-contract=off"))))
+LN_DRIVERS(avx512, FSDP_TARGET_AVX512 FSDP_NO_CONTRACT)
 #endif
 
 static int use_avx512(void) {

@@ -19,7 +19,12 @@
 
 /* gnu11 lets GCC contract a*b + c into an fma where the target has one (-ffp-contract=fast), also
  * across intrinsics; that would make the vector forms round differently from the scalar form. */
+#if defined(__clang__) /* no optimize() in clang: contraction off for the whole file instead */
+#pragma clang fp contract(off)
+#define NOCONTRACT __unused__ /* a no-op attribute; the pragma does the work */
+#else
 #define NOCONTRACT optimize("fp-contract=off")
+#endif
 
 #define EXP_HI 88.3762626647949f  /* above: +inf (e^x > FLT_MAX near 88.72; n stays <= 127) */
 #define EXP_LO -87.3365478515625f /* below: 0 (e^x < 2^-126) */

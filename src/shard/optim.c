@@ -15,7 +15,12 @@
 /* gnu11 lets GCC fuse a*b + c into one fma wherever the target has FMA (-ffp-contract=fast), even
  * across intrinsics; that would round p*decay + step once instead of twice and break the bit-exact
  * match with torch. Every function here that does arithmetic keeps one rounding per operation. */
+#if defined(__clang__) /* no optimize() in clang: contraction off for the whole file instead */
+#pragma clang fp contract(off)
+#define NOCONTRACT __unused__ /* a no-op attribute; the pragma does the work */
+#else
 #define NOCONTRACT optimize("fp-contract=off")
+#endif
 
 /* Calls fn(u, tensor, lo, hi) for each non-alias tensor's part of [r_lo, r_hi) (flat indices):
  * layout gaps and padding are never visited, aliases take no space so nothing is visited twice. */
