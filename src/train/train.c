@@ -6,6 +6,7 @@
 #include "train/train.h"
 
 #include "core/core.h"
+#include "kernels/kernels.h"
 #include "model/gpt.h"
 #include "train/checkpoint.h"
 #include "train/data.h"
@@ -368,6 +369,10 @@ fsdp_status fsdp_train_run(const fsdp_train_config *cfg_in, fsdp_comm_t *comm, F
         fsdp_train_config_print(o, c);
         fprintf(o, "  world size %d (%s), %d OpenMP thread%s per rank\n", world, fsdp_comm_backend_name(comm),
                 threads, threads == 1 ? "" : "s");
+        /* Which GEMM path runs: native bf16, or the exact bf16-via-f32 fallback on CPUs without it. */
+        fsdp_dtype pdt = c->precision == FSDP_PRECISION_MIXED ? FSDP_BF16 : FSDP_F32;
+        fprintf(o, "  GEMMs: %s path (oneDNN %s, ISA %s)\n", fsdp_gemm_path_name(fsdp_gemm_path_for(pdt)),
+                fsdp_gemm_impl_name(pdt), fsdp_kernels_isa_name());
     }
     train_path = fsdp_strdupf("%s/train.bin", c->data);
     val_path = fsdp_strdupf("%s/val.bin", c->data);
