@@ -58,15 +58,15 @@ extern "C" {
 
 typedef enum {
     FSDP_OK = 0,
-    FSDP_EINVAL,      /* bad argument or input value */
-    FSDP_ENOMEM,      /* allocation failed */
-    FSDP_ESTATE,      /* call not allowed in the object's current state (hook order, view window) */
-    FSDP_ECOMM,       /* communication failed (carries the backend's message) */
-    FSDP_ETIMEOUT,    /* a collective did not complete within the configured timeout */
-    FSDP_EIO,         /* file system error */
-    FSDP_EFORMAT,     /* a file or message is malformed (magic, version, size, checksum) */
-    FSDP_EUNSUPPORTED,/* valid request this build or machine cannot do */
-    FSDP_EINTERNAL    /* broken invariant: a bug in fsdp.c */
+    FSDP_EINVAL,       /* bad argument or input value */
+    FSDP_ENOMEM,       /* allocation failed */
+    FSDP_ESTATE,       /* call not allowed in the object's current state (hook order, view window) */
+    FSDP_ECOMM,        /* communication failed (carries the backend's message) */
+    FSDP_ETIMEOUT,     /* a collective did not complete within the configured timeout */
+    FSDP_EIO,          /* file system error */
+    FSDP_EFORMAT,      /* a file or message is malformed (magic, version, size, checksum) */
+    FSDP_EUNSUPPORTED, /* valid request this build or machine cannot do */
+    FSDP_EINTERNAL     /* broken invariant: a bug in fsdp.c */
 } fsdp_status;
 
 const char *fsdp_strerror(fsdp_status s);
@@ -146,7 +146,7 @@ void fsdp_mem_trim(void);
 
 /* Optional timeline of allocation events for traces. */
 typedef struct {
-    double t_s;    /* seconds since the timeline was enabled (monotonic clock) */
+    double t_s; /* seconds since the timeline was enabled (monotonic clock) */
     fsdp_mem_cat cat;
     int64_t delta; /* +bytes on alloc, -bytes on free */
 } fsdp_mem_event;
@@ -171,9 +171,9 @@ typedef enum {
 typedef enum { FSDP_SUM = 0, FSDP_AVG, FSDP_MAX } fsdp_reduce_op;
 
 typedef struct {
-    int version;            /* = 1 */
+    int version; /* = 1 */
     fsdp_comm_backend backend;
-    double timeout_s;       /* a collective not done after this long fails with FSDP_ETIMEOUT; <= 0: wait forever */
+    double timeout_s; /* a collective not done after this long fails with FSDP_ETIMEOUT; <= 0: wait forever */
 } fsdp_comm_config;
 
 fsdp_comm_config fsdp_comm_config_default(void);
@@ -237,16 +237,16 @@ typedef enum { FSDP_INIT_ZEROS = 0, FSDP_INIT_ONES, FSDP_INIT_NORMAL } fsdp_init
 
 #define FSDP_MAX_DIMS 4
 typedef struct {
-    const char *name;           /* unique within the unit; copied */
-    int ndim;                   /* 1..FSDP_MAX_DIMS */
+    const char *name; /* unique within the unit; copied */
+    int ndim;         /* 1..FSDP_MAX_DIMS */
     int64_t shape[FSDP_MAX_DIMS];
     fsdp_init_kind init;
-    float std;                  /* FSDP_INIT_NORMAL: mean 0, this standard deviation */
+    float std; /* FSDP_INIT_NORMAL: mean 0, this standard deviation */
     /* Tied tensor: name of an earlier tensor in the same unit ("wte"), or "unit.tensor" naming one in
      * another unit (refused: FSDP_EINVAL naming both units). NULL: an ordinary tensor. An alias takes
      * no space: it shares its target's view, main_grad slice and shard. */
     const char *alias_of;
-    int no_decay;               /* AdamW skips weight decay for this tensor (biases, norm weights) */
+    int no_decay; /* AdamW skips weight decay for this tensor (biases, norm weights) */
 } fsdp_tensor_spec;
 
 typedef enum { FSDP_FULL_SHARD = 0, FSDP_SHARD_GRAD_OP, FSDP_NO_SHARD } fsdp_strategy;
@@ -297,8 +297,8 @@ typedef struct {
     int ndim;
     int64_t shape[FSDP_MAX_DIMS];
     size_t numel;
-    size_t offset;  /* element offset in the unit's flat buffer (an alias: its target's) */
-    int alias_of;   /* index of the target tensor, or -1 */
+    size_t offset; /* element offset in the unit's flat buffer (an alias: its target's) */
+    int alias_of;  /* index of the target tensor, or -1 */
     int no_decay;
 } fsdp_tensor_info;
 
@@ -307,7 +307,7 @@ int fsdp_unit_index(const fsdp_unit_t *u);
 int fsdp_unit_num_tensors(const fsdp_unit_t *u);
 int fsdp_unit_find(const fsdp_unit_t *u, const char *name); /* -1 if absent */
 fsdp_status fsdp_unit_tensor_info(const fsdp_unit_t *u, int t, fsdp_tensor_info *out);
-size_t fsdp_unit_numel(const fsdp_unit_t *u);        /* unpadded sum of non-alias tensors incl. alignment gaps */
+size_t fsdp_unit_numel(const fsdp_unit_t *u); /* unpadded sum of non-alias tensors incl. alignment gaps */
 size_t fsdp_unit_padded_numel(const fsdp_unit_t *u); /* flat buffer length, multiple of world */
 
 /* This rank's shard: fp32 master weights, fp32 sharded gradient, AdamW moments, all with the same
@@ -370,7 +370,7 @@ fsdp_status fsdp_engine_zero_grad(fsdp_engine_t *e);
 fsdp_status fsdp_engine_clip_grad_norm(fsdp_engine_t *e, float max_norm, float *norm);
 
 typedef struct {
-    int version; /* = 1 */
+    int version;                               /* = 1 */
     float lr, beta1, beta2, eps, weight_decay; /* 3e-4, 0.9, 0.95, 1e-8, 0.1 */
 } fsdp_adamw_config;
 fsdp_adamw_config fsdp_adamw_config_default(void);
@@ -415,9 +415,9 @@ typedef struct {
     const char *name;              /* for messages (may be NULL) */
     const fsdp_tensor_spec *specs; /* (n_specs) */
     int n_specs;
-    const fsdp_unit_config *cfg;   /* NULL: fsdp_unit_config_default() */
-    size_t param_full_bytes;       /* 0: the engine's unsharded buffer (padded x compute dtype); else the
-                                      bytes this unit's full parameters take (a caller-managed unit) */
+    const fsdp_unit_config *cfg; /* NULL: fsdp_unit_config_default() */
+    size_t param_full_bytes;     /* 0: the engine's unsharded buffer (padded x compute dtype); else the
+                                    bytes this unit's full parameters take (a caller-managed unit) */
 } fsdp_plan_unit;
 
 /* The hook order of one forward + backward (the order the model calls the unit hooks in). */
@@ -445,12 +445,12 @@ typedef struct {
 } fsdp_mem_peaks;
 
 typedef struct {
-    fsdp_plan_config cfg;   /* as given, backend resolved */
+    fsdp_plan_config cfg;     /* as given, backend resolved */
     fsdp_mem_peaks predicted; /* per rank; every rank gets the same (shards are equal) */
     fsdp_mem_peaks no_shard;  /* the same run as plain data parallel (strategy NO_SHARD) */
-    size_t n_params;        /* psi: parameter elements (aliases once; no alignment gaps or padding) */
-    size_t padded_params;   /* sum of the flat buffers' lengths, elements */
-    size_t zero_ref_bytes;  /* ZeRO-3 model states per rank, (2 + 2 + 12) * psi / world, rounded up */
+    size_t n_params;          /* psi: parameter elements (aliases once; no alignment gaps or padding) */
+    size_t padded_params;     /* sum of the flat buffers' lengths, elements */
+    size_t zero_ref_bytes;    /* ZeRO-3 model states per rank, (2 + 2 + 12) * psi / world, rounded up */
     int n_units;
 } fsdp_plan;
 

@@ -427,8 +427,7 @@ static void bias_grad_generic(float *dbias, const float *dout, int M, int N, int
 }
 
 #if defined(__x86_64__) || defined(__i386__)
-FSDP_TARGET_AVX512 static void
-bias_grad_avx512(float *dbias, const float *dout, int M, int N, int acc) {
+FSDP_TARGET_AVX512 static void bias_grad_avx512(float *dbias, const float *dout, int M, int N, int acc) {
     int nb = (N + BIAS_CB - 1) / BIAS_CB;
 #pragma omp parallel for schedule(static)
     for (int cb = 0; cb < nb; cb++)
