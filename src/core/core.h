@@ -28,14 +28,20 @@ void fsdp_invariant_failed(const char *cond, const char *file, int line) __attri
 
 /* Function attributes for run-time-dispatched SIMD bodies. GCC takes a vector-width preference inside
  * target(); clang rejects that string (and then drops the whole attribute), so it gets its own
- * spelling. FSDP_NO_CONTRACT keeps a function's a*b+c unfused (bit-exact references); clang ignores
- * optimize(), so under clang (the fuzz build only) it is empty. */
+ * spelling.
+ * gnu11 lets GCC contract a*b + c into an fma wherever the target has one (-ffp-contract=fast), even
+ * across intrinsics; functions whose rounding must match a scalar or PyTorch reference bit for bit
+ * carry FSDP_NOCONTRACT inside their __attribute__((...)) list. clang has no optimize(): a file using
+ * FSDP_NOCONTRACT also states FSDP_FILE_NOCONTRACT once at file scope, which turns contraction off for
+ * the rest of that file under clang (the fuzz build) and is empty under GCC. */
 #if defined(__clang__)
-#define FSDP_TARGET_AVX512 __attribute__((target("avx512f,fma"), min_vector_width(512)))
-#define FSDP_NO_CONTRACT
+#define FSDP_TARGET_AVX512   __attribute__((target("avx512f,fma"), min_vector_width(512)))
+#define FSDP_NOCONTRACT      __unused__ /* a no-op attribute: FSDP_FILE_NOCONTRACT does the work */
+#define FSDP_FILE_NOCONTRACT _Pragma("clang fp contract(off)")
 #else
 #define FSDP_TARGET_AVX512 __attribute__((target("avx512f,fma,prefer-vector-width=512")))
-#define FSDP_NO_CONTRACT   __attribute__((optimize("fp-contract=off")))
+#define FSDP_NOCONTRACT    optimize("fp-contract=off")
+#define FSDP_FILE_NOCONTRACT
 #endif
 
 /* Overflow-checked size_t multiply: returns 0 on overflow, else 1 and *out = a*b. */

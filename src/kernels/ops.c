@@ -11,8 +11,11 @@
 #include <stdint.h>
 #include <string.h>
 
-/* Exact bf16 -> f32 widening (the upper 16 bits of the f32). */
-static inline float bf16_val(fsdp_bf16 b) {
+FSDP_FILE_NOCONTRACT /* clang: like the AVX-512 LayerNorm bodies' FSDP_NOCONTRACT under GCC */
+
+    /* Exact bf16 -> f32 widening (the upper 16 bits of the f32). */
+    static inline float
+    bf16_val(fsdp_bf16 b) {
     uint32_t u = (uint32_t)b << 16;
     float f;
     memcpy(&f, &u, sizeof f);
@@ -224,7 +227,7 @@ INL void ln_bwd_row(float *dinp, int dinp_acc, const float *dout, const float *i
 LN_DRIVERS(generic, )
 #if defined(__x86_64__) || defined(__i386__)
 #define OPS_X86 1
-LN_DRIVERS(avx512, FSDP_TARGET_AVX512 FSDP_NO_CONTRACT)
+LN_DRIVERS(avx512, FSDP_TARGET_AVX512 __attribute__((FSDP_NOCONTRACT)))
 #endif
 
 static int use_avx512(void) {

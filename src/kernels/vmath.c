@@ -6,7 +6,7 @@
  * bits. */
 #include "kernels/vmath.h"
 
-#include "fsdp.h"
+#include "core/core.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -19,12 +19,7 @@
 
 /* gnu11 lets GCC contract a*b + c into an fma where the target has one (-ffp-contract=fast), also
  * across intrinsics; that would make the vector forms round differently from the scalar form. */
-#if defined(__clang__) /* no optimize() in clang: contraction off for the whole file instead */
-#pragma clang fp contract(off)
-#define NOCONTRACT __unused__ /* a no-op attribute; the pragma does the work */
-#else
-#define NOCONTRACT optimize("fp-contract=off")
-#endif
+FSDP_FILE_NOCONTRACT
 
 #define EXP_HI 88.3762626647949f  /* above: +inf (e^x > FLT_MAX near 88.72; n stays <= 127) */
 #define EXP_LO -87.3365478515625f /* below: 0 (e^x < 2^-126) */
@@ -45,7 +40,7 @@
 
 /* ---------------------------------------------------------------- scalar forms (the definition) */
 
-__attribute__((NOCONTRACT)) static inline float exp1(float x) {
+__attribute__((FSDP_NOCONTRACT)) static inline float exp1(float x) {
     if (x != x) return x + x;
     if (x > EXP_HI) return INFINITY;
     if (x < EXP_LO) return 0.0f;
@@ -77,8 +72,8 @@ static double lanes_reduce(const double a[16]) {
 }
 
 /* Elements [j0, n) into the lanes acc[j % 16] (j0 a multiple of 16). */
-__attribute__((NOCONTRACT)) static void exp_shift_tail(float *out, const float *x, size_t j0, size_t n,
-                                                       float shift, double acc[16]) {
+__attribute__((FSDP_NOCONTRACT)) static void exp_shift_tail(float *out, const float *x, size_t j0, size_t n,
+                                                            float shift, double acc[16]) {
     for (size_t j = j0; j < n; j++) {
         float e = exp1(x[j] - shift);
         if (out) out[j] = e;
@@ -86,7 +81,7 @@ __attribute__((NOCONTRACT)) static void exp_shift_tail(float *out, const float *
     }
 }
 
-__attribute__((NOCONTRACT)) static inline float sigmoid2y(float x, float *e_out) {
+__attribute__((FSDP_NOCONTRACT)) static inline float sigmoid2y(float x, float *e_out) {
     float y = GELU_K * (x + GELU_A * x * x * x);
     float u = -2.0f * y;
     u = u > GELU_CLAMP ? GELU_CLAMP : u;
@@ -96,20 +91,20 @@ __attribute__((NOCONTRACT)) static inline float sigmoid2y(float x, float *e_out)
     return 1.0f / (1.0f + e);
 }
 
-__attribute__((NOCONTRACT)) static inline float gelu1(float x) {
+__attribute__((FSDP_NOCONTRACT)) static inline float gelu1(float x) {
     float e;
     return x * sigmoid2y(x, &e);
 }
 
 /* gelu'(x) = s + 2x s(1-s) K (1 + 3A x^2) with s = sigmoid(2y) and 1 - s = e s. */
-__attribute__((NOCONTRACT)) static inline float gelu_grad1(float x) {
+__attribute__((FSDP_NOCONTRACT)) static inline float gelu_grad1(float x) {
     float e, s = sigmoid2y(x, &e);
     float es = e * s;
     float dy = GELU_K * (1.0f + GELU_3A * x * x);
     return s + ((2.0f * x) * (s * es)) * dy;
 }
 
-__attribute__((NOCONTRACT)) static float vmax_scalar(const float *x, size_t n) {
+__attribute__((FSDP_NOCONTRACT)) static float vmax_scalar(const float *x, size_t n) {
     float m = -INFINITY;
     for (size_t j = 0; j < n; j++)
         if (x[j] > m) m = x[j];
@@ -119,7 +114,7 @@ __attribute__((NOCONTRACT)) static float vmax_scalar(const float *x, size_t n) {
 #ifdef VM_X86
 /* ---------------------------------------------------------------- AVX-512F */
 
-#define T512 __attribute__((target("avx512f"), NOCONTRACT))
+#define T512 __attribute__((target("avx512f"), FSDP_NOCONTRACT))
 
 T512 static inline __m512 exp16(__m512 x) {
     const __m512 hi = _mm512_set1_ps(EXP_HI), lo = _mm512_set1_ps(EXP_LO);
@@ -225,7 +220,7 @@ T512 static void gelu_bwd_avx512(float *dinp, const float *x, const float *dout,
 
 /* ---------------------------------------------------------------- AVX2 + FMA */
 
-#define T256 __attribute__((target("avx2,fma"), NOCONTRACT))
+#define T256 __attribute__((target("avx2,fma"), FSDP_NOCONTRACT))
 
 T256 static inline __m256 exp8(__m256 x) {
     const __m256 hi = _mm256_set1_ps(EXP_HI), lo = _mm256_set1_ps(EXP_LO);
@@ -380,7 +375,7 @@ float fsdp_vmax(const float *x, size_t n) {
     return vmax_scalar(x, n);
 }
 
-__attribute__((NOCONTRACT)) void fsdp_vscale2(float *out, const float *x, size_t n, float a, float b) {
+__attribute__((FSDP_NOCONTRACT)) void fsdp_vscale2(float *out, const float *x, size_t n, float a, float b) {
 #ifdef VM_X86
     switch (vm_path()) {
     case 2: vscale2_avx512(out, x, n, a, b); return;
@@ -402,8 +397,8 @@ void fsdp_vgelu_forward(float *out, const float *x, size_t n) {
         out[j] = gelu1(x[j]);
 }
 
-__attribute__((NOCONTRACT)) void fsdp_vgelu_backward(float *dinp, const float *x, const float *dout,
-                                                     size_t n) {
+__attribute__((FSDP_NOCONTRACT)) void fsdp_vgelu_backward(float *dinp, const float *x, const float *dout,
+                                                          size_t n) {
 #ifdef VM_X86
     switch (vm_path()) {
     case 2: gelu_bwd_avx512(dinp, x, dout, n); return;

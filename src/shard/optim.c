@@ -15,12 +15,7 @@
 /* gnu11 lets GCC fuse a*b + c into one fma wherever the target has FMA (-ffp-contract=fast), even
  * across intrinsics; that would round p*decay + step once instead of twice and break the bit-exact
  * match with torch. Every function here that does arithmetic keeps one rounding per operation. */
-#if defined(__clang__) /* no optimize() in clang: contraction off for the whole file instead */
-#pragma clang fp contract(off)
-#define NOCONTRACT __unused__ /* a no-op attribute; the pragma does the work */
-#else
-#define NOCONTRACT optimize("fp-contract=off")
-#endif
+FSDP_FILE_NOCONTRACT
 
 /* Calls fn(u, tensor, lo, hi) for each non-alias tensor's part of [r_lo, r_hi) (flat indices):
  * layout gaps and padding are never visited, aliases take no space so nothing is visited twice. */
@@ -54,7 +49,7 @@ static double sumsq_scalar(const float *g, size_t n) {
 }
 
 #ifdef SHARD_X86
-__attribute__((target("avx512f"), NOCONTRACT)) static double sumsq_avx512(const float *g, size_t n) {
+__attribute__((target("avx512f"), FSDP_NOCONTRACT)) static double sumsq_avx512(const float *g, size_t n) {
     __m512d s0 = _mm512_setzero_pd(), s1 = _mm512_setzero_pd();
     size_t k = 0;
     for (; k + 16 <= n; k += 16) {
@@ -65,7 +60,7 @@ __attribute__((target("avx512f"), NOCONTRACT)) static double sumsq_avx512(const 
     return _mm512_reduce_add_pd(_mm512_add_pd(s0, s1)) + sumsq_scalar(g + k, n - k);
 }
 
-__attribute__((target("avx2,fma"), NOCONTRACT)) static double sumsq_avx2(const float *g, size_t n) {
+__attribute__((target("avx2,fma"), FSDP_NOCONTRACT)) static double sumsq_avx2(const float *g, size_t n) {
     __m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd();
     size_t k = 0;
     for (; k + 8 <= n; k += 8) {
@@ -78,7 +73,7 @@ __attribute__((target("avx2,fma"), NOCONTRACT)) static double sumsq_avx2(const f
     return _mm_cvtsd_f64(_mm_add_sd(h, _mm_unpackhi_pd(h, h))) + sumsq_scalar(g + k, n - k);
 }
 
-__attribute__((target("avx512f"), NOCONTRACT)) static void scale_avx512(float *g, size_t n, float c) {
+__attribute__((target("avx512f"), FSDP_NOCONTRACT)) static void scale_avx512(float *g, size_t n, float c) {
     const __m512 cv = _mm512_set1_ps(c);
     size_t k = 0;
     for (; k + 16 <= n; k += 16)
@@ -193,8 +188,8 @@ typedef struct {
 /* The element update, the reference for every SIMD path. Each operation is one IEEE-rounded fp32
  * operation (fmaf is exact-then-rounded), so the vector paths below, doing the same operations in
  * the same order, give the same bits on every machine. */
-__attribute__((NOCONTRACT)) static inline void adamw_elem(float *p, float *m, float *v, float g, int do_decay,
-                                                          const adamw_scalars *sc) {
+__attribute__((FSDP_NOCONTRACT)) static inline void adamw_elem(float *p, float *m, float *v, float g,
+                                                               int do_decay, const adamw_scalars *sc) {
     float pk = *p;
     if (do_decay) pk = pk * sc->decay;
     float mk = fmaf(g, sc->omb1, *m * sc->b1);
@@ -205,15 +200,16 @@ __attribute__((NOCONTRACT)) static inline void adamw_elem(float *p, float *m, fl
     *v = vk;
 }
 
-__attribute__((NOCONTRACT)) static void adamw_range_scalar(float *restrict p, float *restrict m,
-                                                           float *restrict v, const float *restrict g,
-                                                           size_t n, int do_decay, const adamw_scalars *sc) {
+__attribute__((FSDP_NOCONTRACT)) static void adamw_range_scalar(float *restrict p, float *restrict m,
+                                                                float *restrict v, const float *restrict g,
+                                                                size_t n, int do_decay,
+                                                                const adamw_scalars *sc) {
     for (size_t k = 0; k < n; k++)
         adamw_elem(p + k, m + k, v + k, g[k], do_decay, sc);
 }
 
 #ifdef SHARD_X86
-__attribute__((target("avx512f,fma"), NOCONTRACT)) static void
+__attribute__((target("avx512f,fma"), FSDP_NOCONTRACT)) static void
 adamw_range_avx512(float *restrict p, float *restrict m, float *restrict v, const float *restrict g, size_t n,
                    int do_decay, const adamw_scalars *sc) {
     const __m512 decay = _mm512_set1_ps(do_decay ? sc->decay : 1.0f), b1 = _mm512_set1_ps(sc->b1);
@@ -238,7 +234,7 @@ adamw_range_avx512(float *restrict p, float *restrict m, float *restrict v, cons
         adamw_elem(p + k, m + k, v + k, g[k], do_decay, sc);
 }
 
-__attribute__((target("avx2,fma"), NOCONTRACT)) static void
+__attribute__((target("avx2,fma"), FSDP_NOCONTRACT)) static void
 adamw_range_avx2(float *restrict p, float *restrict m, float *restrict v, const float *restrict g, size_t n,
                  int do_decay, const adamw_scalars *sc) {
     const __m256 decay = _mm256_set1_ps(do_decay ? sc->decay : 1.0f), b1 = _mm256_set1_ps(sc->b1);
