@@ -276,15 +276,10 @@ done:
 }
 
 int main(int argc, char **argv) {
-    fsdp_comm_t *comm = NULL;
-    fsdp_comm_config cc = fsdp_comm_config_default();
-    if (fsdp_comm_init(&comm, &cc, &argc, &argv) != FSDP_OK) {
-        fprintf(stderr, "comm init: %s\n", fsdp_last_error());
-        return 1;
-    }
+    fsdp_comm_t *comm = test_comm_init(&argc, &argv);
+    if (comm == NULL) return 1;
     g_rank = fsdp_comm_rank(comm);
     g_world = fsdp_comm_size(comm);
-    test_set_rank(g_rank);
     const fsdp_strategy strats[] = {FSDP_FULL_SHARD, FSDP_SHARD_GRAD_OP, FSDP_NO_SHARD};
     for (int s = 0; s < 3; s++)
         for (int eager = 0; eager < 2; eager++) {

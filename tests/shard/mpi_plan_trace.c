@@ -40,14 +40,9 @@ static void step(fsdp_engine_t *e, fsdp_unit_t **u, int n) {
 }
 
 int main(int argc, char **argv) {
-    fsdp_comm_t *comm = NULL;
-    fsdp_comm_config cc = fsdp_comm_config_default();
-    if (fsdp_comm_init(&comm, &cc, &argc, &argv) != FSDP_OK) {
-        fprintf(stderr, "comm init: %s\n", fsdp_last_error());
-        return 1;
-    }
+    fsdp_comm_t *comm = test_comm_init(&argc, &argv);
+    if (comm == NULL) return 1;
     int rank = fsdp_comm_rank(comm), world = fsdp_comm_size(comm);
-    test_set_rank(rank);
 
     fsdp_engine_t *e = NULL;
     fsdp_unit_t *u[2] = {0};

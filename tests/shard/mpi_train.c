@@ -407,15 +407,10 @@ static double max_rel(const float a[NP][V * H], const double b[NP][V * H], doubl
 }
 
 int main(int argc, char **argv) {
-    fsdp_comm_t *comm = NULL;
-    fsdp_comm_config cc = fsdp_comm_config_default();
-    if (fsdp_comm_init(&comm, &cc, &argc, &argv) != FSDP_OK) {
-        fprintf(stderr, "comm init: %s\n", fsdp_last_error());
-        return 1;
-    }
+    fsdp_comm_t *comm = test_comm_init(&argc, &argv);
+    if (comm == NULL) return 1;
     g_rank = fsdp_comm_rank(comm);
     g_world = fsdp_comm_size(comm);
-    test_set_rank(g_rank);
 
     /* initial weights (world-independent; mpi_unit checks that) feed the float64 reference */
     static float init[NP][V * H];

@@ -346,18 +346,13 @@ done:
 }
 
 int main(int argc, char **argv) {
-    fsdp_comm_t *comm = NULL, *self = NULL;
-    fsdp_comm_config cc = fsdp_comm_config_default();
-    if (fsdp_comm_init(&comm, &cc, &argc, &argv) != FSDP_OK) {
-        fprintf(stderr, "comm init: %s\n", fsdp_last_error());
-        return 1;
-    }
+    fsdp_comm_t *comm = test_comm_init(&argc, &argv), *self = NULL;
+    if (comm == NULL) return 1;
     fsdp_comm_config sc = fsdp_comm_config_default();
     sc.backend = FSDP_COMM_SELF;
     CHECK_OK(fsdp_comm_init(&self, &sc, NULL, NULL));
     g_rank = fsdp_comm_rank(comm);
     g_world = fsdp_comm_size(comm);
-    test_set_rank(g_rank);
 
     for (int w = 1; w <= 5; w++) { /* the one shard function: equal contiguous pieces that tile */
         size_t next = 0;
