@@ -183,6 +183,7 @@ static int measure(const opts *o, int *argc, char ***argv) {
     pc.world = world;
     pc.engine = ec;
     pc.backend = strcmp(fsdp_comm_backend_name(comm), "mpi") == 0 ? FSDP_COMM_MPI : FSDP_COMM_SELF;
+    pc.shm = fsdp_comm_shm_active(comm);
     pc.n_micro = o->n_micro;
     pc.activation_bytes = gpt_activation_bytes(&o->gc, o->B, o->T);
     pc.other_bytes = gpt_other_bytes(&o->gc, o->B, o->T, o->compute);

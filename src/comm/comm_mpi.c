@@ -49,11 +49,14 @@ fsdp_status comm_mpi_init(fsdp_comm_t *c, int *argc, char ***argv) {
     MPI_Comm node = MPI_COMM_NULL;
     rc = MPI_Comm_split_type(c->comm, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &node);
     if (rc == MPI_SUCCESS) rc = MPI_Comm_size(node, &c->local_size);
-    if (node != MPI_COMM_NULL) MPI_Comm_free(&node);
     if (rc != MPI_SUCCESS) {
+        if (node != MPI_COMM_NULL) MPI_Comm_free(&node);
         s = mpi_fail(c, rc, "MPI_Comm_split_type", "fsdp_comm_init");
         goto fail_dup;
     }
+    s = comm_shm_init(c, node, c->local_size);
+    MPI_Comm_free(&node);
+    if (s != FSDP_OK) goto fail_dup;
     return FSDP_OK;
 fail_dup:
     MPI_Comm_free(&c->comm);
@@ -77,6 +80,7 @@ void comm_mpi_free(fsdp_comm_t *c) {
             return;
         }
     }
+    comm_shm_free(c);
     if (c->comm != MPI_COMM_NULL) MPI_Comm_free(&c->comm);
     if (c->mpi_inited_here) {
         int fin = 0;

@@ -40,9 +40,7 @@ static void clear_bits(fsdp_unit_t *u) {
 fsdp_status shard_main_grad_alloc(fsdp_unit_t *u) {
     if (u->main_grad != NULL) return FSDP_OK;
     fsdp_status st = fsdp_mem_alloc((void **)&u->main_grad, u->padded * sizeof(float), FSDP_MEM_MAIN_GRAD);
-    if (st != FSDP_OK)
-        return FSDP_ERR(st, "unit '%s': main_grad of %zu fp32 elements: %s", u->name, u->padded,
-                        fsdp_last_error());
+    if (st != FSDP_OK) return FSDP_WRAP(st, "unit '%s': main_grad of %zu fp32 elements", u->name, u->padded);
     poison(u->main_grad, u->padded);
     clear_bits(u);
     for (int t = 0; t < u->n_tensors; t++)

@@ -120,6 +120,7 @@ typedef struct {
     fsdp_main_grad_policy policy;
     fsdp_accum_mode accum;
     fsdp_comm_backend backend;
+    int shm;
 } sim;
 
 /* unit_unshard: one param_full buffer; the all-gather is in place (no staging). */
@@ -141,12 +142,13 @@ static void sim_mg_alloc(sim *s, sim_unit *u) {
     u->mg = 1;
 }
 
-/* Staging the MPI backend allocates (category comm) for the gradient reduction of one unit; comm_mpi.c:
+/* Staging the MPI backend allocates (category comm) for the gradient reduction of one unit (none when
+ * the shared-memory transport runs it: ranks of one host reduce straight from its slots); comm_mpi.c:
  * reduce-scatter natively for F32 up to INT_MAX elements per rank, else an all-to-all into
  * world*count elements; all-reduce natively for F32, for BF16 an all-to-all into world*ceil(len/world)
  * elements of the first (largest) chunk, len <= INT_MAX - world. The self backend copies nothing. */
 static size_t sim_stage_bytes(const sim *s, const sim_unit *u) {
-    if (s->backend != FSDP_COMM_MPI) return 0;
+    if (s->backend != FSDP_COMM_MPI || (s->shm && s->world > 1)) return 0;
     size_t w = (size_t)s->world, es = fsdp_dtype_size(s->reduce);
     if (s->strategy == FSDP_NO_SHARD) {
         if (s->reduce == FSDP_F32) return 0;
@@ -224,6 +226,7 @@ static fsdp_status plan_run(const fsdp_plan_unit *units, const size_t *padded, i
     s.policy = cfg->engine.main_grad;
     s.accum = cfg->engine.accum;
     s.backend = cfg->backend;
+    s.shm = cfg->shm;
     size_t esz = fsdp_dtype_size(cfg->engine.compute_dtype);
     for (int i = 0; i < n; i++) {
         sim_unit *u = &s.u[i];
@@ -260,6 +263,7 @@ fsdp_plan_config fsdp_plan_config_default(void) {
     c.world = 1;
     c.engine = fsdp_engine_config_default();
     c.backend = FSDP_COMM_AUTO;
+    c.shm = 1;
     c.n_micro = 1;
     c.schedule = FSDP_PLAN_ROOT_WRAPS;
     return c;

@@ -136,7 +136,7 @@ static fsdp_status resolve_config(fsdp_train_config *c, int world) {
 
 /* ---------------------------------------------------------------- memory plan */
 
-fsdp_status fsdp_train_plan_compute(const fsdp_train_config *c, int world, int threads, int have_val,
+fsdp_status fsdp_train_plan_compute(const fsdp_train_config *c, int world, int threads, int have_val, int shm,
                                     fsdp_plan *out) {
     if (c == NULL || out == NULL || world < 1 || threads < 1)
         return FSDP_ERR(FSDP_EINVAL, "plan: need a config, an output, world >= 1 and threads >= 1");
@@ -153,6 +153,7 @@ fsdp_status fsdp_train_plan_compute(const fsdp_train_config *c, int world, int t
     pc.world = world;
     pc.engine = engine_config_of(c);
     pc.backend = world > 1 ? FSDP_COMM_MPI : FSDP_COMM_SELF;
+    pc.shm = shm;
     pc.n_micro = c->micro_batches;
     pc.schedule = FSDP_PLAN_ROOT_WRAPS; /* gpt's hook order */
     /* activation: the model's arena, the trainer's input and target tokens (int32 [b, T] each), and
@@ -187,7 +188,7 @@ fsdp_status fsdp_train_plan(const fsdp_train_config *cfg_in, fsdp_comm_t *comm, 
         if (threads < 1) threads = 1;
     }
     fsdp_plan plan;
-    FSDP_TRY(fsdp_train_plan_compute(c, world, threads, c->eval_every > 0, &plan));
+    FSDP_TRY(fsdp_train_plan_compute(c, world, threads, c->eval_every > 0, 1, &plan));
     if (!rank0) return FSDP_OK;
     if (out) {
         fprintf(
@@ -411,7 +412,7 @@ fsdp_status fsdp_train_run(const fsdp_train_config *cfg_in, fsdp_comm_t *comm, F
     if (s == FSDP_OK) s = fsdp_mem_alloc((void **)&tg, sizeof(int32_t) * bt, FSDP_MEM_ACTIVATION);
     if (s == FSDP_OK) s = model_build(c, comm, &rm);
     /* The prediction the end-of-run report compares against (the same arithmetic as --plan). */
-    if (s == FSDP_OK) s = fsdp_train_plan_compute(c, world, threads, have_val, &plan);
+    if (s == FSDP_OK) s = fsdp_train_plan_compute(c, world, threads, have_val, fsdp_comm_shm_active(comm), &plan);
     s = fsdp_ckpt_agree(comm, s, "building the model");
     if (s != FSDP_OK) goto done;
     if (o) {

@@ -130,6 +130,7 @@ static void check_config(fsdp_comm_t *comm, const fsdp_engine_config *ec, fsdp_p
     pc.world = g_world;
     pc.engine = *ec;
     pc.backend = strcmp(fsdp_comm_backend_name(comm), "mpi") == 0 ? FSDP_COMM_MPI : FSDP_COMM_SELF;
+    pc.shm = fsdp_comm_shm_active(comm);
     pc.n_micro = n_micro;
     pc.schedule = sched;
     pc.activation_bytes = act_bytes;
@@ -241,9 +242,12 @@ static void test_policy_shapes(void) {
     pc.engine.accum = FSDP_ACCUM_NO_SYNC;
     CHECK_OK(fsdp_plan_compute(g_units, NU, &pc, &p));
     CHECK(p.predicted.peak[FSDP_MEM_MAIN_GRAD] == 4 * sum);
-    pc.engine.reduce_dtype = FSDP_BF16; /* bf16 wire (2 B) plus the all-to-all staging (2 B) */
+    pc.engine.reduce_dtype = FSDP_BF16; /* shared memory: the bf16 wire (2 B) alone */
     CHECK_OK(fsdp_plan_compute(g_units, NU, &pc, &p));
     size_t maxpad = pad[0] > maxblk ? pad[0] : maxblk;
+    CHECK(p.predicted.peak[FSDP_MEM_COMM] == (g_world > 1 ? 2 : 4) * maxpad); /* world 1: MPI's staging */
+    pc.shm = 0; /* Open MPI's all-to-all: the wire plus its staging (2 B) */
+    CHECK_OK(fsdp_plan_compute(g_units, NU, &pc, &p));
     CHECK(p.predicted.peak[FSDP_MEM_COMM] == 4 * maxpad);
     /* A unit whose full parameters the caller sizes itself. */
     fsdp_plan_unit own[NU];
