@@ -561,6 +561,13 @@ fsdp_status fsdp_comm_iall_gather(fsdp_comm_t *c, const void *send, void *recv, 
     return start(c, COLL_ALL_GATHER, send, recv, count, t, FSDP_SUM, 0, req);
 }
 
+fsdp_status fsdp_comm_iall_reduce(fsdp_comm_t *c, const void *send, void *recv, size_t count, fsdp_dtype t,
+                                  fsdp_reduce_op op, fsdp_comm_req_t **req) {
+    if (req == NULL) return FSDP_ERR(FSDP_EINVAL, "all-reduce: req is NULL; pass the address of a request");
+    *req = NULL;
+    return start(c, COLL_ALL_REDUCE, send, recv, count, t, op, 0, req);
+}
+
 fsdp_status fsdp_comm_ireduce_scatter(fsdp_comm_t *c, const void *send, void *recv, size_t count,
                                       fsdp_dtype t, fsdp_reduce_op op, fsdp_comm_req_t **req) {
     if (req == NULL)

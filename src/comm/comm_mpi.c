@@ -286,9 +286,10 @@ fsdp_status comm_mpi_progress(fsdp_comm_req_t *r, int *done) {
             r->phase = PH_NONE;
             break;
         case PH_RS_A2A:
+            /* the staging stays until the request is released (test/wait): its lifetime then
+             * depends on the caller's calls only, not on when progress happened to complete it,
+             * which keeps the memory plan exact */
             comm_reduce_blocks(r->recv, r->stage, r->count, c->size, r->count, r->t, r->op);
-            fsdp_mem_free(r->stage);
-            r->stage = NULL;
             r->phase = PH_NONE;
             break;
         case PH_AR_F32:

@@ -50,6 +50,7 @@ typedef struct {
     int accum;        /* fsdp_accum_mode */
     int reduce_dtype; /* fsdp_dtype */
     int recompute;
+    int max_inflight;    /* prefetched gathers / overlap depth; 0: synchronous */
     int threads;         /* OpenMP threads per rank; 0: cores / ranks on the node */
     double comm_timeout; /* seconds; <= 0 waits forever */
 

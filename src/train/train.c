@@ -99,6 +99,7 @@ static fsdp_engine_config engine_config_of(const fsdp_train_config *cfg) {
     ec.main_grad = (fsdp_main_grad_policy)cfg->main_grad;
     ec.accum = (fsdp_accum_mode)cfg->accum;
     ec.seed = (uint64_t)cfg->seed;
+    ec.max_inflight = cfg->max_inflight;
     return ec;
 }
 
@@ -155,6 +156,7 @@ fsdp_status fsdp_train_plan_compute(const fsdp_train_config *c, int world, int t
     pc.backend = world > 1 ? FSDP_COMM_MPI : FSDP_COMM_SELF;
     pc.shm = shm;
     pc.n_micro = c->micro_batches;
+    pc.steps = c->steps > 1 ? 2 : 1; /* prefetch starts with the second step */
     pc.schedule = FSDP_PLAN_ROOT_WRAPS; /* gpt's hook order */
     /* activation: the model's arena, the trainer's input and target tokens (int32 [b, T] each), and
      * attention backward's scratch (T floats per thread) that lives beside them during backward. */
