@@ -88,6 +88,11 @@ static int stat_is_input(const struct stat *st) {
     return 0;
 }
 
+void fsdp_io_note_input(const char *path) {
+    struct stat st;
+    if (stat(path, &st) == 0) note_input(&st);
+}
+
 int fsdp_io_is_input(const char *path) {
     struct stat st;
     return stat(path, &st) == 0 && stat_is_input(&st);

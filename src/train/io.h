@@ -26,6 +26,9 @@ fsdp_status fsdp_io_open_input(const char *path, int *fd);
 /* Whole file (through fsdp_io_open_input) into a fsdp_mem_alloc(OTHER) buffer with a NUL after it
  * (*len excludes it). */
 fsdp_status fsdp_io_read_file(const char *path, char **data, size_t *len);
+/* Adds path (when it exists) to the input set without reading it: a file of the command's input
+ * data set that this run happens not to read (val.bin without evaluation) is still not an output. */
+void fsdp_io_note_input(const char *path);
 /* Forgets the input set: every command calls it when it starts. */
 void fsdp_io_inputs_reset(void);
 /* 1 if path exists and is one of the input set's files (the same device and inode). */

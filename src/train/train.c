@@ -386,8 +386,11 @@ static fsdp_status open_metrics(const char *path, int *fd_out) {
 /* One metrics line; a failure (a full disk) is an error of the run, never a lost line. */
 static fsdp_status write_metrics(int fd, const char *path, const char *line, int n) {
     if (n < 0) return FSDP_ERR(FSDP_EINTERNAL, "metrics line did not format");
+    off_t before = lseek(fd, 0, SEEK_END);
     fsdp_status s = fsdp_io_write_all(fd, line, (size_t)n, path);
     if (s != FSDP_OK) {
+        /* No half line at the end of a JSONL file (a full disk writes short first). */
+        if (before >= 0) (void)!ftruncate(fd, before);
         char msg[1024];
         snprintf(msg, sizeof msg, "%s", fsdp_last_error());
         return fsdp_set_error(s, "--metrics: %s; the run stops rather than lose metrics (the last checkpoint "
@@ -486,6 +489,11 @@ fsdp_status fsdp_train_run(const fsdp_train_config *cfg_in, fsdp_comm_t *comm, F
         s = FSDP_ERR(FSDP_ENOMEM, "no memory for paths");
         goto done;
     }
+    /* The data set's files are never outputs, read by this run or not. */
+    fsdp_io_note_input(val_path);
+    char *meta_path = fsdp_strdupf("%s/meta.json", c->data);
+    if (meta_path) fsdp_io_note_input(meta_path);
+    free(meta_path);
     s = fsdp_loader_init(&train, train_path, c->vocab, c->batch, c->seq_len, c->micro_batches, rank, world);
     if (s == FSDP_OK && c->eval_every > 0 && access(val_path, F_OK) == 0) {
         /* val.bin too small for one batch only turns evaluation off; a corrupt one is an error */
