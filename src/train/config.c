@@ -88,7 +88,9 @@ static const opt_def opts[] = {
      "save every N steps (0: only at the end)"},
     {"resume", OPT_BOOL, F(resume), 0, 1, NULL, C_TRAIN,
      "continue from --checkpoint-dir's latest checkpoint"},
-    {"metrics", OPT_STR, F(metrics), 0, 0, NULL, C_TRAIN, "JSONL file: one object per step (appended)"},
+    {"metrics", OPT_STR, F(metrics), 0, 0, NULL, C_TRAIN,
+     "JSONL file: one object per step (appended); a write that fails (full disk) stops the run with an "
+     "error, never loses lines silently"},
     {"log-every", OPT_INT, F(log_every), 1, 1 << 30, NULL, C_TRAIN, "print a line every N steps"},
     {"sample-tokens", OPT_INT, F(sample_tokens), 0, 1 << 20, NULL, C_TRAIN,
      "tokens of text generated after training (0: none)"},

@@ -139,6 +139,27 @@ static void test_prepare(void) {
     CHECK(vocab == FSDP_BYTE_VOCAB);
     CHECK_OK(fsdp_data_meta_vocab(dir, &vocab)); /* no meta.json: unknown */
     CHECK(vocab == 0);
+    /* A bad "vocab" is the file's fault, named as such: too small, or not a whole number. */
+    {
+        char *md = path_in("metabad"), *mp = path_in("metabad/meta.json");
+        CHECK_OK(fsdp_mkdirs(md));
+        const char *bad[] = {"{\"vocab\": 1}", "{\"vocab\": 300.9}", "{\"vocab\": 70000}", "{\"vocab\": \"257\"}"};
+        for (int i = 0; i < 4; i++) {
+            FILE *mf = fopen(mp, "wb");
+            fputs(bad[i], mf);
+            fclose(mf);
+            CHECK_ERR(fsdp_data_meta_vocab(md, &vocab), FSDP_EFORMAT,
+                      "meta.json: \"vocab\" must be a whole number from 2 to 65536");
+            CHECK(vocab == 0);
+        }
+        FILE *mf = fopen(mp, "wb");
+        fputs("{\"vocab\": 300}", mf);
+        fclose(mf);
+        CHECK_OK(fsdp_data_meta_vocab(md, &vocab));
+        CHECK(vocab == 300);
+        free(mp);
+        free(md);
+    }
 
     /* One document, no separator: the last 25% of tokens go to val. */
     const char *one[] = {txt2};
