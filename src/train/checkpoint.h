@@ -1,4 +1,4 @@
-/* checkpoint.h — sharded, crash-safe, reshardable checkpoints (DESIGN §8).
+/* checkpoint.h — sharded, crash-safe, reshardable checkpoints (docs/DESIGN.md section 8).
  *
  * On disk, one folder per step under the checkpoint folder:
  *   CKPT/step_000100/manifest.json      config, world size, step, every unit's tensors (name, shape,

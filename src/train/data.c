@@ -325,10 +325,11 @@ fsdp_status fsdp_data_meta_vocab(const char *dir, int *vocab) {
         /* A whole number: 300.9 is a damaged file, not a vocabulary of 300. */
         if (!cJSON_IsNumber(v) || !(v->valuedouble >= 2 && v->valuedouble <= 65536) ||
             v->valuedouble != floor(v->valuedouble))
-            s = fsdp_set_error(FSDP_EFORMAT,
-                               "%s: \"vocab\" must be a whole number from 2 to 65536 (a model needs at least 2 "
-                               "tokens; token ids are uint16)%s",
-                               path, j ? "" : ": the file is not valid JSON");
+            s = fsdp_set_error(
+                FSDP_EFORMAT,
+                "%s: \"vocab\" must be a whole number from 2 to 65536 (a model needs at least 2 "
+                "tokens; token ids are uint16)%s",
+                path, j ? "" : ": the file is not valid JSON");
         else
             *vocab = (int)v->valuedouble;
         cJSON_Delete(j);

@@ -221,8 +221,8 @@ static fsdp_status check_dest(const char *path, const char *what, unsigned flags
         return io_err(what ? what : "cannot stat output", path, errno);
     }
     if (!S_ISREG(st.st_mode))
-        return fsdp_set_error(FSDP_EIO, "%s%s%s is %s, not a regular file: refusing to replace it", what ? what : "",
-                              what ? " " : "", path, fsdp_io_kind(st.st_mode));
+        return fsdp_set_error(FSDP_EIO, "%s%s%s is %s, not a regular file: refusing to replace it",
+                              what ? what : "", what ? " " : "", path, fsdp_io_kind(st.st_mode));
     if (!(flags & FSDP_OUT_MAY_REPLACE_INPUT) && stat_is_input(&st))
         return fsdp_set_error(FSDP_EIO,
                               "%s%s%s is a file this command reads: writing it would replace its own input; "

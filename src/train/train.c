@@ -367,8 +367,8 @@ static fsdp_status probe_folder(const char *dir, int rank) {
 static fsdp_status open_metrics(const char *path, int *fd_out) {
     struct stat st;
     if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
-        return fsdp_set_error(FSDP_EIO, "--metrics %s is %s, not a regular file: refusing to write to it", path,
-                              fsdp_io_kind(st.st_mode));
+        return fsdp_set_error(FSDP_EIO, "--metrics %s is %s, not a regular file: refusing to write to it",
+                              path, fsdp_io_kind(st.st_mode));
     if (fsdp_io_is_input(path))
         return fsdp_set_error(FSDP_EIO, "--metrics %s is a file this run reads: choose another path", path);
     int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NONBLOCK | O_NOCTTY, 0644);
@@ -393,8 +393,9 @@ static fsdp_status write_metrics(int fd, const char *path, const char *line, int
         if (before >= 0) (void)!ftruncate(fd, before);
         char msg[1024];
         snprintf(msg, sizeof msg, "%s", fsdp_last_error());
-        return fsdp_set_error(s, "--metrics: %s; the run stops rather than lose metrics (the last checkpoint "
-                                 "is intact: free space and --resume)",
+        return fsdp_set_error(s,
+                              "--metrics: %s; the run stops rather than lose metrics (the last checkpoint "
+                              "is intact: free space and --resume)",
                               msg);
     }
     return FSDP_OK;
@@ -568,10 +569,11 @@ fsdp_status fsdp_train_run(const fsdp_train_config *cfg_in, fsdp_comm_t *comm, F
     const int last = c->stop_at > 0 && c->stop_at < c->steps ? c->stop_at : c->steps;
     if ((int)st.step + 1 > last) {
         if (o)
-            fprintf(o,
-                    "nothing to do: the checkpoint is at step %lld and this run ends at step %d (--steps %d%s): "
-                    "nothing was trained or written; raise --steps to train on\n",
-                    (long long)st.step, last, c->steps, c->stop_at > 0 ? ", --stop-at" : "");
+            fprintf(
+                o,
+                "nothing to do: the checkpoint is at step %lld and this run ends at step %d (--steps %d%s): "
+                "nothing was trained or written; raise --steps to train on\n",
+                (long long)st.step, last, c->steps, c->stop_at > 0 ? ", --stop-at" : "");
         goto done;
     }
     /* Every other output, before the first step (rank 0 writes them): --metrics is opened now, and

@@ -143,7 +143,8 @@ static void test_prepare(void) {
     {
         char *md = path_in("metabad"), *mp = path_in("metabad/meta.json");
         CHECK_OK(fsdp_mkdirs(md));
-        const char *bad[] = {"{\"vocab\": 1}", "{\"vocab\": 300.9}", "{\"vocab\": 70000}", "{\"vocab\": \"257\"}"};
+        const char *bad[] = {"{\"vocab\": 1}", "{\"vocab\": 300.9}", "{\"vocab\": 70000}",
+                             "{\"vocab\": \"257\"}"};
         for (int i = 0; i < 4; i++) {
             FILE *mf = fopen(mp, "wb");
             fputs(bad[i], mf);

@@ -87,7 +87,8 @@ int main(int argc, char **argv) {
          * have left the others inside a collective, so only an abort can end that job. */
         int agreed = world == 1 || (s != FSDP_OK && fsdp_ckpt_agreed_failure() >= 0);
         if (!agreed && (s == FSDP_OK || single)) {
-            s = fsdp_ckpt_agree(comm, s, cfg.cmd == FSDP_CMD_TRAIN ? "the run" : fsdp_train_cmd_name(cfg.cmd));
+            s = fsdp_ckpt_agree(comm, s,
+                                cfg.cmd == FSDP_CMD_TRAIN ? "the run" : fsdp_train_cmd_name(cfg.cmd));
             agreed = s == FSDP_OK || fsdp_ckpt_agreed_failure() >= 0;
         }
         if (s != FSDP_OK) {
