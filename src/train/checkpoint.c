@@ -386,16 +386,20 @@ done:
     return s;
 }
 
-/* Removes every .tmp_step_* folder of ckpt_dir: what saves killed before their rename left. Only
- * safe under the folder's lock (fsdp_ckpt_lock), which the trainer holds for the whole run. */
+/* Removes every .tmp_step_* folder and latest.tmp.* file of ckpt_dir: what saves killed before their
+ * rename left. Only safe under the folder's lock (fsdp_ckpt_lock), which the trainer holds for the
+ * whole run. */
 static void remove_stale_temps(const char *ckpt_dir) {
     DIR *d = opendir(ckpt_dir);
     if (!d) return;
     struct dirent *e;
     while ((e = readdir(d)) != NULL) {
-        if (strncmp(e->d_name, ".tmp_step_", 10) != 0) continue;
+        int folder = strncmp(e->d_name, ".tmp_step_", 10) == 0,
+            file = strncmp(e->d_name, "latest.tmp.", 11) == 0;
+        if (!folder && !file) continue;
         char *p = fsdp_strdupf("%s/%s", ckpt_dir, e->d_name);
-        if (p) fsdp_rm_tree1(p);
+        if (p && folder) fsdp_rm_tree1(p);
+        if (p && file) unlink(p);
         free(p);
     }
     closedir(d);

@@ -175,8 +175,9 @@ lock)
     done
     # Stale temporary folders of other steps (saves killed before their rename) go at the next save.
     cp -r ck4 ck_stale && mkdir -p ck_stale/.tmp_step_000002 ck_stale/.tmp_step_000099 && echo x >ck_stale/.tmp_step_000099/rank_00000.bin
+    echo step_000002 >ck_stale/latest.tmp.abc123
     run_ck stale "$BIN" "${TINY[@]}" --steps 6 --checkpoint-dir ck_stale --resume
-    [ $rc = 0 ] && [ -z "$(find ck_stale -name '.tmp_*')" ] && ok || bad "stale temporaries left (exit $rc): $(ls -A ck_stale)"
+    [ $rc = 0 ] && [ -z "$(find ck_stale -name '.tmp_*' -o -name 'latest.tmp.*')" ] && ok || bad "stale temporaries left (exit $rc): $(ls -A ck_stale)"
     ;;
 preflight)
     echo x >afile
