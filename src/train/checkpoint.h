@@ -13,8 +13,8 @@
  *   CKPT/latest                         the name of the newest complete step folder
  * A save (under the run's lock, fsdp_ckpt_lock) first removes every leftover .tmp_step_* folder and
  * latest.tmp.* file, then writes CKPT/.tmp_step_000100/, fsyncs every file and the folder, renames it
- * to its final name and only then, after every rank has finished, replaces `latest` (temporary file + rename).
- * A crash or full disk at any point leaves the previous checkpoint and `latest` as they were.
+ * to its final name and only then, after every rank has finished, replaces `latest` (temporary file
+ * + rename). A crash or full disk at any point leaves the previous checkpoint and `latest` as they were.
  * Loading re-slices by global offset within each unit's flat buffer, so any world size can read a
  * checkpoint written by any other. */
 #ifndef FSDP_TRAIN_CHECKPOINT_H
