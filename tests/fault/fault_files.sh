@@ -118,7 +118,7 @@ lock)
     # depend on timing; it is killed at the end and the kernel releases its lock.
     "$BIN" "${TINY[@]}" --steps 100000 --checkpoint-dir ckl >a.log 2>&1 &
     A=$!
-    for _ in $(seq 300); do grep -q "pid $A " ckl/.lock.rank_00000 2>/dev/null && break; sleep 0.1; done
+    for _ in $(seq 600); do grep -q "pid $A " ckl/.lock.rank_00000 2>/dev/null && break; sleep 0.1; done
     kill -STOP $A
     grep -q "pid $A " ckl/.lock.rank_00000 && ok || bad "A's lock file does not name it: $(cat ckl/.lock.rank_00000)"
     fails_with lock_fresh "checkpoint folder ckl is in use by another run (pid $A on host" "$BIN" "${TINY[@]}" --steps 4 --checkpoint-dir ckl
