@@ -29,7 +29,8 @@ fsdp_status fsdp_io_read_file(const char *path, char **data, size_t *len);
 /* Adds path (when it exists) to the input set without reading it: a file of the command's input
  * data set that this run happens not to read (val.bin without evaluation) is still not an output. */
 void fsdp_io_note_input(const char *path);
-/* Forgets the input set: every command calls it when it starts. */
+/* Forgets the input set: every command calls it when it starts. (The set is process-wide and not
+ * locked: the trainer's file I/O runs on one thread.) */
 void fsdp_io_inputs_reset(void);
 /* 1 if path exists and is one of the input set's files (the same device and inode). */
 int fsdp_io_is_input(const char *path);
