@@ -36,7 +36,8 @@ static int launched_by_mpi(void) {
 }
 
 /* FSDP_TEST_SKIP_COLLECTIVE=<rank>:<n>[:stall]: that rank returns FSDP_OK from its n-th collective
- * (0-based) without communicating, so the other ranks' timeout path can be tested. With ":stall" the
+ * (0-based) without communicating, so the other ranks' timeout path can be tested. <rank>:@TEXT[:stall]
+ * skips instead the first collective whose label contains TEXT (e.g. "@(prefetch)"). With ":stall" the
  * rank then posts no further collective either: each later one waits until its own timeout, as a rank
  * that went astray would (without it, the rank's next collective is mismatched against the others'
  * and MPI may fail the job first with a truncation error). Malformed values are an error rather than
@@ -51,8 +52,26 @@ static fsdp_status parse_skip(fsdp_comm_t *c) {
         return FSDP_ERR(FSDP_EINVAL, "FSDP_TEST_SKIP_COLLECTIVE=\"%s\" is malformed; use <rank>:<n>[:stall]",
                         v);
     const char *p = end + 1;
-    unsigned long long n = strtoull(p, &end, 10);
     c->skip_stall = 0;
+    c->skip_label[0] = '\0';
+    if (*p == '@') { /* by label: the text up to an optional ":stall" */
+        size_t len = strlen(p + 1);
+        if (len >= 6 && strcmp(p + 1 + len - 6, ":stall") == 0) {
+            c->skip_stall = 1;
+            len -= 6;
+        }
+        if (len == 0 || len >= sizeof c->skip_label)
+            return FSDP_ERR(FSDP_EINVAL,
+                            "FSDP_TEST_SKIP_COLLECTIVE=\"%s\": the label text after '@' must have 1..%zu "
+                            "characters",
+                            v, sizeof c->skip_label - 1);
+        memcpy(c->skip_label, p + 1, len);
+        c->skip_label[len] = '\0';
+        c->skip_rank = (int)r;
+        c->skip_seq = UINT64_MAX; /* set when a label matches */
+        return FSDP_OK;
+    }
+    unsigned long long n = strtoull(p, &end, 10);
     if (end != p && strcmp(end, ":stall") == 0) {
         c->skip_stall = 1;
         end += strlen(end);
@@ -330,6 +349,9 @@ static fsdp_status start(fsdp_comm_t *c, comm_coll k, const void *send, void *re
         r->done = 1;
     } else {
         uint64_t seq = c->seq++;
+        if (c->skip_rank == c->rank && c->skip_label[0] && c->skip_seq == UINT64_MAX &&
+            strstr(c->label, c->skip_label) != NULL)
+            c->skip_seq = seq;
         if (c->skip_rank == c->rank && c->skip_seq == seq) {
             r->done = 1; /* test fault: this rank pretends the collective happened */
         } else if (c->skip_rank == c->rank && c->skip_stall && seq > c->skip_seq) {

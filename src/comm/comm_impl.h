@@ -38,6 +38,7 @@ struct fsdp_comm {
     int skip_rank;                  /* FSDP_TEST_SKIP_COLLECTIVE=<rank>:<n>; -1 when unset */
     uint64_t skip_seq;              /* that rank skips its collective number skip_seq (0-based) */
     int skip_stall;                 /* ":stall": after the skip, post nothing more (a rank stuck elsewhere) */
+    char skip_label[64]; /* "<rank>:@TEXT": skip the first collective whose label contains TEXT */
     size_t int_limit;               /* largest count handed to MPI as an int (INT_MAX; tests lower it) */
     struct fsdp_comm_req *stale;    /* timed-out requests MPI still owns (list via next_stale) */
     int mpi_inited_here;            /* fsdp_comm_init called MPI_Init_thread: free finalises */

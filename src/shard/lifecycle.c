@@ -89,7 +89,7 @@ static fsdp_status prefetch(life_sched *s, life_order *o, int p) {
     for (int k = p + 1; k < o->n && inflight < s->max_inflight; k++) {
         life_unit *v = s->units[o->idx[k]];
         if (v->res != LIFE_SHARDED) continue;
-        FSDP_TRY(s->ops->unshard_start(s->ctx, v->index));
+        FSDP_TRY(s->ops->unshard_start(s->ctx, v->index, 1));
         v->res = LIFE_GATHERING;
         v->prefetched = 1;
         inflight++;
@@ -112,7 +112,7 @@ static fsdp_status follow_order(life_sched *s, int which, life_unit *u) {
 /* The unit's parameters, unsharded: started here if nobody prefetched them, then waited for. */
 static fsdp_status need_params(life_sched *s, life_unit *u) {
     if (u->res == LIFE_SHARDED) {
-        FSDP_TRY(s->ops->unshard_start(s->ctx, u->index));
+        FSDP_TRY(s->ops->unshard_start(s->ctx, u->index, 0));
         u->res = LIFE_GATHERING;
     }
     if (u->res == LIFE_GATHERING) {

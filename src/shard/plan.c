@@ -141,8 +141,9 @@ static size_t sim_stage_bytes(const sim *s, const sim_unit *u) {
 
 /* The lifecycle's operations, counting bytes in the order unit.c / main_grad.c / the comm backend
  * allocate and free them. */
-static fsdp_status sim_unshard_start(void *ctx, int i) {
+static fsdp_status sim_unshard_start(void *ctx, int i, int prefetch) {
     sim *s = ctx;
+    (void)prefetch;
     sim_add(&s->mem, FSDP_MEM_PARAM_FULL, s->u[i].full_bytes); /* the all-gather is in place */
     return FSDP_OK;
 }

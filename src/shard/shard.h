@@ -44,7 +44,8 @@ typedef struct {
 
 /* What the lifecycle does to one unit's buffers. Engine: allocate, communicate, free; plan: count. */
 typedef struct {
-    fsdp_status (*unshard_start)(void *ctx, int unit); /* allocate full params, start the all-gather */
+    fsdp_status (*unshard_start)(void *ctx, int unit, int prefetch); /* allocate full params, start
+                                                                         the all-gather */
     fsdp_status (*unshard_wait)(void *ctx, int unit);  /* complete it (on failure: buffer given up) */
     void (*reshard)(void *ctx, int unit);              /* free the full params */
     fsdp_status (*mg_alloc)(void *ctx, int unit);      /* allocate main_grad, uninitialised */

@@ -456,7 +456,7 @@ void shard_drop(fsdp_engine_t *e, fsdp_status st, void *buf) {
 /* Cast the fp32 shard to the compute dtype straight into this rank's slot of the full buffer, then
  * start the in-place all-gather. NO_SHARD: every rank has everything, so the cast is the whole
  * unshard. */
-static fsdp_status op_unshard_start(void *ctx, int i) {
+static fsdp_status op_unshard_start(void *ctx, int i, int prefetch) {
     fsdp_engine_t *e = ctx;
     fsdp_unit_t *u = e->units[i];
     fsdp_dtype dt = e->cfg.compute_dtype;
@@ -474,7 +474,7 @@ static fsdp_status op_unshard_start(void *ctx, int i) {
         memcpy(slot, u->master, u->shard_len * sizeof(float));
     u->gather = NULL;
     if (e->cfg.strategy != FSDP_NO_SHARD) {
-        shard_set_label(u, "all-gather params");
+        shard_set_label(u, prefetch ? "all-gather params (prefetch)" : "all-gather params");
         fsdp_status st = fsdp_comm_iall_gather(e->comm, slot, u->full, u->shard_len, dt, &u->gather);
         if (st != FSDP_OK) { /* refused before anything was posted */
             fsdp_mem_free(u->full);
