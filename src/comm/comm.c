@@ -379,10 +379,15 @@ static fsdp_status start(fsdp_comm_t *c, comm_coll k, const void *send, void *re
 /* Shared-memory requests advance in start order (their rounds must): every earlier one first. */
 static void shm_progress_upto(fsdp_comm_req_t *r) {
     for (fsdp_comm_req_t *q = r->c->inflight; q != NULL; q = q->next_inflight) {
-        if (q->shm && !q->done) {
+        if (q->shm && !q->done && !q->failed) {
             int d = 0;
-            comm_shm_progress(q, &d);
-            if (d) q->done = 1;
+            fsdp_status s = comm_shm_progress(q, &d);
+            if (s != FSDP_OK) { /* reported by the request's own test/wait */
+                q->failed = s;
+                snprintf(q->errmsg, sizeof q->errmsg, "%s", fsdp_last_error());
+            } else if (d) {
+                q->done = 1;
+            }
         }
         if (q == r) break;
     }
@@ -399,10 +404,11 @@ static fsdp_status progress(fsdp_comm_req_t *r, int *done) {
     }
     if (r->shm) {
         if (r->is_stale) { /* off the list: runs alone (the communicator is broken anyway) */
-            comm_shm_progress(r, done);
+            FSDP_TRY(comm_shm_progress(r, done));
             if (*done) r->done = 1;
         } else {
             shm_progress_upto(r);
+            if (r->failed) return fsdp_set_error(r->failed, "%s", r->errmsg);
         }
         *done = r->done;
         return FSDP_OK;

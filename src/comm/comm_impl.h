@@ -38,7 +38,7 @@ struct fsdp_comm {
     int skip_rank;                  /* FSDP_TEST_SKIP_COLLECTIVE=<rank>:<n>; -1 when unset */
     uint64_t skip_seq;              /* that rank skips its collective number skip_seq (0-based) */
     int skip_stall;                 /* ":stall": after the skip, post nothing more (a rank stuck elsewhere) */
-    char skip_label[64]; /* "<rank>:@TEXT": skip the first collective whose label contains TEXT */
+    char skip_label[64];            /* "<rank>:@TEXT": skip the first collective whose label contains TEXT */
     size_t int_limit;               /* largest count handed to MPI as an int (INT_MAX; tests lower it) */
     struct fsdp_comm_req *stale;    /* timed-out requests MPI still owns (list via next_stale) */
     int mpi_inited_here;            /* fsdp_comm_init called MPI_Init_thread: free finalises */
@@ -52,6 +52,10 @@ struct fsdp_comm {
     const void **shm_src; /* (size) scratch: one round's contributions */
     size_t shm_slot;      /* bytes per slot (two per rank) */
     uint64_t shm_round;   /* rounds handed out so far */
+    int shm_cma;          /* peers' memory readable with process_vm_readv (single-copy path) */
+    size_t shm_cma_min;   /* bytes per rank block from which the single-copy path is used */
+    int *shm_pid;         /* (size) each rank's process id */
+    char *shm_tile;       /* (size x SHM_TILE bytes) reduce-scatter: one tile of every rank's block */
 };
 
 struct fsdp_comm_req {
@@ -84,6 +88,8 @@ struct fsdp_comm_req {
     size_t shm_chunk;          /* elements per round (reduce-scatter: per rank block) */
     size_t shm_nchunks, shm_k; /* rounds in all, rounds read */
     int shm_wrote;             /* round shm_k published, not yet read */
+    int shm_cma;               /* single copy: one round, peers read this rank's buffer directly */
+    int shm_read;              /* single copy: this rank has read every peer's part */
     void *adopted[2];          /* buffers of a timed-out call, freed once the call completes */
     int is_stale;              /* timed out: on c->stale, off the in-flight list */
     fsdp_status failed;        /* an MPI failure seen by fsdp_comm_progress, reported by test/wait */
@@ -111,7 +117,7 @@ fsdp_status comm_shm_init(fsdp_comm_t *c, MPI_Comm node, int node_size);
 void comm_shm_free(fsdp_comm_t *c);
 int comm_shm_eligible(const fsdp_comm_req_t *r);
 void comm_shm_start(fsdp_comm_req_t *r);
-void comm_shm_progress(fsdp_comm_req_t *r, int *done);
+fsdp_status comm_shm_progress(fsdp_comm_req_t *r, int *done);
 
 /* Waits up to grace seconds for requests abandoned by timeouts (comm.c); 1 if none is left. */
 int comm_drain_stale(fsdp_comm_t *c, double grace);

@@ -13,20 +13,39 @@
  * round R + 1 overlaps the peers' reads of round R. Nothing blocks here: shm_progress advances a request
  * as far as the peers allow and returns; comm.c's wait loop supplies the deadline, so a rank that died
  * or stalled ends in the usual FSDP_ETIMEOUT. Requests are processed in the order they were started
- * (comm.c keeps them in a list), since rounds must complete in order. */
+ * (comm.c keeps them in a list), since rounds must complete in order.
+ *
+ * Single copy. Through the slots every byte is copied twice (into the sender's slot, out of it). Where
+ * the kernel lets a process read its peers' memory (Linux cross-memory attach, process_vm_readv; probed
+ * at start-up on every rank, FSDP_COMM_SHM_CMA=0 turns it off), all-gathers and reduce-scatters whose
+ * per-rank block is at least shm_cma_min bytes take one round instead: each rank publishes its send
+ * buffer's address, reads what it needs straight from the peers' buffers (all-gather: into recv;
+ * reduce-scatter: tile by tile into a small scratch, summed in rank order as above), records done, and
+ * completes once every rank has read its buffer (so the caller may reuse it). An in-place
+ * reduce-scatter on rank r > 0 sums into its own block r (which only it reads) and moves the result to
+ * the front once the peers are done with its buffer. */
+#define _GNU_SOURCE /* process_vm_readv */
 #include "comm/comm_impl.h"
 
+#include <errno.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/uio.h>
+#include <unistd.h>
 
 /* Control line at the start of each rank's segment; the slots follow at SHM_HDR. */
 typedef struct {
-    uint64_t pub; /* rounds this rank has published into its slots */
-    char pad0[56];
+    uint64_t pub;   /* rounds this rank has published (into its slots, or its address) */
+    uint64_t addr;  /* single-copy round: the address of this rank's send buffer */
+    uint64_t pid;   /* this process (peers read its memory with process_vm_readv) */
+    uint64_t probe; /* the address of a value peers read at start-up to check they can */
+    char pad0[32];
     uint64_t done; /* rounds this rank has finished reading */
     char pad1[56];
 } shm_ctl;
+
+#define SHM_TILE ((size_t)64 << 10) /* single-copy reduce-scatter: bytes per rank per tile */
 
 #define SHM_HDR 4096 /* bytes before slot 0 (keeps the slots page-aligned) */
 
@@ -69,7 +88,10 @@ fsdp_status comm_shm_init(fsdp_comm_t *c, MPI_Comm node, int node_size) {
         comm_shm_free(c);
         return FSDP_OK;
     }
-    memset(base, 0, SHM_HDR); /* pub = done = 0 */
+    memset(base, 0, SHM_HDR);                                  /* pub = done = 0 */
+    static const uint64_t probe_value = 0x66736470636d6121ull; /* "fsdpcma!" */
+    ((shm_ctl *)base)->pid = (uint64_t)getpid();
+    ((shm_ctl *)base)->probe = (uint64_t)(uintptr_t)&probe_value;
     int node_rank = 0;
     MPI_Comm_rank(node, &node_rank);
     for (int r = 0; r < c->size && rc == MPI_SUCCESS; r++) {
@@ -85,6 +107,33 @@ fsdp_status comm_shm_init(fsdp_comm_t *c, MPI_Comm node, int node_size) {
         comm_shm_free(c);
         return FSDP_ERR(FSDP_ECOMM, "rank %d: setting up the shared-memory segment failed", c->rank);
     }
+    /* Single copy where every rank can read every peer's memory (a container or a hardened kernel may
+     * forbid it): each rank reads each peer's probe value; all ranks must agree. */
+    const char *cma_env = getenv("FSDP_COMM_SHM_CMA");
+    int can = !(cma_env && strcmp(cma_env, "0") == 0);
+    c->shm_pid = calloc((size_t)c->size, sizeof *c->shm_pid);
+    if (c->shm_pid == NULL) can = 0;
+    for (int r = 0; can && r < c->size; r++) {
+        const shm_ctl *pc = (const shm_ctl *)c->shm_seg[r];
+        c->shm_pid[r] = (int)pc->pid;
+        uint64_t v = 0;
+        struct iovec lo = {&v, sizeof v}, re = {(void *)(uintptr_t)pc->probe, sizeof v};
+        if (r != c->rank &&
+            (process_vm_readv((pid_t)pc->pid, &lo, 1, &re, 1, 0) != (ssize_t)sizeof v || v != probe_value))
+            can = 0;
+    }
+    int all = 0;
+    if (MPI_Allreduce(&can, &all, 1, MPI_INT, MPI_MIN, node) != MPI_SUCCESS) all = 0;
+    if (all) {
+        c->shm_tile = malloc((size_t)c->size * SHM_TILE);
+        all = c->shm_tile != NULL;
+    }
+    /* every rank ran the same checks; a failed malloc on one rank alone must not split them */
+    int agreed = 0;
+    if (MPI_Allreduce(&all, &agreed, 1, MPI_INT, MPI_MIN, node) != MPI_SUCCESS) agreed = 0;
+    c->shm_cma = agreed;
+    const char *min_env = getenv("FSDP_COMM_SHM_CMA_MIN_KIB");
+    c->shm_cma_min = (size_t)(min_env ? strtol(min_env, NULL, 10) : 64) * 1024;
     c->shm_on = 1;
     return FSDP_OK;
 }
@@ -96,6 +145,11 @@ void comm_shm_free(fsdp_comm_t *c) {
     c->shm_seg = NULL;
     free(c->shm_src);
     c->shm_src = NULL;
+    free(c->shm_pid);
+    c->shm_pid = NULL;
+    free(c->shm_tile);
+    c->shm_tile = NULL;
+    c->shm_cma = 0;
     c->shm_on = 0;
 }
 
@@ -109,16 +163,24 @@ int comm_shm_eligible(const fsdp_comm_req_t *r) {
 void comm_shm_start(fsdp_comm_req_t *r) {
     fsdp_comm_t *c = r->c;
     size_t es = fsdp_dtype_size(r->t), per = c->shm_slot / es;
+    r->shm = 1;
+    r->shm_k = 0;
+    r->shm_wrote = 0;
+    r->shm_read = 0;
+    if (c->shm_cma && r->coll != COLL_ALL_REDUCE && r->count * es >= c->shm_cma_min) {
+        r->shm_cma = 1;
+        r->shm_nchunks = 1;
+        r->shm_round0 = c->shm_round++;
+        return;
+    }
+    r->shm_cma = 0;
     if (r->coll == COLL_REDUCE_SCATTER) per /= (size_t)c->size;
     if (per > 64) per -= per % 16; /* sub-blocks start on 64-byte lines */
     if (per == 0) per = 1;
     r->shm_chunk = per;
     r->shm_nchunks = (r->count + per - 1) / per;
-    r->shm_k = 0;
-    r->shm_wrote = 0;
     r->shm_round0 = c->shm_round;
     c->shm_round += r->shm_nchunks;
-    r->shm = 1;
 }
 
 static int all_at_least(const fsdp_comm_t *c, size_t field, uint64_t v) {
@@ -129,13 +191,94 @@ static int all_at_least(const fsdp_comm_t *c, size_t field, uint64_t v) {
     return 1;
 }
 
+/* Reads n bytes at the peer's address into dst (process_vm_readv may move less than asked). */
+static fsdp_status cma_read(const fsdp_comm_t *c, int peer, void *dst, uint64_t src, size_t n) {
+    while (n > 0) {
+        struct iovec lo = {dst, n}, re = {(void *)(uintptr_t)src, n};
+        ssize_t got = process_vm_readv((pid_t)c->shm_pid[peer], &lo, 1, &re, 1, 0);
+        if (got <= 0)
+            return FSDP_ERR(FSDP_ECOMM, "rank %d: reading %zu bytes of rank %d's buffer failed: %s", c->rank,
+                            n, peer, got < 0 ? strerror(errno) : "nothing read");
+        dst = (char *)dst + got;
+        src += (uint64_t)got;
+        n -= (size_t)got;
+    }
+    return FSDP_OK;
+}
+
+/* Single-copy reduce-scatter: this rank's block, tile by tile, every rank's contribution (its own
+ * straight from its buffer, the peers' through the scratch) summed in rank order. */
+static fsdp_status cma_reduce(fsdp_comm_req_t *r, char *dst) {
+    fsdp_comm_t *c = r->c;
+    const size_t es = fsdp_dtype_size(r->t), per = SHM_TILE / es, blk = (size_t)c->rank * r->count * es;
+    const char *mine = (const char *)r->send + blk;
+    for (size_t off = 0; off < r->count; off += per) {
+        size_t len = r->count - off < per ? r->count - off : per;
+        for (int s = 0; s < c->size; s++) {
+            if (s == c->rank) {
+                c->shm_src[s] = mine + off * es;
+                continue;
+            }
+            char *tile = c->shm_tile + (size_t)s * SHM_TILE;
+            uint64_t at = __atomic_load_n(&ctl_of(c, s)->addr, __ATOMIC_ACQUIRE) + blk + off * es;
+            FSDP_TRY(cma_read(c, s, tile, at, len * es));
+            c->shm_src[s] = tile;
+        }
+        comm_reduce_ptrs(dst + off * es, c->shm_src, c->size, len, r->t, r->op);
+    }
+    return FSDP_OK;
+}
+
+static fsdp_status cma_progress(fsdp_comm_req_t *r, int *done) {
+    fsdp_comm_t *c = r->c;
+    shm_ctl *me = ctl_of(c, c->rank);
+    const uint64_t round = r->shm_round0;
+    const size_t es = fsdp_dtype_size(r->t), n = r->count * es;
+    *done = 0;
+    if (!r->shm_wrote) {
+        if (me->done != round) return FSDP_OK; /* an earlier round of this rank is not finished */
+        /* every rank is done with this rank's previous round: the address may change */
+        if (round >= 1 && !all_at_least(c, offsetof(shm_ctl, done), round)) return FSDP_OK;
+        __atomic_store_n(&me->addr, (uint64_t)(uintptr_t)r->send, __ATOMIC_RELAXED);
+        store_rel(&me->pub, round + 1);
+        r->shm_wrote = 1;
+    }
+    if (!r->shm_read) {
+        if (!all_at_least(c, offsetof(shm_ctl, pub), round + 1)) return FSDP_OK;
+        if (r->coll == COLL_ALL_GATHER) {
+            char *recv = r->recv;
+            for (int s = 0; s < c->size; s++) {
+                char *dst = recv + (size_t)s * n;
+                if (s == c->rank) {
+                    if (!r->in_place) memcpy(dst, r->send, n);
+                    continue;
+                }
+                FSDP_TRY(cma_read(c, s, dst, __atomic_load_n(&ctl_of(c, s)->addr, __ATOMIC_ACQUIRE), n));
+            }
+        } else { /* reduce-scatter; in place on rank > 0: into its own block, moved below */
+            char *dst = r->in_place && c->rank > 0 ? (char *)r->recv + (size_t)c->rank * n : (char *)r->recv;
+            FSDP_TRY(cma_reduce(r, dst));
+        }
+        store_rel(&me->done, round + 1);
+        r->shm_read = 1;
+    }
+    if (!all_at_least(c, offsetof(shm_ctl, done), round + 1)) return FSDP_OK; /* peers still read */
+    if (r->coll == COLL_REDUCE_SCATTER && r->in_place && c->rank > 0)
+        memmove(r->recv, (char *)r->recv + (size_t)c->rank * n, n);
+    r->shm_k = 1;
+    *done = 1;
+    return FSDP_OK;
+}
+
 /* Advances r as far as the peers allow; *done = 1 once its last round is read. */
-void comm_shm_progress(fsdp_comm_req_t *r, int *done) {
+fsdp_status comm_shm_progress(fsdp_comm_req_t *r, int *done) {
+    if (r->shm_cma) return cma_progress(r, done);
     fsdp_comm_t *c = r->c;
     const size_t es = fsdp_dtype_size(r->t), w = (size_t)c->size;
     shm_ctl *me = ctl_of(c, c->rank);
     while (r->shm_k < r->shm_nchunks) {
         uint64_t round = r->shm_round0 + r->shm_k;
+        if (me->done != round) break; /* an earlier round of this rank is not finished */
         size_t off = r->shm_k * r->shm_chunk;
         size_t len = r->count - off < r->shm_chunk ? r->count - off : r->shm_chunk;
         if (!r->shm_wrote) {
@@ -184,4 +327,5 @@ void comm_shm_progress(fsdp_comm_req_t *r, int *done) {
         r->shm_k++;
     }
     *done = r->shm_k == r->shm_nchunks;
+    return FSDP_OK;
 }

@@ -279,18 +279,28 @@ static void test_progress(fsdp_comm_t *c) {
     free(ar);
 }
 
-/* The whole sweep on one more communicator: shm 0 (Open MPI's collectives on one host too), or the
- * shared-memory transport with 4 KiB slots, so that every collective takes many rounds. */
-static void second_transport(int shm, const char *slot_kib) {
-    if (slot_kib) setenv("FSDP_COMM_SHM_SLOT_KIB", slot_kib, 1);
+/* The whole sweep on one more communicator: shm 0 (Open MPI's collectives on one host too); the
+ * shared-memory slots alone with 4 KiB slots (every collective takes many rounds); or the single-copy
+ * path for every size ("cma", where the kernel allows reading peers' memory). */
+static void second_transport(int shm, const char *mode) {
+    int slots = mode && strcmp(mode, "slots") == 0, cma = mode && strcmp(mode, "cma") == 0;
+    if (slots) {
+        setenv("FSDP_COMM_SHM_SLOT_KIB", "4", 1);
+        setenv("FSDP_COMM_SHM_CMA", "0", 1);
+    }
+    if (cma) setenv("FSDP_COMM_SHM_CMA_MIN_KIB", "0", 1);
     fsdp_comm_t *c = NULL;
     fsdp_comm_config cfg = fsdp_comm_config_default();
     cfg.timeout_s = 120;
     cfg.shm = shm;
     CHECK_OK(fsdp_comm_init(&c, &cfg, NULL, NULL));
-    if (slot_kib) unsetenv("FSDP_COMM_SHM_SLOT_KIB");
+    unsetenv("FSDP_COMM_SHM_SLOT_KIB");
+    unsetenv("FSDP_COMM_SHM_CMA");
+    unsetenv("FSDP_COMM_SHM_CMA_MIN_KIB");
     if (c == NULL) return;
     CHECK(fsdp_comm_shm_active(c) == (shm && W > 1));
+    if (slots) CHECK(c->shm_cma == 0);
+    if (R == 0 && cma) fprintf(stderr, "single-copy path %s\n", c->shm_cma ? "on" : "refused by this kernel");
     size_t counts[] = {1, 7, 1009, 3000};
     for (size_t k = 0; k < sizeof counts / sizeof counts[0]; k++)
         sweep(c, counts[k]);
@@ -303,6 +313,7 @@ static void second_transport(int shm, const char *slot_kib) {
         comm_test_set_int_limit(c, 0);
     }
     test_reduce_scatter(c, (size_t)1 << 20, FSDP_F32, FSDP_AVG, vf, 1, 1);
+    test_all_gather(c, (size_t)1 << 18, FSDP_BF16, 1, 1);
     fsdp_comm_free(c);
 }
 
@@ -350,7 +361,8 @@ int main(int argc, char **argv) {
 
     CHECK(fsdp_mem_current(FSDP_MEM_COMM) == 0); /* staging all returned */
     second_transport(0, NULL);                   /* before c goes: freeing c finalises MPI */
-    second_transport(1, "4");
+    second_transport(1, "slots");
+    second_transport(1, "cma");
     CHECK(fsdp_mem_current(FSDP_MEM_COMM) == 0);
     fsdp_comm_free(c);
     return TEST_MAIN_END();
