@@ -1,4 +1,4 @@
-/* main_grad.c — the fp32 main_grad protocol of DESIGN.md section 4: per-unit flat buffer allocated
+/* main_grad.c — the fp32 main_grad protocol of docs/DESIGN.md section 4: per-unit flat buffer allocated
  * uninitialised (LAZY in pre_backward, EAGER in pre_forward), a host bitmask of touched tensors that
  * drives first-touch overwrite/accumulate and the zero-fill before reduction, the reduction into the
  * fp32 sharded gradient (the one place averaging happens), and the step / micro-batch structure. */
