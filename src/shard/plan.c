@@ -13,67 +13,46 @@
 fsdp_status core_trace_serialise(char **text, size_t *len);
 fsdp_status core_trace_write_file(const char *path, const char *body, size_t len);
 
-/* ---------------------------------------------------------------- layout (the engine's arithmetic) */
+/* ---------------------------------------------------------------- layout (the engine's own) */
 
-static size_t round_up(size_t x, size_t m) { return (x + m - 1) / m * m; }
-
-/* Mirrors unit_read_specs + unit_layout in unit.c (validation included, so a plan never accepts what
- * fsdp_engine_add_unit refuses): non-alias tensors in declaration order, each at a multiple of align;
- * aliases take no space; the total padded to a multiple of world. *psi: non-alias elements. The
- * agreement with the engine is tested tensor by tensor in tests/shard/mpi_plan.c. */
-static fsdp_status plan_layout(const fsdp_plan_unit *u, int ui, size_t align, int world, size_t *numel,
-                               size_t *padded, size_t *psi) {
-    const char *un = u->name ? u->name : "";
-    if (u->specs == NULL || u->n_specs < 1)
-        return FSDP_ERR(FSDP_EINVAL, "unit %d ('%s'): needs specs and n_specs >= 1 (got %d)", ui, un,
-                        u->n_specs);
-    if (align == 0 || align > 4096)
-        return FSDP_ERR(FSDP_EINVAL, "align must be 1..4096 elements (got %zu), as fsdp_engine_init requires",
-                        align);
-    size_t cur = 0, params = 0;
-    for (int t = 0; t < u->n_specs; t++) {
-        const fsdp_tensor_spec *s = &u->specs[t];
-        if (s->name == NULL || s->name[0] == '\0')
-            return FSDP_ERR(FSDP_EINVAL, "unit '%s': tensor %d has no name", un, t);
-        if (s->ndim < 1 || s->ndim > FSDP_MAX_DIMS)
-            return FSDP_ERR(FSDP_EINVAL, "unit '%s' tensor '%s': ndim %d outside 1..%d", un, s->name, s->ndim,
-                            FSDP_MAX_DIMS);
-        size_t n = 1;
-        for (int d = 0; d < s->ndim; d++) {
-            if (s->shape[d] < 1)
-                return FSDP_ERR(FSDP_EINVAL,
-                                "unit '%s' tensor '%s': shape[%d] = %lld; dimensions must be >= 1", un,
-                                s->name, d, (long long)s->shape[d]);
-            if (!fsdp_mul_ok(n, (size_t)s->shape[d], &n))
-                return FSDP_ERR(FSDP_EINVAL, "unit '%s' tensor '%s': element count overflows", un, s->name);
-        }
-        if (s->alias_of != NULL) {
-            /* An alias of an earlier tensor of this unit ("t" or "<unit>.t") takes no space. */
-            size_t nl = strlen(un);
-            const char *bare = s->alias_of;
-            if (nl > 0 && strncmp(bare, un, nl) == 0 && bare[nl] == '.') bare += nl + 1;
-            int target = -1;
-            for (int k = 0; k < t; k++)
-                if (strcmp(u->specs[k].name, s->alias_of) == 0 || strcmp(u->specs[k].name, bare) == 0)
-                    target = k;
-            if (target < 0)
-                return FSDP_ERR(FSDP_EINVAL,
-                                "unit '%s' tensor '%s': alias_of '%s' names no earlier tensor of this unit "
-                                "(ties across units are refused by the engine too)",
-                                un, s->name, s->alias_of);
-            continue;
-        }
-        size_t off = round_up(cur, align);
-        if (off < cur || off + n < off) return FSDP_ERR(FSDP_EINVAL, "unit '%s': flat size overflows", un);
-        cur = off + n;
-        params += n;
+/* The units planned before the current one, for the layout's cross-unit tie check. */
+typedef struct {
+    const fsdp_plan_unit *units;
+    int n;
+} plan_before;
+static const char *plan_unit_named(void *ctx, const char *name, size_t len) {
+    const plan_before *b = ctx;
+    for (int i = 0; i < b->n; i++) {
+        const char *un = b->units[i].name ? b->units[i].name : "";
+        if (strlen(un) == len && strncmp(un, name, len) == 0) return un;
     }
-    size_t pad = round_up(cur, (size_t)world);
-    if (pad < cur) return FSDP_ERR(FSDP_EINVAL, "unit '%s': flat size overflows", un);
-    if (numel) *numel = cur;
-    if (padded) *padded = pad;
-    if (psi) *psi = params;
-    return FSDP_OK;
+    return NULL;
+}
+static const char *plan_unit_with_tensor(void *ctx, const char *tensor) {
+    const plan_before *b = ctx;
+    for (int i = 0; i < b->n; i++)
+        for (int t = 0; t < b->units[i].n_specs; t++)
+            if (b->units[i].specs[t].name && strcmp(b->units[i].specs[t].name, tensor) == 0)
+                return b->units[i].name ? b->units[i].name : "";
+    return NULL;
+}
+
+/* Unit ui of units[0..ui] laid out exactly as fsdp_engine_add_unit would (layout.c, the same
+ * validation and messages). *psi: non-alias elements. */
+static fsdp_status plan_layout(const fsdp_plan_unit *units, int ui, size_t align, int world, size_t *numel,
+                               size_t *padded, size_t *psi) {
+    const fsdp_plan_unit *u = &units[ui];
+    if (u->specs == NULL || u->n_specs < 1)
+        return FSDP_ERR(FSDP_EINVAL, "unit %d ('%s'): needs specs and n_specs >= 1 (got %d)", ui,
+                        u->name ? u->name : "", u->n_specs);
+    layout_tensor *lt = calloc((size_t)u->n_specs, sizeof *lt);
+    if (lt == NULL) return FSDP_ERR(FSDP_ENOMEM, "plan: tensor table of %d", u->n_specs);
+    plan_before before = {units, ui};
+    layout_others others = {&before, plan_unit_named, plan_unit_with_tensor};
+    fsdp_status st = shard_layout(u->name, u->specs, u->n_specs, align, world, &others, lt, NULL, NULL, numel,
+                                  padded, psi);
+    free(lt);
+    return st;
 }
 
 fsdp_status fsdp_plan_unit_layout(const fsdp_plan_unit *u, size_t align, int world, size_t *numel,
@@ -336,7 +315,7 @@ fsdp_status fsdp_plan_compute(const fsdp_plan_unit *units, int n_units, const fs
             goto done;
         }
         size_t p = 0;
-        if ((st = plan_layout(u, i, ec->align, c.world, NULL, &padded[i], &p)) != FSDP_OK) goto done;
+        if ((st = plan_layout(units, i, ec->align, c.world, NULL, &padded[i], &p)) != FSDP_OK) goto done;
         psi += p;
         padded_sum += padded[i];
     }

@@ -147,6 +147,27 @@ struct fsdp_engine {
     life_sched sched;  /* the lifecycle: order, prefetch, pending reduction */
 };
 
+/* layout.c: one unit's specs validated and laid out flat (the engine and the plan both call it). */
+typedef struct {
+    size_t numel;  /* elements */
+    size_t offset; /* in the flat buffer; an alias: its target's */
+    int alias_of;  /* target index (a non-alias tensor), or -1 */
+} layout_tensor;
+
+/* What layout needs to know of the units before this one (ties across units are refused, naming
+ * both). Either callback may be NULL. */
+typedef struct {
+    void *ctx;
+    const char *(*unit_named)(void *ctx, const char *name, size_t len); /* that unit's name, or NULL */
+    const char *(*unit_with_tensor)(void *ctx, const char *tensor);     /* a unit holding it, or NULL */
+} layout_others;
+
+/* lt: (n) out; gaps: (n + 1) out or NULL. numel: end of the last non-alias tensor; padded: numel
+ * rounded up to a multiple of world; psi: non-alias elements. */
+fsdp_status shard_layout(const char *unit, const fsdp_tensor_spec *specs, int n, size_t align, int world,
+                         const layout_others *others, layout_tensor *lt, shard_gap *gaps, int *n_gaps,
+                         size_t *numel, size_t *padded, size_t *psi);
+
 /* main_grad.c */
 fsdp_status shard_main_grad_alloc(fsdp_unit_t *u); /* no-op if already allocated */
 void shard_main_grad_release(fsdp_unit_t *u);      /* poison (debug builds), free, clear views/bits */

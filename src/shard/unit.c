@@ -42,8 +42,6 @@ static char *dup_str(const char *s) {
     return d;
 }
 
-static size_t round_up(size_t x, size_t m) { return (x + m - 1) / m * m; }
-
 /* ---------------------------------------------------------------- configs, engine */
 
 static const life_ops engine_ops; /* the engine's lifecycle operations, defined with the hooks */
@@ -154,115 +152,49 @@ static fsdp_unit_t *engine_find_unit(fsdp_engine_t *e, const char *name, size_t 
     return NULL;
 }
 
-/* Validates the specs and fills u->tensors (names, shapes, alias targets). */
+/* What the layout needs of the units registered before this one (ties across units are refused). */
+static const char *engine_unit_named(void *ctx, const char *name, size_t len) {
+    fsdp_unit_t *u = engine_find_unit(ctx, name, len);
+    return u ? u->name : NULL;
+}
+static const char *engine_unit_with_tensor(void *ctx, const char *tensor) {
+    fsdp_engine_t *e = ctx;
+    for (int i = 0; i < e->n_units; i++)
+        if (fsdp_unit_find(e->units[i], tensor) >= 0) return e->units[i]->name;
+    return NULL;
+}
+
+/* Validates and lays out the specs (layout.c, the plan's arithmetic too), then fills u->tensors. */
 static fsdp_status unit_read_specs(fsdp_engine_t *e, fsdp_unit_t *u, const fsdp_tensor_spec *specs, int n) {
-    for (int t = 0; t < n; t++) {
+    layout_tensor *lt = calloc((size_t)n, sizeof *lt);
+    u->gaps = calloc((size_t)n + 1, sizeof *u->gaps);
+    if (lt == NULL || u->gaps == NULL) {
+        free(lt);
+        return FSDP_ERR(FSDP_ENOMEM, "unit '%s' tensor tables", u->name);
+    }
+    layout_others others = {e, engine_unit_named, engine_unit_with_tensor};
+    fsdp_status st = shard_layout(u->name, specs, n, e->cfg.align, e->world, &others, lt, u->gaps, &u->n_gaps,
+                                  &u->numel, &u->padded, NULL);
+    for (int t = 0; st == FSDP_OK && t < n; t++) {
         const fsdp_tensor_spec *s = &specs[t];
         shard_tensor *ts = &u->tensors[t];
-        ts->alias_of = -1;
-        if (s->name == NULL || s->name[0] == '\0')
-            return FSDP_ERR(FSDP_EINVAL, "unit '%s': tensor %d has no name; every tensor needs a unique name",
-                            u->name, t);
-        for (int k = 0; k < t; k++)
-            if (strcmp(u->tensors[k].name, s->name) == 0)
-                return FSDP_ERR(FSDP_EINVAL, "unit '%s': tensor name '%s' used twice (tensors %d and %d)",
-                                u->name, s->name, k, t);
-        if ((ts->name = dup_str(s->name)) == NULL) return FSDP_ERR(FSDP_ENOMEM, "tensor name");
-        if (s->ndim < 1 || s->ndim > FSDP_MAX_DIMS)
-            return FSDP_ERR(FSDP_EINVAL, "unit '%s' tensor '%s': ndim %d outside 1..%d", u->name, s->name,
-                            s->ndim, FSDP_MAX_DIMS);
-        size_t numel = 1;
-        for (int d = 0; d < s->ndim; d++) {
-            if (s->shape[d] < 1)
-                return FSDP_ERR(FSDP_EINVAL,
-                                "unit '%s' tensor '%s': shape[%d] = %lld; dimensions must be >= 1", u->name,
-                                s->name, d, (long long)s->shape[d]);
-            if (!fsdp_mul_ok(numel, (size_t)s->shape[d], &numel))
-                return FSDP_ERR(FSDP_EINVAL, "unit '%s' tensor '%s': element count overflows", u->name,
-                                s->name);
+        if ((ts->name = dup_str(s->name)) == NULL) {
+            st = FSDP_ERR(FSDP_ENOMEM, "tensor name");
+            break;
         }
         ts->ndim = s->ndim;
         memcpy(ts->shape, s->shape, sizeof ts->shape);
         for (int d = s->ndim; d < FSDP_MAX_DIMS; d++)
             ts->shape[d] = 0;
-        ts->numel = numel;
+        ts->numel = lt[t].numel;
+        ts->offset = lt[t].offset;
+        ts->alias_of = lt[t].alias_of;
         ts->no_decay = s->no_decay ? 1 : 0;
         ts->init = s->init;
         ts->std = s->std;
-        if ((unsigned)s->init > FSDP_INIT_NORMAL)
-            return FSDP_ERR(FSDP_EINVAL, "unit '%s' tensor '%s': unknown init kind %d", u->name, s->name,
-                            (int)s->init);
-        if (s->init == FSDP_INIT_NORMAL && !(s->std >= 0.0f && isfinite(s->std)))
-            return FSDP_ERR(FSDP_EINVAL, "unit '%s' tensor '%s': std %g must be finite and >= 0", u->name,
-                            s->name, (double)s->std);
-        if (s->alias_of == NULL) continue;
-
-        /* A tie: first an earlier tensor of this unit (names may contain dots), else "unit.tensor". */
-        int target = -1;
-        for (int k = 0; k < t; k++)
-            if (strcmp(u->tensors[k].name, s->alias_of) == 0) target = k;
-        if (target < 0) {
-            const char *dot = strchr(s->alias_of, '.');
-            if (dot != NULL) {
-                fsdp_unit_t *other = engine_find_unit(e, s->alias_of, (size_t)(dot - s->alias_of));
-                if (other != NULL || strncmp(s->alias_of, u->name, (size_t)(dot - s->alias_of)) != 0 ||
-                    strlen(u->name) != (size_t)(dot - s->alias_of))
-                    return FSDP_ERR(
-                        FSDP_EINVAL,
-                        "tensor '%s' of unit '%s' is tied to '%s' in unit '%.*s': a tensor cannot be "
-                        "tied across units '%s' and '%.*s'; put both uses in one unit (declare the "
-                        "tensor once there and the tie as an alias in the same unit)",
-                        s->name, u->name, dot + 1, (int)(dot - s->alias_of), s->alias_of, u->name,
-                        (int)(dot - s->alias_of), s->alias_of);
-                for (int k = 0; k < t; k++) /* "thisunit.tensor" */
-                    if (strcmp(u->tensors[k].name, dot + 1) == 0) target = k;
-            }
-        }
-        for (int i = 0; target < 0 && i < e->n_units; i++) /* a bare name that lives in another unit */
-            if (fsdp_unit_find(e->units[i], s->alias_of) >= 0)
-                return FSDP_ERR(
-                    FSDP_EINVAL,
-                    "tensor '%s' of unit '%s' is tied to '%s' in unit '%s': a tensor cannot be tied "
-                    "across units '%s' and '%s'; put both uses in one unit (declare the tensor once "
-                    "there and the tie as an alias in the same unit)",
-                    s->name, u->name, s->alias_of, e->units[i]->name, u->name, e->units[i]->name);
-        if (target < 0)
-            return FSDP_ERR(
-                FSDP_EINVAL,
-                "unit '%s' tensor '%s': alias_of '%s' names no earlier tensor of this unit; declare "
-                "the target before its alias",
-                u->name, s->name, s->alias_of);
-        if (u->tensors[target].alias_of >= 0) target = u->tensors[target].alias_of;
-        if (u->tensors[target].numel != numel)
-            return FSDP_ERR(FSDP_EINVAL, "unit '%s': alias '%s' has %zu elements but its target '%s' has %zu",
-                            u->name, s->name, numel, u->tensors[target].name, u->tensors[target].numel);
-        ts->alias_of = target;
     }
-    return FSDP_OK;
-}
-
-/* The flat layout, computed once: non-alias tensors in declaration order, each at a multiple of align;
- * aliases share their target's offset; total padded to a multiple of world. Gaps are recorded so the
- * zero-fill before reduction never has to look at the buffer. */
-static fsdp_status unit_layout(fsdp_engine_t *e, fsdp_unit_t *u) {
-    size_t cur = 0;
-    u->gaps = calloc((size_t)u->n_tensors + 1, sizeof *u->gaps);
-    if (u->gaps == NULL) return FSDP_ERR(FSDP_ENOMEM, "unit '%s' gap table", u->name);
-    for (int t = 0; t < u->n_tensors; t++) {
-        shard_tensor *ts = &u->tensors[t];
-        if (ts->alias_of >= 0) continue;
-        size_t off = round_up(cur, e->cfg.align);
-        if (off < cur || off + ts->numel < off)
-            return FSDP_ERR(FSDP_EINVAL, "unit '%s': flat size overflows", u->name);
-        if (off > cur) u->gaps[u->n_gaps++] = (shard_gap){cur, off - cur};
-        ts->offset = off;
-        cur = off + ts->numel;
-    }
-    for (int t = 0; t < u->n_tensors; t++)
-        if (u->tensors[t].alias_of >= 0) u->tensors[t].offset = u->tensors[u->tensors[t].alias_of].offset;
-    u->numel = cur;
-    u->padded = round_up(cur, (size_t)e->world);
-    if (u->padded > cur) u->gaps[u->n_gaps++] = (shard_gap){cur, u->padded - cur};
+    free(lt);
+    if (st != FSDP_OK) return st;
     if (e->cfg.strategy == FSDP_NO_SHARD) {
         u->shard_off = 0;
         u->shard_len = u->padded;
@@ -319,7 +251,6 @@ fsdp_status fsdp_engine_add_unit(fsdp_engine_t *e, const char *name, const fsdp_
     }
     u->n_tensors = n;
     if ((st = unit_read_specs(e, u, specs, n)) != FSDP_OK) goto fail;
-    if ((st = unit_layout(e, u)) != FSDP_OK) goto fail;
     u->life.reshard_after_forward =
         uc.reshard_after_forward >= 0 ? uc.reshard_after_forward : (e->cfg.strategy == FSDP_FULL_SHARD);
 

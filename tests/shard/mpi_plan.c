@@ -389,10 +389,17 @@ static void test_bad_input(void) {
     fsdp_tensor_spec tie[] = {{.name = "x", .ndim = 1, .shape = {3}},
                               {.name = "y", .ndim = 1, .shape = {3}, .alias_of = "h0.w"}};
     fsdp_plan_unit tu = {.name = "u", .specs = tie, .n_specs = 2};
-    CHECK_ERR(fsdp_plan_compute(&tu, 1, &pc, &p), FSDP_EINVAL, "h0.w");
+    /* the engine's own validation and message (layout.c): a tie into another unit */
+    CHECK_ERR(fsdp_plan_compute(&tu, 1, &pc, &p), FSDP_EINVAL, "tied across units 'u' and 'h0'");
     tie[1].alias_of = "u.x"; /* "<own unit>.tensor" is a tie inside the unit */
     CHECK_OK(fsdp_plan_compute(&tu, 1, &pc, &p));
     CHECK(p.n_params == 3);
+    /* a bare name that lives in an earlier planned unit: refused as fsdp_engine_add_unit refuses it */
+    fsdp_tensor_spec first[] = {{.name = "w", .ndim = 1, .shape = {3}}};
+    fsdp_tensor_spec second[] = {{.name = "v", .ndim = 1, .shape = {3}, .alias_of = "w"}};
+    fsdp_plan_unit two[2] = {{.name = "a", .specs = first, .n_specs = 1},
+                             {.name = "b", .specs = second, .n_specs = 1}};
+    CHECK_ERR(fsdp_plan_compute(two, 2, &pc, &p), FSDP_EINVAL, "tied across units 'b' and 'a'");
 }
 
 int main(int argc, char **argv) {
