@@ -104,31 +104,53 @@ static void scale(float *g, size_t n, float c, int path) {
 
 #define CLIP_CHUNK 65536 /* elements per OpenMP work item */
 
+/* The sum of squares of the gradient elements this rank counts for unit u: its shard. Under NO_SHARD
+ * every rank holds everything, so it counts only its fsdp_shard_range slice, and the all-reduce sums
+ * every element exactly once. */
+static double unit_sumsq(const fsdp_engine_t *e, const fsdp_unit_t *u, int path) {
+    size_t c_off = u->shard_off, c_len = u->shard_len;
+    if (e->cfg.strategy == FSDP_NO_SHARD) fsdp_shard_range(u->padded, e->rank, e->world, &c_off, &c_len);
+    double local = 0.0;
+    FOR_TENSOR_RANGES(u, c_off, c_off + c_len, t, lo, hi) {
+        const float *g = u->grad + (lo - u->shard_off);
+        size_t n = hi - lo, n_chunks = (n + CLIP_CHUNK - 1) / CLIP_CHUNK;
+        double s = 0.0;
+#pragma omp parallel for reduction(+ : s) schedule(static) if (n > SHARD_OMP_MIN)
+        for (size_t c = 0; c < n_chunks; c++) {
+            size_t a = c * CLIP_CHUNK;
+            s += sumsq(g + a, n - a < CLIP_CHUNK ? n - a : CLIP_CHUNK, path);
+        }
+        local += s;
+    }
+    return local;
+}
+
 fsdp_status fsdp_engine_clip_grad_norm(fsdp_engine_t *e, float max_norm, float *norm) {
     if (e == NULL || norm == NULL) return FSDP_ERR(FSDP_EINVAL, "engine and norm must not be NULL");
     if (isnan(max_norm))
         return FSDP_ERR(FSDP_EINVAL, "max_norm is NaN; pass > 0 to clip, <= 0 to only measure");
-    FSDP_TRY(shard_drain(e)); /* every pending reduction is in the gradient shards */
     const int path = simd_path();
-    double local = 0.0;
+    /* Per-unit sums, added in unit order at the end: the same bits whether or not a reduction was still
+     * running. The units whose gradients are final go first, while the pending reduction (overlap:
+     * the last unit's) keeps moving; then it is finished and its unit counted. */
+    double *us = calloc((size_t)e->n_units + 1, sizeof *us);
+    if (us == NULL) return FSDP_ERR(FSDP_ENOMEM, "clip: %d unit sums", e->n_units);
     for (int i = 0; i < e->n_units; i++) {
-        fsdp_unit_t *u = e->units[i];
-        /* The elements this rank counts: its shard. Under NO_SHARD every rank holds everything, so it
-         * counts only its fsdp_shard_range slice, and the all-reduce sums every element exactly once. */
-        size_t c_off = u->shard_off, c_len = u->shard_len;
-        if (e->cfg.strategy == FSDP_NO_SHARD) fsdp_shard_range(u->padded, e->rank, e->world, &c_off, &c_len);
-        FOR_TENSOR_RANGES(u, c_off, c_off + c_len, t, lo, hi) {
-            const float *g = u->grad + (lo - u->shard_off);
-            size_t n = hi - lo, n_chunks = (n + CLIP_CHUNK - 1) / CLIP_CHUNK;
-            double s = 0.0;
-#pragma omp parallel for reduction(+ : s) schedule(static) if (n > SHARD_OMP_MIN)
-            for (size_t c = 0; c < n_chunks; c++) {
-                size_t a = c * CLIP_CHUNK;
-                s += sumsq(g + a, n - a < CLIP_CHUNK ? n - a : CLIP_CHUNK, path);
-            }
-            local += s;
-        }
+        if (e->units[i]->life.reducing) continue;
+        us[i] = unit_sumsq(e, e->units[i], path);
+        fsdp_comm_progress(e->comm);
     }
+    const int pending = e->sched.pending;
+    fsdp_status st = shard_drain(e); /* every pending reduction is in the gradient shards */
+    if (st != FSDP_OK) {
+        free(us);
+        return st;
+    }
+    if (pending >= 0) us[pending] = unit_sumsq(e, e->units[pending], path);
+    double local = 0.0;
+    for (int i = 0; i < e->n_units; i++)
+        local += us[i];
+    free(us);
     /* One F32 all-reduce of the double as a (hi, lo) float pair keeps ~48 bits of the local sums. */
     float pair[2];
     pair[0] = (float)local;
