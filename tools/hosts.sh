@@ -23,7 +23,8 @@
 # characters, [a-z0-9]); the subnet is 10.213.X.0/24 with X derived from the id (a clash with an
 # existing route is an error); state and Open MPI's session folders live in HOSTS_DIR (default
 # /run/fsdp-hosts/HOSTS_ID), never in /tmp. Inside the namespaces host I is hostname hI, address
-# 10.213.X.I; the bridge (where mpirun, in the root namespace, listens) is 10.213.X.254.
+# 10.213.X.I; mpirun runs in a launcher namespace of its own (HOSTS_ID-h0, 10.213.X.254), so the
+# root namespace has no address on the bridge and none of its settings change.
 # HOSTS_MPI_TIMEOUT (seconds, default 0 = none): `run` kills mpirun after that long (status 124).
 set -euo pipefail
 
@@ -92,7 +93,7 @@ cmd_up() {
     ip netns exec "$(ns 0)" sysctl -qw net.ipv4.tcp_retries2=4
     echo "$n" >"$DIR/count"
     write_agent
-    echo "hosts.sh: $n hosts up ($NET.1-$NET.$n, bridge $BR $NET.254, state in $DIR)"
+    echo "hosts.sh: $n hosts up ($NET.1-$NET.$n, launcher $NET.254, bridge $BR, state in $DIR)"
 }
 
 # The launcher agent Open MPI's rsh starter calls as `AGENT [ssh options] HOST COMMAND...` (for ssh
