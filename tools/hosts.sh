@@ -7,7 +7,8 @@
 # usage: tools/hosts.sh up N                      create hosts 1..N (replaces an existing set)
 #        tools/hosts.sh run N [--per-host K] [--mpi ARG]... -- CMD [ARGS...]
 #                                                 mpirun -np N*K over hosts 1..N, K ranks per host
-#                                                 (ranks 0..K-1 on host 1, ...); exit status of mpirun
+#                                                 (ranks 0..K-1 on host 1, ...); exit status of mpirun;
+#                                                 --mpi ARG: one more mpirun argument (repeatable)
 #        tools/hosts.sh shape RATE|off            every link limited to RATE (tc rate: 1gbit, 10gbit,
 #                                                 500mbit) in both directions; off removes the limit
 #        tools/hosts.sh link I up|down            take host I's link down (a cable pulled) or up
