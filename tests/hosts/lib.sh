@@ -33,7 +33,7 @@ hosts_up() {
 
 # Corpus: this repository's C sources, one document per file (as tests/train/trainer_cli.sh does).
 prepare_data() {
-    "$BIN" prepare --text "$SRC"/src/*/*.c --out data --val-fraction 0.1 >prep.log 2>&1 || {
+    timeout 60 "$BIN" prepare --text "$SRC"/src/*/*.c --out data --val-fraction 0.1 >prep.log 2>&1 || {
         echo "FAIL: prepare: $(cat prep.log)" >&2
         exit 1
     }
@@ -80,7 +80,7 @@ same_losses() {
 # loads CKPT_DIR: the checkpoint `latest` names reads back completely (every shard file's checksum
 # is verified by the export), into a safetensors file.
 loads() {
-    "$BIN" export --checkpoint "$1" --out "$1.export/model.safetensors" >"$1.export.log" 2>&1
+    timeout 60 "$BIN" export --checkpoint "$1" --out "$1.export/model.safetensors" >"$1.export.log" 2>&1
 }
 
 # now: seconds since the epoch with fractions; elapsed T0 [T1]: T1 (default now) - T0 in seconds, 1 decimal.
