@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sched.h>
 #include <time.h>
+#include <unistd.h>
 
 /* ------------------------------------------------------------------------------------------ config */
 
@@ -424,12 +425,14 @@ static fsdp_status progress(fsdp_comm_req_t *r, int *done) {
 static fsdp_status timed_out(fsdp_comm_req_t *r, double elapsed) {
     fsdp_comm_t *c = r->c;
     c->broken = 1;
+    char host[64] = "?";
+    gethostname(host, sizeof host - 1); /* many hosts: which one's rank is reporting */
     fsdp_status s =
         FSDP_ERR(FSDP_ETIMEOUT,
-                 "rank %d of %d: %s (label \"%s\", %zu x %s) not complete after %.3f s (timeout_s %.3f); "
-                 "another rank likely failed, stopped or called a different collective; end the job with "
-                 "fsdp_comm_abort (the buffers of this call must stay valid until then)",
-                 c->rank, c->size, comm_coll_name(r->coll), r->label, r->count, fsdp_dtype_name(r->t),
+                 "rank %d of %d on host %s: %s (label \"%s\", %zu x %s) not complete after %.3f s (timeout_s "
+                 "%.3f); another rank likely failed, stopped or called a different collective; end the job "
+                 "with fsdp_comm_abort (the buffers of this call must stay valid until then)",
+                 c->rank, c->size, host, comm_coll_name(r->coll), r->label, r->count, fsdp_dtype_name(r->t),
                  elapsed, c->timeout_s);
     inflight_unlink(r);
     r->is_stale = 1;

@@ -5,8 +5,13 @@
 #include "comm/comm_impl.h"
 
 #include <limits.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static int abort_rank, abort_code; /* comm_mpi_abort's rank and status, for its watchdog */
 
 /* An MPI failure as FSDP_ECOMM with MPI's own text, the rank, the label and the step. */
 static fsdp_status mpi_fail(const fsdp_comm_t *c, int rc, const char *step, const char *coll) {
@@ -89,11 +94,42 @@ void comm_mpi_free(fsdp_comm_t *c) {
     }
 }
 
+/* MPI_Abort asks the launcher to kill every rank of the job, and blocks until it does. A launcher
+ * that cannot reach a lost host may never get there (Open MPI 4.1's mpirun waited 140 s for a daemon
+ * behind a cut link), so a watchdog thread ends this process itself after ABORT_GRACE_S with the
+ * same status: the job's end on the surviving hosts does not depend on the launcher's cleanup. */
+enum { ABORT_GRACE_S = 3 };
+
+static void *abort_watchdog(void *arg) {
+    (void)arg;
+    struct timespec ts = {ABORT_GRACE_S, 0};
+    while (nanosleep(&ts, &ts) != 0) {
+    }
+    char host[64] = "?", msg[256];
+    gethostname(host, sizeof host - 1);
+    int n = snprintf(msg, sizeof msg,
+                     "fsdp_comm_abort: rank %d on host %s: MPI_Abort has not ended the job after %d s (the "
+                     "launcher may have lost a host); exiting with status %d\n",
+                     abort_rank, host, (int)ABORT_GRACE_S, abort_code);
+    if (n > 0) (void)!write(STDERR_FILENO, msg, (size_t)n < sizeof msg ? (size_t)n : sizeof msg - 1);
+    _exit(abort_code);
+}
+
 void comm_mpi_abort(fsdp_comm_t *c, int code) {
     fflush(stdout);
     fflush(stderr);
+    abort_code = code;
+    abort_rank = c->rank;
+    pthread_t t;
+    pthread_attr_t a;
+    if (pthread_attr_init(&a) == 0) {
+        pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+        if (pthread_create(&t, &a, abort_watchdog, NULL) != 0)
+            fprintf(stderr, "fsdp_comm_abort: rank %d: no watchdog thread; relying on MPI_Abort\n", c->rank);
+        pthread_attr_destroy(&a);
+    }
     MPI_Abort(c->comm != MPI_COMM_NULL ? c->comm : MPI_COMM_WORLD, code);
-    exit(code); /* MPI_Abort does not return; this only satisfies noreturn */
+    _exit(code); /* MPI_Abort does not return; this only satisfies noreturn */
 }
 
 /* ------------------------------------------------------------------------------------- datatypes */

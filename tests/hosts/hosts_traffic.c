@@ -1,0 +1,49 @@
+/* hosts_traffic.c — the traffic probe of the multi-host tests (tests/hosts/hosts_traffic.sh): REPS
+ * all-gathers of MIB MiB (f32) per rank through fsdp_comm, each rank's block filled from its rank, so
+ * the result checks itself. Prints one line per rank: "rank R host H local L", which the script
+ * compares with the harness's layout, and returns non-zero on a wrong result.
+ * usage: hosts_traffic MIB REPS */
+#include "fsdp.h"
+#include "test_util.h"
+
+#include <unistd.h>
+
+int main(int argc, char **argv) {
+    fsdp_comm_t *c = NULL;
+    fsdp_comm_config cfg = fsdp_comm_config_default();
+    cfg.timeout_s = 60;
+    if (fsdp_comm_init(&c, &cfg, &argc, &argv) != FSDP_OK) {
+        fprintf(stderr, "hosts_traffic: fsdp_comm_init: %s\n", fsdp_last_error());
+        return 1;
+    }
+    int rank = fsdp_comm_rank(c), world = fsdp_comm_size(c);
+    test_set_rank(rank);
+    double mib = argc > 1 ? atof(argv[1]) : 0;
+    int reps = argc > 2 ? atoi(argv[2]) : 0;
+    CHECKF(mib > 0 && mib <= 1024 && reps >= 1 && reps <= 100,
+           "usage: hosts_traffic MIB(0..1024] REPS[1..100]");
+    size_t n = mib > 0 && mib <= 1024 ? (size_t)(mib * 1024 * 1024 / sizeof(float)) : 1;
+    float *send = malloc(n * sizeof *send), *recv = malloc(n * (size_t)world * sizeof *recv);
+    CHECK(send != NULL && recv != NULL);
+    if (send != NULL && recv != NULL) {
+        for (size_t i = 0; i < n; i++)
+            send[i] = (float)(rank * 1000 + (int)(i % 997));
+        for (int k = 0; k < reps && reps <= 100; k++) {
+            memset(recv, 0xff, n * (size_t)world * sizeof *recv);
+            CHECK_OK(fsdp_comm_all_gather(c, send, recv, n, FSDP_F32));
+            size_t wrong = 0;
+            for (int r = 0; r < world; r++)
+                for (size_t i = 0; i < n; i++)
+                    wrong += recv[(size_t)r * n + i] != (float)(r * 1000 + (int)(i % 997));
+            CHECKF(wrong == 0, "all-gather %d: %zu wrong elements", k, wrong);
+        }
+    }
+    char host[64] = "?";
+    gethostname(host, sizeof host - 1);
+    printf("rank %d host %s local %d\n", rank, host, fsdp_comm_local_size(c));
+    free(send);
+    free(recv);
+    int failed = test_fail_ != 0;
+    fsdp_comm_free(c);
+    return failed;
+}
