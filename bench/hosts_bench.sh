@@ -22,9 +22,9 @@
 # each block twice with --strategy full, once with grad-op; an all-gather moves (W-1) x the unit's
 # bytes over the links. Gradients: "ideal" counts a bandwidth-optimal reduce-scatter ((W-1) x the
 # gradient bytes; none: all-reduce, twice that); "libnbc" counts what Open MPI 4.1's non-blocking
-# reduce-scatter does with f32 (MPI_Ireduce_scatter_block: a binomial reduce of the whole buffer to
-# rank 0, then a scatter: (W-1)(1 + 1/W) x the gradient bytes); bf16 reduce-scatters go through
-# comm_mpi.c's all-to-all, which is ideal.
+# reduce-scatter did with f32 (MPI_Ireduce_scatter_block: a binomial reduce of the whole buffer to
+# rank 0, then a scatter: (W-1)(1 + 1/W) x the gradient bytes), kept for comparison with older runs;
+# both dtypes now go through comm_mpi.c's all-to-all, which is ideal.
 set -euo pipefail
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=$SRC/build

@@ -190,17 +190,11 @@ void comm_mpi_req_release(fsdp_comm_req_t *r) {
 
 /* ----------------------------------------------------------------------------------- collectives */
 
-static void divide_f32(float *x, size_t n, int world) {
-    for (size_t i = 0; i < n; i++)
-        x[i] /= (float)world;
-}
-
-/* Largest all-reduce chunk: elements, <= int_limit. For BF16 the alltoallv displacements
+/* Largest all-reduce chunk: elements, <= int_limit; the alltoallv displacements
  * (world-1)*ceil(len/world) < len + world must stay ints too. */
 static size_t ar_chunk_cap(const fsdp_comm_req_t *r) {
     size_t cap = r->c->int_limit;
-    if (r->t == FSDP_BF16 && cap > (size_t)INT_MAX - (size_t)r->c->size)
-        cap = (size_t)INT_MAX - (size_t)r->c->size;
+    if (cap > (size_t)INT_MAX - (size_t)r->c->size) cap = (size_t)INT_MAX - (size_t)r->c->size;
     return cap;
 }
 
@@ -213,15 +207,10 @@ static fsdp_status post_ar_chunk(fsdp_comm_req_t *r) {
     char *recv = (char *)r->recv + r->off * es;
     const char *send = (const char *)r->send + r->off * es;
     int rc;
-    if (r->t == FSDP_F32) {
-        rc = MPI_Iallreduce(r->in_place ? MPI_IN_PLACE : send, recv, (int)r->len, MPI_FLOAT,
-                            r->op == FSDP_MAX ? MPI_MAX : MPI_SUM, c->comm, &r->mreq);
-        if (rc != MPI_SUCCESS) return mpi_fail(c, rc, "MPI_Iallreduce", "all-reduce");
-        r->phase = PH_AR_F32;
-        return FSDP_OK;
-    }
-    /* BF16: reduce-scatter by alltoallv (block s of the chunk, len_s elements, to rank s), then each
-     * rank reduces its block and an all-gatherv puts the blocks back together. */
+    (void)recv;
+    /* Reduce-scatter by alltoallv (block s of the chunk, len_s elements, to rank s), then each rank
+     * reduces its block in rank order (F32 too: the same sums as the shared-memory transport, so one
+     * host and many give the same bits) and an all-gatherv puts the blocks back together. */
     int w = c->size;
     r->blk = (r->len + (size_t)w - 1) / (size_t)w;
     if (r->stage == NULL) { /* the first chunk is the largest: size the staging for it */
@@ -241,8 +230,8 @@ static fsdp_status post_ar_chunk(fsdp_comm_req_t *r) {
     }
     for (int s = 0; s < w; s++)
         rcnt[s] = scnt[c->rank];
-    rc =
-        MPI_Ialltoallv(send, scnt, sdsp, MPI_UINT16_T, r->stage, rcnt, rdsp, MPI_UINT16_T, c->comm, &r->mreq);
+    rc = MPI_Ialltoallv(send, scnt, sdsp, base_type(r->t), r->stage, rcnt, rdsp, base_type(r->t), c->comm,
+                        &r->mreq);
     if (rc != MPI_SUCCESS) return mpi_fail(c, rc, "MPI_Ialltoallv", "all-reduce");
     r->phase = PH_AR_BF16_A2A;
     return FSDP_OK;
@@ -274,19 +263,14 @@ fsdp_status comm_mpi_start(fsdp_comm_req_t *r) {
         if (rc != MPI_SUCCESS) return mpi_fail(c, rc, "MPI_Iallgather", name);
         return FSDP_OK;
     case COLL_REDUCE_SCATTER:
-        if (r->t == FSDP_F32 && r->count <= c->int_limit) {
-            rc = MPI_Ireduce_scatter_block(r->in_place ? MPI_IN_PLACE : r->send, r->recv, (int)r->count,
-                                           MPI_FLOAT, r->op == FSDP_MAX ? MPI_MAX : MPI_SUM, c->comm,
-                                           &r->mreq);
-            r->phase = PH_RS_NATIVE;
-            if (rc != MPI_SUCCESS) return mpi_fail(c, rc, "MPI_Ireduce_scatter_block", name);
-            return FSDP_OK;
-        }
-        /* BF16 (and F32 above int_limit): all-to-all of the blocks, then a local reduction in fp32, in
-         * rank order, rounded once. Not a user-defined MPI_Op on bf16: MPI combines partial results
-         * pairwise along its algorithm's tree or ring, so every hop would round to bf16 again and the
-         * result would depend on the world size and the algorithm. The all-to-all moves the same
-         * volume as a reduce-scatter ((world-1)/world of the input per rank). */
+        /* All-to-all of the blocks, then a local reduction in fp32, in rank order, rounded once (bf16).
+         * Not a user-defined MPI_Op on bf16: MPI combines partial results pairwise along its
+         * algorithm's tree or ring, so every hop would round to bf16 again and the result would depend
+         * on the world size and the algorithm. Not MPI_Ireduce_scatter_block for f32 either: its sums
+         * follow Open MPI's schedule (not the shared-memory transport's rank order, so one host and
+         * several would differ), and its libnbc form reduces the whole buffer to rank 0 and scatters,
+         * 1.25-1.5x the bytes, all through rank 0's link (measured on namespace hosts). The all-to-all
+         * moves exactly (world-1)/world of the input per rank. */
         FSDP_TRY(fsdp_mem_alloc(&r->stage, (size_t)c->size * r->count * es, FSDP_MEM_COMM));
         FSDP_TRY(count_and_type(r, r->count, &cnt, &type));
         rc = MPI_Ialltoall(r->send, cnt, type, r->stage, cnt, type, c->comm, &r->mreq);
@@ -317,24 +301,12 @@ fsdp_status comm_mpi_progress(fsdp_comm_req_t *r, int *done) {
         switch (r->phase) {
         case PH_NONE:
         case PH_FINAL: r->phase = PH_NONE; break;
-        case PH_RS_NATIVE:
-            if (r->op == FSDP_AVG) divide_f32(r->recv, r->count, c->size);
-            r->phase = PH_NONE;
-            break;
         case PH_RS_A2A:
             /* the staging stays until the request is released (test/wait): its lifetime then
              * depends on the caller's calls only, not on when progress happened to complete it,
              * which keeps the memory plan exact */
             comm_reduce_blocks(r->recv, r->stage, r->count, c->size, r->count, r->t, r->op);
             r->phase = PH_NONE;
-            break;
-        case PH_AR_F32:
-            if (r->op == FSDP_AVG) divide_f32((float *)r->recv + r->off, r->len, c->size);
-            r->off += r->len;
-            if (r->off < r->count)
-                FSDP_TRY(post_ar_chunk(r));
-            else
-                r->phase = PH_NONE;
             break;
         case PH_AR_BF16_A2A: {
             int w = c->size, *scnt = r->counts, *sdsp = scnt + w;
@@ -343,8 +315,8 @@ fsdp_status comm_mpi_progress(fsdp_comm_req_t *r, int *done) {
             if (mine > 0)
                 comm_reduce_blocks(chunk + (size_t)c->rank * r->blk * es, r->stage, r->blk, w, mine, r->t,
                                    r->op);
-            rc = MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_UINT16_T, chunk, scnt, sdsp, MPI_UINT16_T, c->comm,
-                                 &r->mreq);
+            rc = MPI_Iallgatherv(MPI_IN_PLACE, 0, base_type(r->t), chunk, scnt, sdsp, base_type(r->t),
+                                 c->comm, &r->mreq);
             if (rc != MPI_SUCCESS) return mpi_fail(c, rc, "MPI_Iallgatherv", name);
             r->phase = PH_AR_BF16_AG;
             break;

@@ -102,19 +102,16 @@ typedef struct {
 
 /* Staging the MPI backend allocates (category comm) for the gradient reduction of one unit, from the
  * reduction's start to its wait (none when the shared-memory transport runs it: ranks of one host
- * reduce straight from its slots); comm_mpi.c: reduce-scatter natively for F32 up to INT_MAX
- * elements per rank, else an all-to-all into world*count elements; all-reduce natively for F32, for
- * BF16 an all-to-all into world*ceil(len/world) elements of the first (largest) chunk,
- * len <= INT_MAX - world. The self backend copies nothing. */
+ * reduce straight from their buffers); comm_mpi.c, both dtypes: reduce-scatter as an all-to-all into
+ * world*count elements; all-reduce as an all-to-all into world*ceil(len/world) elements of the first
+ * (largest) chunk, len <= INT_MAX - world. The self backend copies nothing. */
 static size_t sim_stage_bytes(const sim *s, const sim_unit *u) {
     if (s->backend != FSDP_COMM_MPI || (s->shm && s->world > 1)) return 0;
     size_t w = (size_t)s->world, es = fsdp_dtype_size(s->reduce);
     if (s->strategy == FSDP_NO_SHARD) {
-        if (s->reduce == FSDP_F32) return 0;
         size_t cap = (size_t)INT_MAX - w, len = u->padded < cap ? u->padded : cap;
         return w * ((len + w - 1) / w) * es;
     }
-    if (s->reduce == FSDP_F32 && u->shard_len <= (size_t)INT_MAX) return 0;
     return w * u->shard_len * es;
 }
 

@@ -2,9 +2,9 @@
 # hosts_equiv.sh — the trainer across namespace hosts (tools/hosts.sh) trains exactly as on one host.
 # For every strategy: 2 hosts x 1 rank and 4 hosts x 1 rank against 2 and 4 ranks on one host, and
 # 2 hosts x 2 ranks against 4 ranks on one host: identical loss and grad_norm at every step (the
-# communicator's collectives reduce in an order set by the world size alone, never by where the
-# ranks run: bf16 reductions in rank order in comm_mpi.c, f32 ones by Open MPI's libnbc whose schedule
-# depends on the rank count and message size). Plus mixed precision with bf16 gradients on the wire.
+# communicator's reductions sum in rank order in fp32 wherever the ranks run: through shared memory
+# on one host, through an all-to-all and a local sum across hosts). Plus mixed precision with bf16
+# gradients on the wire.
 # A checkpoint saved across 4 hosts resumes on one host (4 ranks) and on 2 hosts (2 x 2) with the
 # uninterrupted run's losses exactly, and on 1 rank and 2 hosts x 1 rank (resharded) within 1e-4.
 # usage: hosts_equiv.sh FSDP_TRAIN WORKDIR
