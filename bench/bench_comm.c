@@ -1,14 +1,17 @@
 /* bench_comm.c — all-gather and reduce-scatter bandwidth of the communicator at the world size it is
  * launched with (tests/mpirun.sh N build/bench/bench_comm), F32 and BF16, 1 KiB .. 256 MiB, on both
  * transports side by side: the shared-memory transport (the default when every rank is on one host)
- * and Open MPI's own collectives (shm 0), beside memcpy on the same machine at the same moment (every
- * rank copying `size` bytes at once, so the cores and the memory bus are shared as in the collective).
+ * the communicator's MPI paths (shm 0: MPI_Iallgather; reduce-scatter as an all-to-all + rank-order
+ * sum) and Open MPI's own blocking MPI_Allgather / MPI_Reduce_scatter_block called directly (f32; bf16
+ * has no MPI sum), beside memcpy on the same machine at the same moment (every rank copying `size`
+ * bytes at once, so the cores and the memory bus are shared as in the collective).
  * Figures follow nccl-tests: size = the total buffer (all-gather: recv = world*count elements;
  * reduce-scatter: send = world*count), algbw = size / time, busbw = algbw * (n-1)/n. The time of one
  * call is the slowest rank's mean over the timed iterations; the transports alternate size by size.
  * Usage: bench_comm [max_mib (256)] [min_kib (1)] */
 #include "fsdp.h"
 
+#include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +41,29 @@ static double time_coll(fsdp_comm_t *c, int k, void *send, void *recv, size_t co
             s = fsdp_comm_reduce_scatter(c, send, recv, count, t, FSDP_SUM);
     }
     if (s != FSDP_OK) return -1;
+    float per = (float)((fsdp_time_s() - t0) / iters), slowest = 0;
+    if (fsdp_comm_all_reduce(c, &per, &slowest, 1, FSDP_F32, FSDP_MAX) != FSDP_OK) return -1;
+    return slowest;
+}
+
+/* Open MPI's own blocking collective on MPI_COMM_WORLD; < 0 when it has none (bf16 sums). */
+static double time_ompi(fsdp_comm_t *c, int k, void *send, void *recv, size_t count, fsdp_dtype t,
+                        int iters) {
+    if ((k == 1 && t != FSDP_F32) || count > (size_t)1 << 30) return -1;
+    MPI_Datatype ty = t == FSDP_F32 ? MPI_FLOAT : MPI_UINT16_T;
+    int rc = MPI_SUCCESS;
+    double t0 = 0;
+    for (int it = -1; it < iters && rc == MPI_SUCCESS; it++) {
+        if (it == 0) {
+            MPI_Barrier(MPI_COMM_WORLD);
+            t0 = fsdp_time_s();
+        }
+        if (k == 0)
+            rc = MPI_Allgather(send, (int)count, ty, recv, (int)count, ty, MPI_COMM_WORLD);
+        else
+            rc = MPI_Reduce_scatter_block(send, recv, (int)count, ty, MPI_SUM, MPI_COMM_WORLD);
+    }
+    if (rc != MPI_SUCCESS) return -1;
     float per = (float)((fsdp_time_s() - t0) / iters), slowest = 0;
     if (fsdp_comm_all_reduce(c, &per, &slowest, 1, FSDP_F32, FSDP_MAX) != FSDP_OK) return -1;
     return slowest;
@@ -81,9 +107,9 @@ int main(int argc, char **argv) {
         printf("# bench_comm: world %d, transports: %s vs mpi, OMP_NUM_THREADS %s\n", world,
                fsdp_comm_shm_active(c[0]) ? "shm" : "mpi (shm does not apply here)",
                getenv("OMP_NUM_THREADS") ? getenv("OMP_NUM_THREADS") : "(unset)");
-        printf("# %-14s %-5s %12s %12s %6s %11s %11s %10s %10s %10s %8s\n", "collective", "dtype",
-               "size_bytes", "count/rank", "iters", "shm_us", "mpi_us", "shm_busbw", "mpi_busbw", "memcpy",
-               "shm/cpy");
+        printf("# %-14s %-5s %12s %12s %6s %11s %11s %10s %10s %10s %10s %8s\n", "collective", "dtype",
+               "size_bytes", "count/rank", "iters", "shm_us", "mpi_us", "shm_busbw", "mpi_busbw",
+               "ompi_busbw", "memcpy", "shm/cpy");
     }
     const char *names[2] = {"all-gather", "reduce-scatter"};
     fsdp_dtype dts[2] = {FSDP_F32, FSDP_BF16};
@@ -99,15 +125,20 @@ int main(int argc, char **argv) {
                 for (int tr = 0; tr < 2; tr++)
                     if ((t[tr] = time_coll(c[tr], k, send, recv, count, dts[d], iters)) < 0)
                         return die(c[tr], names[k]);
+                double to = time_ompi(c[0], k, send, recv, count, dts[d], iters);
                 double cpy = memcpy_gbs(c[0], recv, send, size, iters);
                 if (cpy < 0) return die(c[0], "memcpy timing");
                 double bus[2];
                 for (int tr = 0; tr < 2; tr++)
                     bus[tr] = (double)size / t[tr] / 1e9 * (double)(world - 1) / (double)world;
+                char ob[16] = "n/a";
+                if (to > 0)
+                    snprintf(ob, sizeof ob, "%.3f",
+                             (double)size / to / 1e9 * (double)(world - 1) / (double)world);
                 if (rank == 0)
-                    printf("  %-14s %-5s %12zu %12zu %6d %11.1f %11.1f %10.3f %10.3f %10.3f %8.2f\n",
+                    printf("  %-14s %-5s %12zu %12zu %6d %11.1f %11.1f %10.3f %10.3f %10s %10.3f %8.2f\n",
                            names[k], fsdp_dtype_name(dts[d]), size, count, iters, 1e6 * t[0], 1e6 * t[1],
-                           bus[0], bus[1], cpy, bus[0] / cpy);
+                           bus[0], bus[1], ob, cpy, bus[0] / cpy);
                 if (rank == 0) fflush(stdout);
             }
     fsdp_mem_free(recv);
