@@ -105,8 +105,12 @@ static const opt_def opts[] = {
      "--trace covers steps up to this one (0: the whole run)"},
     {"checkpoint", OPT_STR, F(checkpoint), 0, 0, NULL, C_EXPORT | C_SAMPLE,
      "a step folder, or a checkpoint folder (its `latest`)"},
-    {"logits", OPT_STR, F(logits), 0, 0, NULL, C_EXPORT,
-     "also write the fp32 model's logits on a fixed input to this file (tools/check_export.py)"},
+    {"logits", OPT_STR, F(logits), 0, 0, NULL, C_EXPORT | C_SAMPLE,
+     "write the fp32 model's logits on a fixed input to this file (export: as well; sample: instead of "
+     "text)"},
+    {"init-from", OPT_STR, F(init_from), 0, 0, NULL, C_TRAIN | C_SAMPLE,
+     "Hugging Face GPT-2 folder (config.json, model.safetensors or its index) to start from; its "
+     "config.json sets --layers, --width, --heads, --vocab and --max-seq-len"},
     {"prompt", OPT_STR, F(prompt), 0, 0, NULL, C_TRAIN | C_SAMPLE, "text the sample starts from"},
     {"tokens", OPT_INT, F(tokens), 1, 1 << 20, NULL, C_SAMPLE, "tokens to generate"},
     {"temperature", OPT_DBL, F(temperature), 0, 100, NULL, C_TRAIN | C_SAMPLE,
@@ -355,7 +359,8 @@ fsdp_status fsdp_train_config_check(fsdp_train_config *c, int world) {
         if (!c->out) return fsdp_set_error(FSDP_EINVAL, "export needs --out FILE.safetensors");
         break;
     case FSDP_CMD_SAMPLE:
-        if (!c->checkpoint) return fsdp_set_error(FSDP_EINVAL, "sample needs --checkpoint DIR");
+        if (!c->checkpoint == !c->init_from)
+            return fsdp_set_error(FSDP_EINVAL, "sample needs one of --checkpoint DIR and --init-from DIR");
         break;
     default: return FSDP_ERR(FSDP_EINVAL, "unknown command %d", (int)c->cmd);
     }

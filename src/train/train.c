@@ -10,9 +10,11 @@
 #include "model/gpt.h"
 #include "train/checkpoint.h"
 #include "train/data.h"
+#include "train/hf.h"
 #include "train/io.h"
 
 #include <cjson/cJSON.h>
+#include <limits.h>
 #include <math.h>
 #include <omp.h>
 #include <sched.h>
@@ -124,14 +126,43 @@ static fsdp_status model_build(const fsdp_train_config *cfg, fsdp_comm_t *comm, 
     return s;
 }
 
+/* --init-from: the model shape from DIR/config.json, and data of the same vocabulary. */
+static fsdp_status apply_init_from(fsdp_train_config *c) {
+    if (!c->init_from) return FSDP_OK;
+    FSDP_TRY(fsdp_hf_read_config(c->init_from, c));
+    int v = 0;
+    FSDP_TRY(fsdp_data_meta_vocab(c->data, &v));
+    if (v > 0 && v != c->vocab)
+        return fsdp_set_error(FSDP_EINVAL,
+                              "%s/meta.json: the data's vocabulary (%d) is not --init-from %s's (%d): prepare "
+                              "the text with `fsdp-train prepare --tokenizer %s/tokenizer.json`",
+                              c->data, v, c->init_from, c->vocab, c->init_from);
+    return FSDP_OK;
+}
+
 /* Resolves vocab 0 (meta.json's, else GPT-2's) and checks cfg against the world size. */
 static fsdp_status resolve_config(fsdp_train_config *c, int world) {
+    FSDP_TRY(apply_init_from(c));
     if (c->vocab == 0) {
         int v = 0;
         FSDP_TRY(fsdp_data_meta_vocab(c->data, &v));
         c->vocab = v > 0 ? v : FSDP_GPT2_VOCAB;
     }
     return fsdp_train_config_check(c, world);
+}
+
+/* A resumed run keeps the starting point its first run recorded (the manifest's "init-from"). */
+static fsdp_status carry_init_from(const char *step_dir, cJSON *cj) {
+    fsdp_ckpt_reader *r = NULL;
+    FSDP_TRY(fsdp_ckpt_open(&r, step_dir));
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(fsdp_ckpt_config(r), "init-from");
+    cJSON *copy = cJSON_IsString(v) ? cJSON_CreateString(v->valuestring) : cJSON_CreateNull();
+    fsdp_ckpt_close(r);
+    if (!copy || !cJSON_ReplaceItemInObjectCaseSensitive(cj, "init-from", copy)) {
+        cJSON_Delete(copy);
+        return FSDP_ERR(FSDP_ENOMEM, "no memory for the config record");
+    }
+    return FSDP_OK;
 }
 
 /* ---------------------------------------------------------------- memory plan */
@@ -172,6 +203,7 @@ fsdp_status fsdp_train_plan(const fsdp_train_config *cfg_in, fsdp_comm_t *comm, 
     fsdp_train_config *c = &cfg;
     const int world = c->world > 0 ? c->world : fsdp_comm_size(comm);
     const int rank0 = fsdp_comm_rank(comm) == 0;
+    FSDP_TRY(apply_init_from(c));
     if (c->vocab == 0) {
         int v = 0;
         FSDP_TRY(fsdp_data_meta_vocab(c->data, &v));
@@ -360,6 +392,8 @@ fsdp_status fsdp_train_run(const fsdp_train_config *cfg_in, fsdp_comm_t *comm, F
     fsdp_plan plan;
     memset(&plan, 0, sizeof plan);
     fsdp_status s = resolve_config(c, world);
+    char init_abs[PATH_MAX]; /* the manifest records where the run started: an absolute path */
+    if (s == FSDP_OK && c->init_from && realpath(c->init_from, init_abs)) c->init_from = init_abs;
     s = fsdp_ckpt_agree(comm, s, "checking the settings");
     if (s != FSDP_OK) goto done;
 
@@ -430,6 +464,7 @@ fsdp_status fsdp_train_run(const fsdp_train_config *cfg_in, fsdp_comm_t *comm, F
     if (c->resume) {
         s = fsdp_ckpt_resolve(c->checkpoint_dir, &step_dir);
         if (s == FSDP_OK) s = fsdp_ckpt_load(rm.eng, step_dir, &st);
+        if (s == FSDP_OK) s = carry_init_from(step_dir, cj);
         if (s == FSDP_OK) {
             fsdp_loader_state ls = {st.data_pos, st.data_epoch};
             s = fsdp_loader_set_state(&train, ls);
@@ -447,8 +482,9 @@ fsdp_status fsdp_train_run(const fsdp_train_config *cfg_in, fsdp_comm_t *comm, F
                 "another --checkpoint-dir (nothing was changed)",
                 c->checkpoint_dir);
         s = fsdp_ckpt_agree(comm, s, "checking the checkpoint folder");
-        if (s == FSDP_OK) s = fsdp_engine_init_params(rm.eng);
+        if (s == FSDP_OK) s = c->init_from ? fsdp_hf_load(rm.eng, c->init_from) : fsdp_engine_init_params(rm.eng);
         if (s != FSDP_OK) goto done;
+        if (o && c->init_from) fprintf(o, "initialised from %s\n", c->init_from);
         rng_seed(st.rng, (uint64_t)c->seed ^ 0x5A4D504C45ull);
     }
     if (rank0 && c->metrics) {
@@ -646,13 +682,33 @@ static fsdp_status load_checkpoint_model(const char *dir, fsdp_comm_t *comm, fsd
     return s;
 }
 
+/* Builds the model of a Hugging Face folder (fp32, the reference mode) and loads it on comm. */
+static fsdp_status load_hf_model(const char *dir, fsdp_comm_t *comm, fsdp_train_config *c, run_model *rm) {
+    fsdp_status s = fsdp_hf_read_config(dir, c);
+    c->seq_len = c->max_seq_len;
+    c->precision = FSDP_PRECISION_FP32;
+    c->strategy = FSDP_FULL_SHARD;
+    c->recompute = 0;
+    s = fsdp_ckpt_agree(comm, s, "reading --init-from's config.json");
+    if (s == FSDP_OK) s = model_build(c, comm, rm);
+    s = fsdp_ckpt_agree(comm, s, "building --init-from's model");
+    if (s == FSDP_OK) s = fsdp_hf_load(rm->eng, dir);
+    return s;
+}
+
+static fsdp_status write_logits(run_model *rm, const fsdp_train_config *c, fsdp_comm_t *comm, const char *path);
+
 fsdp_status fsdp_sample_run(const fsdp_train_config *cfg, fsdp_comm_t *comm, FILE *out) {
     fsdp_train_config c = *cfg;
     run_model rm = {0};
     fsdp_ckpt_state st;
     omp_set_num_threads(fsdp_train_threads(&c, comm));
-    fsdp_status s = load_checkpoint_model(cfg->checkpoint, comm, &c, &rm, &st);
-    if (s == FSDP_OK) {
+    fsdp_status s = cfg->init_from ? load_hf_model(cfg->init_from, comm, &c, &rm)
+                                   : load_checkpoint_model(cfg->checkpoint, comm, &c, &rm, &st);
+    if (s == FSDP_OK && cfg->logits) {
+        s = write_logits(&rm, &c, comm, cfg->logits);
+        if (s == FSDP_OK && out && fsdp_comm_rank(comm) == 0) fprintf(out, "wrote %s\n", cfg->logits);
+    } else if (s == FSDP_OK) {
         uint64_t rng[2];
         rng_seed(rng, (uint64_t)cfg->seed);
         c.temperature = cfg->temperature;
@@ -674,8 +730,6 @@ fsdp_status fsdp_train_write_logits(const char *ckpt, const char *path) {
     fsdp_train_config c = fsdp_train_config_default();
     run_model rm = {0};
     fsdp_ckpt_state st;
-    int *toks = NULL;
-    FILE *f = NULL;
     char *sd = NULL;
     fsdp_status s = fsdp_ckpt_resolve(ckpt, &sd);
     if (s == FSDP_OK) s = load_checkpoint_model(sd, comm, &c, &rm, &st);
@@ -687,7 +741,19 @@ fsdp_status fsdp_train_write_logits(const char *ckpt, const char *path) {
         if (s == FSDP_OK) s = fsdp_ckpt_load(rm.eng, sd, &st);
     }
     free(sd);
-    if (s != FSDP_OK) goto done;
+    if (s == FSDP_OK) s = write_logits(&rm, &c, comm, path);
+    model_free(&rm);
+    fsdp_comm_free(comm);
+    return s;
+}
+
+/* The fixed input's logits of a loaded model on comm (every rank runs the forward, rank 0 writes). */
+static fsdp_status write_logits(run_model *rm, const fsdp_train_config *cfg, fsdp_comm_t *comm, const char *path) {
+    fsdp_train_config c = *cfg;
+    int *toks = NULL;
+    FILE *f = NULL;
+    fsdp_status s = FSDP_OK;
+    const int rank0 = fsdp_comm_rank(comm) == 0;
     const int B = 2, T = c.seq_len < 16 ? c.seq_len : 16, V = c.vocab;
     toks = malloc(sizeof(int) * (size_t)(B * T));
     if (!toks) {
@@ -696,11 +762,12 @@ fsdp_status fsdp_train_write_logits(const char *ckpt, const char *path) {
     }
     for (int i = 0; i < B * T; i++)
         toks[i] = (int)(((unsigned)i * 2654435761u) % (unsigned)V);
-    s = gpt_forward(rm.model, toks, NULL, B, T, NULL);
+    s = gpt_forward(rm->model, toks, NULL, B, T, NULL);
     const float *logits = NULL;
     int Vp = 0;
-    if (s == FSDP_OK) s = gpt_logits(rm.model, &logits, NULL, NULL, &Vp);
-    if (s != FSDP_OK) goto done;
+    if (s == FSDP_OK) s = gpt_logits(rm->model, &logits, NULL, NULL, &Vp);
+    if (s == FSDP_OK) s = gpt_end_eval(rm->model);
+    if (s != FSDP_OK || !rank0) goto done;
     f = fopen(path, "wb");
     if (!f) {
         s = fsdp_set_error(FSDP_EIO, "cannot create %s", path);
@@ -716,11 +783,8 @@ fsdp_status fsdp_train_write_logits(const char *ckpt, const char *path) {
         fwrite(logits + (size_t)i * (size_t)Vp, 4, (size_t)V, f);
     if (fclose(f) != 0) s = fsdp_set_error(FSDP_EIO, "cannot write %s", path);
     f = NULL;
-    if (s == FSDP_OK) s = gpt_end_eval(rm.model);
 done:
     if (f) fclose(f);
     free(toks);
-    model_free(&rm);
-    fsdp_comm_free(comm);
-    return s;
+    return fsdp_ckpt_agree(comm, s, "writing --logits");
 }
