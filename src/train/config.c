@@ -124,6 +124,9 @@ static const opt_def opts[] = {
      "share of documents kept for val.bin"},
     {"doc-sep", OPT_STR, F(doc_sep), 0, 0, NULL, C_PREPARE,
      "a line equal to this separates documents (e.g. % for fortune files)"},
+    {"tokenizer", OPT_STR, F(tokenizer), 0, 0, NULL, C_PREPARE | C_SAMPLE | C_EXPORT,
+     "GPT-2 style tokenizer.json (byte-level BPE): prepare encodes with it (unset: bytes) and copies it "
+     "into the folder; sample and export: instead of the data folder's or --init-from's"},
 };
 #undef F
 #define NOPTS ((int)(sizeof opts / sizeof opts[0]))
@@ -395,7 +398,7 @@ static void format_value(char *buf, size_t cap, const fsdp_train_config *cfg, co
 void fsdp_train_usage(FILE *f, fsdp_train_cmd cmd) {
     static const char *const what[FSDP_CMD_NCMD] = {
         "train a GPT on token files with FSDP (the default command; under mpirun, one process per rank)",
-        "tokenise text files byte by byte into DIR/train.bin, DIR/val.bin (llm.c's token file layout)",
+        "tokenise text files (bytes, or --tokenizer's BPE) into DIR/train.bin, DIR/val.bin (llm.c's layout)",
         "write a checkpoint's full fp32 model as .safetensors with GPT-2's tensor names, plus config.json",
         "generate text from a checkpoint",
     };
