@@ -14,6 +14,9 @@ Debian's torch.
   compare DIR LOGITS...     transformers loads DIR (fp32) and runs the fixed input that fsdp-train's
                             --logits files hold; exit 1 unless, for every file,
                             max|ours - theirs| <= TOL * max|theirs|
+  generate DIR PROMPT N     AutoTokenizer + GPT2LMHeadModel from DIR: greedy N tokens after
+                            <|endoftext|> + PROMPT, printed as fsdp-train sample prints them (the prompt,
+                            the text, end-of-text as a "----" line)
   damage SRC OUT            damaged copies of SRC (a `single` folder) under OUT, and OUT/cases.txt:
                             one line per case, "folder|text the error must contain|..."
 """
@@ -30,10 +33,11 @@ import torch
 SHAPE = dict(n_layer=2, n_embd=32, n_head=4, vocab_size=257, n_positions=64)
 
 
-def model(seed):
+def model(seed, vocab=None):
     from transformers import GPT2Config, GPT2LMHeadModel
     torch.manual_seed(seed)
-    cfg = GPT2Config(**SHAPE, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    shape = dict(SHAPE, vocab_size=vocab or SHAPE["vocab_size"])
+    cfg = GPT2Config(**shape, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
     m = GPT2LMHeadModel(cfg).eval()
     with torch.no_grad():
         for name, p in m.named_parameters():
@@ -44,13 +48,23 @@ def model(seed):
 def cmd_make(a):
     variants = a.variant.split(",")
     for v in variants:
-        make_one(a.dir if len(variants) == 1 else f"{a.dir}_{v}", v, a.seed)
+        make_one(a.dir if len(variants) == 1 else f"{a.dir}_{v}", v, a.seed, a.tokenizer)
 
 
-def make_one(d, variant, seed):
+def make_one(d, variant, seed, tokenizer=None):
+    """tokenizer: a tokenizer.json whose vocabulary the model takes, copied into the folder."""
     a = argparse.Namespace(dir=d, variant=variant, seed=seed)
-    m = model(a.seed)
+    vocab = None
+    if tokenizer:
+        from tokenizers import Tokenizer
+        vocab = Tokenizer.from_file(tokenizer).get_vocab_size()
+    m = model(a.seed, vocab)
+    if tokenizer:
+        eot = Tokenizer.from_file(tokenizer).token_to_id("<|endoftext|>")
+        m.config.bos_token_id = m.config.eos_token_id = eot
     os.makedirs(a.dir, exist_ok=True)
+    if tokenizer:
+        shutil.copy(tokenizer, os.path.join(a.dir, "tokenizer.json"))
     if a.variant == "single":
         m.save_pretrained(a.dir, safe_serialization=True)
     elif a.variant == "sharded":
@@ -98,6 +112,30 @@ def cmd_compare(a):
         fails += not ok
         print(f"{'ok' if ok else 'FAIL'} {a.dir} vs {path}: max|diff| / max|logit| = {err:.3g} (tol {a.tol:g})")
     return 1 if fails else 0
+
+
+def generate_fix():
+    """transformers' generate() asks whether the model is FSDP-managed by importing torch.distributed.fsdp,
+    which Debian's torch 1.13 cannot import under Python 3.11 (a dataclass error): answer no directly."""
+    import transformers.generation.utils as gu
+    gu.is_fsdp_managed_module = lambda module: False
+
+
+def cmd_generate(a):
+    from transformers import AutoTokenizer, GPT2LMHeadModel
+    generate_fix()
+    tok = AutoTokenizer.from_pretrained(a.dir)
+    m = GPT2LMHeadModel.from_pretrained(a.dir, torch_dtype=torch.float32).eval()
+    eot = tok.convert_tokens_to_ids("<|endoftext|>")
+    ids = [eot] + tok(a.prompt)["input_ids"]
+    with torch.no_grad():
+        out = m.generate(torch.tensor([ids]), max_new_tokens=a.n, do_sample=False, pad_token_id=eot,
+                         eos_token_id=None, attention_mask=torch.ones(1, len(ids), dtype=torch.long))
+    text = a.prompt
+    for t in out[0, len(ids):].tolist():
+        text += "\n----\n" if t == eot else tok.decode([t])
+    sys.stdout.write(text + "\n")
+    return 0
 
 
 def st_read(path):
@@ -244,6 +282,11 @@ def main():
     m.add_argument("dir")
     m.add_argument("--variant", default="single", help="single, sharded, bf16, bare, lmhead (comma-separated)")
     m.add_argument("--seed", type=int, default=1234)
+    m.add_argument("--tokenizer", help="tokenizer.json: the model takes its vocabulary, the folder a copy")
+    g = sub.add_parser("generate")
+    g.add_argument("dir")
+    g.add_argument("prompt")
+    g.add_argument("n", type=int)
     c = sub.add_parser("compare")
     c.add_argument("dir")
     c.add_argument("logits", nargs="+")
@@ -252,7 +295,7 @@ def main():
     d.add_argument("src")
     d.add_argument("out")
     a = p.parse_args()
-    return {"make": cmd_make, "compare": cmd_compare, "damage": cmd_damage}[a.cmd](a) or 0
+    return {"make": cmd_make, "compare": cmd_compare, "damage": cmd_damage, "generate": cmd_generate}[a.cmd](a) or 0
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@
 #include "core/core.h"
 #include "kernels/kernels.h"
 #include "model/gpt.h"
+#include "train/bpe.h"
 #include "train/checkpoint.h"
 #include "train/data.h"
 #include "train/hf.h"
@@ -287,9 +288,16 @@ static fsdp_status pick_token(const float *logits, int V, double temperature, in
 }
 
 /* Writes one generated token: bytes as they are (control characters other than newline and tab as
- * '?'), end-of-text as a separator line; with a BPE vocabulary, the id in brackets. */
-static void put_token(FILE *out, int tok, int vocab) {
-    if (vocab == FSDP_BYTE_VOCAB) {
+ * '?'), end-of-text as a separator line; with a tokenizer, its text (end-of-text as the separator line);
+ * with another vocabulary and no tokenizer, the id in brackets. */
+static void put_token(FILE *out, int tok, int vocab, const fsdp_bpe *bpe) {
+    size_t len = 0;
+    const char *text = bpe ? fsdp_bpe_token_bytes(bpe, tok, &len) : NULL;
+    if (bpe && tok == fsdp_bpe_eot(bpe)) {
+        fputs("\n----\n", out);
+    } else if (text) {
+        fwrite(text, 1, len, out);
+    } else if (vocab == FSDP_BYTE_VOCAB) {
         if (tok == FSDP_TOKEN_EOT) {
             fputs("\n----\n", out);
         } else {
@@ -303,24 +311,88 @@ static void put_token(FILE *out, int tok, int vocab) {
     fflush(out);
 }
 
-/* Generates n tokens after prompt (bytes; the byte vocabulary only) with the model on comm. */
+/* The tokenizer.json of a run, if it has one: --tokenizer, else the one in the --init-from folder, else
+ * the data folder's (prepare --tokenizer copies it there). *path NULL when there is none. */
+static fsdp_status find_tokenizer(const char *flag, const char *init_from, const char *data, char **path) {
+    *path = NULL;
+    const char *dirs[2] = {init_from, data};
+    if (flag) *path = strdup(flag);
+    for (int i = 0; i < 2 && !flag && !*path; i++) {
+        if (!dirs[i]) continue;
+        char *p = fsdp_strdupf("%s/tokenizer.json", dirs[i]);
+        if (!p) return FSDP_ERR(FSDP_ENOMEM, "no memory for a path");
+        if (access(p, F_OK) == 0)
+            *path = p;
+        else
+            free(p);
+    }
+    if (flag && !*path) return FSDP_ERR(FSDP_ENOMEM, "no memory for a path");
+    return FSDP_OK;
+}
+
+fsdp_status fsdp_train_ckpt_tokenizer(const char *flag, const char *ckpt, char **path) {
+    *path = NULL;
+    if (flag) return find_tokenizer(flag, NULL, NULL, path);
+    char *step_dir = NULL;
+    fsdp_ckpt_reader *r = NULL;
+    fsdp_status s = fsdp_ckpt_resolve(ckpt, &step_dir);
+    if (s == FSDP_OK) s = fsdp_ckpt_open(&r, step_dir);
+    if (s == FSDP_OK) {
+        const cJSON *d = cJSON_GetObjectItemCaseSensitive(fsdp_ckpt_config(r), "data");
+        const cJSON *i = cJSON_GetObjectItemCaseSensitive(fsdp_ckpt_config(r), "init-from");
+        s = find_tokenizer(NULL, cJSON_IsString(i) ? i->valuestring : NULL, cJSON_IsString(d) ? d->valuestring : NULL,
+                           path);
+    }
+    fsdp_ckpt_close(r);
+    free(step_dir);
+    return s;
+}
+
+/* Loads the tokenizer at path (NULL: none) for a model of vocabulary V. */
+static fsdp_status load_tokenizer(const char *path, int V, fsdp_bpe **bpe) {
+    *bpe = NULL;
+    if (!path) return FSDP_OK;
+    FSDP_TRY(fsdp_bpe_load(bpe, path));
+    if (fsdp_bpe_vocab_size(*bpe) > V || fsdp_bpe_eot(*bpe) < 0) {
+        fsdp_status s = fsdp_set_error(FSDP_EINVAL, "%s: %s (the model's vocabulary is %d)", path,
+                                       fsdp_bpe_eot(*bpe) < 0 ? "no <|endoftext|> token" : "more tokens than the model has",
+                                       V);
+        fsdp_bpe_free(*bpe);
+        *bpe = NULL;
+        return s;
+    }
+    return FSDP_OK;
+}
+
+/* Generates n tokens after prompt with the model on comm: the prompt's bytes with the byte vocabulary,
+ * its BPE ids with a tokenizer (bpe; every rank encodes the same ids), none otherwise. */
 static fsdp_status generate(gpt_model_t *model, const fsdp_train_config *c, fsdp_comm_t *comm,
-                            const char *prompt, int n, uint64_t rng[2], FILE *out) {
+                            const char *prompt, int n, uint64_t rng[2], FILE *out, fsdp_bpe *bpe) {
     const gpt_config *gc = gpt_get_config(model);
     int V = gc->vocab_size, Tmax = gc->max_seq_len, rank0 = !comm || fsdp_comm_rank(comm) == 0;
     size_t plen = strlen(prompt);
-    if (V != FSDP_BYTE_VOCAB && plen > 0)
+    if (V != FSDP_BYTE_VOCAB && plen > 0 && !bpe)
         return fsdp_set_error(FSDP_EINVAL,
-                              "--prompt needs the byte-level vocabulary (%d); this model's is %d (BPE text "
-                              "cannot be tokenised here): leave --prompt empty",
+                              "--prompt needs the byte-level vocabulary (%d) or a tokenizer; this model's "
+                              "vocabulary is %d and no tokenizer.json was found (pass --tokenizer FILE)",
                               FSDP_BYTE_VOCAB, V);
     size_t cap = plen + (size_t)n + 1;
     int *toks = malloc(sizeof(int) * cap);
     if (!toks) return FSDP_ERR(FSDP_ENOMEM, "no memory for %zu tokens", cap);
     size_t len = 0;
-    toks[len++] = V == FSDP_BYTE_VOCAB ? FSDP_TOKEN_EOT : FSDP_GPT2_VOCAB - 1;
-    for (size_t i = 0; i < plen; i++)
-        toks[len++] = (unsigned char)prompt[i];
+    toks[len++] = bpe ? fsdp_bpe_eot(bpe) : V == FSDP_BYTE_VOCAB ? FSDP_TOKEN_EOT : FSDP_GPT2_VOCAB - 1;
+    if (bpe) {
+        size_t k = 0;
+        fsdp_status es = fsdp_bpe_encode(bpe, prompt, plen, toks + len, &k);
+        if (es != FSDP_OK) {
+            free(toks);
+            return es;
+        }
+        len += k;
+    } else {
+        for (size_t i = 0; i < plen; i++)
+            toks[len++] = (unsigned char)prompt[i];
+    }
     if (rank0 && out) fputs(prompt, out);
     fsdp_status s = FSDP_OK;
     for (int k = 0; k < n && s == FSDP_OK; k++) {
@@ -334,7 +406,7 @@ static fsdp_status generate(gpt_model_t *model, const fsdp_train_config *c, fsdp
             s = pick_token(logits + (T - 1) * (size_t)Vp, V, c->temperature, c->top_k, rng, comm, &tok);
         if (s == FSDP_OK) {
             toks[len++] = tok;
-            if (rank0 && out) put_token(out, tok, V);
+            if (rank0 && out) put_token(out, tok, V, bpe);
         }
     }
     if (rank0 && out) fputc('\n', out);
@@ -634,8 +706,16 @@ fsdp_status fsdp_train_run(const fsdp_train_config *cfg_in, fsdp_comm_t *comm, F
         if (o)
             fprintf(o, "sample (%d tokens, temperature %g, top-k %d):\n", c->sample_tokens, c->temperature,
                     c->top_k);
-        s = generate(rm.model, c, comm, c->vocab == FSDP_BYTE_VOCAB ? c->prompt : "", c->sample_tokens,
-                     st.rng, o);
+        char *tpath = NULL;
+        fsdp_bpe *bpe = NULL;
+        s = find_tokenizer(NULL, c->init_from, c->data, &tpath);
+        if (s == FSDP_OK) s = load_tokenizer(tpath, c->vocab, &bpe);
+        s = fsdp_ckpt_agree(comm, s, "loading the tokenizer");
+        if (s == FSDP_OK)
+            s = generate(rm.model, c, comm, c->vocab == FSDP_BYTE_VOCAB || bpe ? c->prompt : "", c->sample_tokens,
+                         st.rng, o, bpe);
+        fsdp_bpe_free(bpe);
+        free(tpath);
     }
 done:
     if (c->trace) fsdp_trace_free();
@@ -713,8 +793,17 @@ fsdp_status fsdp_sample_run(const fsdp_train_config *cfg, fsdp_comm_t *comm, FIL
         rng_seed(rng, (uint64_t)cfg->seed);
         c.temperature = cfg->temperature;
         c.top_k = cfg->top_k;
-        s = generate(rm.model, &c, comm, cfg->prompt, cfg->tokens, rng,
-                     fsdp_comm_rank(comm) == 0 ? out : NULL);
+        char *tpath = NULL;
+        fsdp_bpe *bpe = NULL;
+        s = cfg->init_from ? find_tokenizer(cfg->tokenizer, cfg->init_from, NULL, &tpath)
+                           : fsdp_train_ckpt_tokenizer(cfg->tokenizer, cfg->checkpoint, &tpath);
+        if (s == FSDP_OK) s = load_tokenizer(tpath, c.vocab, &bpe);
+        s = fsdp_ckpt_agree(comm, s, "loading the tokenizer");
+        if (s == FSDP_OK)
+            s = generate(rm.model, &c, comm, cfg->prompt, cfg->tokens, rng, fsdp_comm_rank(comm) == 0 ? out : NULL,
+                         bpe);
+        fsdp_bpe_free(bpe);
+        free(tpath);
     }
     model_free(&rm);
     return s;

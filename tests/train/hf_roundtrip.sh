@@ -4,7 +4,10 @@
 # "transformer." prefix, a stored lm_head) load at 1, 2 and 3 ranks with logits equal to transformers' to
 # 1e-5 relative; a 20-step fine-tune from one of them exports a folder transformers reloads to fsdp.c's
 # logits; damaged folders fail with the file and field named and nothing written.
-# usage: hf_roundtrip.sh FSDP_TRAIN MPIRUN_SH PYTHON WORKDIR PART   PART: load | finetune | damaged
+# Part text: a model with its own BPE tokenizer (trained by tokenizers): prepare --tokenizer, fine-tune,
+# sample text; the export folder (with tokenizer.json) loads in AutoTokenizer + GPT2LMHeadModel, whose
+# greedy generate() gives the same text as fsdp-train sample.
+# usage: hf_roundtrip.sh FSDP_TRAIN MPIRUN_SH PYTHON WORKDIR PART   PART: load | finetune | damaged | text
 # PYTHON: the test venv's python (tools/test-deps.sh); without transformers the test fails.
 set -uo pipefail
 BIN=$1 MPIRUN=$2 PY=$3 WORK=$4 PART=$5
@@ -71,6 +74,26 @@ if [ "$PART" = finetune ]; then
     sed -i 's/"vocab":[[:space:]]*257/"vocab": 300/' data/meta.json
     "$BIN" --init-from m_single "${FT[@]}" --steps 1 --checkpoint-dir ck_v >v.log 2>&1 && bad "vocabulary mismatch accepted" ||
         { grep -q "meta.json" v.log && [ ! -e ck_v ] && ok || bad "vocabulary mismatch message: $(cat v.log)"; }
+fi
+
+if [ "$PART" = text ]; then
+    "$PY" "$SRC/tools/bpe_fixture.py" train tok.json /usr/share/games/fortunes/fortunes --vocab 1000 >tok.log 2>&1 || bad "tokenizer: $(cat tok.log)"
+    "$PY" "$FIX" make m --variant single --tokenizer tok.json >make.log 2>&1 || bad "make: $(tail -3 make.log)"
+    cat /usr/share/games/fortunes/fortunes /usr/share/games/fortunes/computers >text.txt
+    "$BIN" prepare --tokenizer m/tokenizer.json --text text.txt --out data --doc-sep % >prep.log 2>&1 || bad "prepare: $(cat prep.log)"
+    # Before training: fsdp-train's greedy text from the folder equals transformers'.
+    run 1 sample --init-from m --prompt "The cat" --tokens 12 --temperature 0 >s0.txt 2>s0.err || bad "sample: $(cat s0.err)"
+    "$PY" "$FIX" generate m "The cat" 12 >g0.txt 2>g0.err || bad "generate: $(tail -3 g0.err)"
+    cmp -s s0.txt g0.txt && ok || bad "greedy text of the HF folder: fsdp.c '$(cat s0.txt)' vs transformers '$(cat g0.txt)'"
+    run 2 --init-from m --data data --seq-len 32 --batch 8 --precision fp32 --eval-every 0 --sample-tokens 20 \
+        --steps 20 --warmup 2 --lr 3e-3 --checkpoint-dir ck --threads 1 --prompt "The cat" >ft.log 2>&1 || bad "fine-tune: $(tail -3 ft.log)"
+    grep -q "^The cat" ft.log && ok || bad "the end-of-training sample is text after the prompt: $(tail -3 ft.log)"
+    run 2 sample --checkpoint ck --prompt "The cat" --tokens 24 --temperature 0 >s1.txt 2>s1.err || bad "sample: $(cat s1.err)"
+    "$BIN" export --checkpoint ck --out ft/model.safetensors >exp.log 2>&1 || bad "export: $(cat exp.log)"
+    cmp -s m/tokenizer.json ft/tokenizer.json && ok || bad "export writes tokenizer.json beside the model"
+    "$PY" "$FIX" generate ft "The cat" 24 >g1.txt 2>g1.err || bad "generate: $(tail -3 g1.err)"
+    cmp -s s1.txt g1.txt && ok || bad "greedy text after fine-tuning: fsdp.c '$(cat s1.txt)' vs transformers '$(cat g1.txt)'"
+    cmp -s s0.txt <(head -c "$(wc -c <s0.txt)" s1.txt) && bad "fine-tuning did not change the greedy text" || ok
 fi
 
 if [ "$PART" = damaged ]; then
