@@ -26,6 +26,7 @@ import os
 import shutil
 import struct
 import sys
+import time
 
 import numpy as np
 import torch
@@ -37,6 +38,9 @@ def model(seed, vocab=None):
     from transformers import GPT2Config, GPT2LMHeadModel
     torch.manual_seed(seed)
     shape = dict(SHAPE, vocab_size=vocab or SHAPE["vocab_size"])
+    if os.environ.get("HF_FIXTURE_SHAPE"):  # L,C,NH,V,P for benches
+        L, C, NH, V, P = (int(x) for x in os.environ["HF_FIXTURE_SHAPE"].split(","))
+        shape = dict(n_layer=L, n_embd=C, n_head=NH, vocab_size=V, n_positions=P)
     cfg = GPT2Config(**shape, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
     m = GPT2LMHeadModel(cfg).eval()
     with torch.no_grad():
@@ -135,6 +139,25 @@ def cmd_generate(a):
     for t in out[0, len(ids):].tolist():
         text += "\n----\n" if t == eot else tok.decode([t])
     sys.stdout.write(text + "\n")
+    return 0
+
+
+def cmd_bench_generate(a):
+    """transformers' greedy generate() (KV cache on) tokens/s on DIR, torch threads as given."""
+    from transformers import GPT2LMHeadModel
+    generate_fix()
+    torch.set_num_threads(a.threads)
+    m = GPT2LMHeadModel.from_pretrained(a.dir, torch_dtype=torch.float32).eval()
+    ids = torch.tensor([[m.config.vocab_size - 1] * a.prompt])  # fsdp-train sample's start token
+    kw = dict(do_sample=False, pad_token_id=0, eos_token_id=None, attention_mask=torch.ones_like(ids))
+    with torch.no_grad():
+        m.generate(ids, max_new_tokens=4, **kw)  # warm-up
+        t0 = time.perf_counter()
+        out = m.generate(ids, max_new_tokens=a.n, min_new_tokens=a.n, use_cache=not a.no_cache, **kw)
+        dt = time.perf_counter() - t0
+    n = out.shape[1] - ids.shape[1]
+    print(f"transformers {__import__('transformers').__version__} generate (use_cache={not a.no_cache}, "
+          f"{a.threads} thread(s)): {n} tokens in {dt:.3f} s = {n / dt:.1f} tokens/s")
     return 0
 
 
@@ -291,11 +314,18 @@ def main():
     c.add_argument("dir")
     c.add_argument("logits", nargs="+")
     c.add_argument("--tol", type=float, default=1e-5)
+    bg = sub.add_parser("bench-generate")
+    bg.add_argument("dir")
+    bg.add_argument("--n", type=int, default=256)
+    bg.add_argument("--prompt", type=int, default=1)
+    bg.add_argument("--threads", type=int, default=1)
+    bg.add_argument("--no-cache", action="store_true")
     d = sub.add_parser("damage")
     d.add_argument("src")
     d.add_argument("out")
     a = p.parse_args()
-    return {"make": cmd_make, "compare": cmd_compare, "damage": cmd_damage, "generate": cmd_generate}[a.cmd](a) or 0
+    return {"make": cmd_make, "compare": cmd_compare, "damage": cmd_damage, "generate": cmd_generate,
+            "bench-generate": cmd_bench_generate}[a.cmd](a) or 0
 
 
 if __name__ == "__main__":

@@ -113,6 +113,9 @@ static const opt_def opts[] = {
      "config.json sets --layers, --width, --heads, --vocab and --max-seq-len"},
     {"prompt", OPT_STR, F(prompt), 0, 0, NULL, C_TRAIN | C_SAMPLE, "text the sample starts from"},
     {"tokens", OPT_INT, F(tokens), 1, 1 << 20, NULL, C_SAMPLE, "tokens to generate"},
+    {"kv-cache", OPT_BOOL, F(kv_cache), 0, 1, NULL, C_TRAIN | C_SAMPLE,
+     "sample with a key/value cache (per-token cost linear in the context); 0: a full forward per token"},
+    {"timing", OPT_BOOL, F(timing), 0, 1, NULL, C_SAMPLE, "print the sampling speed (tokens/s) on stderr"},
     {"temperature", OPT_DBL, F(temperature), 0, 100, NULL, C_TRAIN | C_SAMPLE,
      "sampling temperature (0: greedy)"},
     {"top-k", OPT_INT, F(top_k), 0, 1 << 20, NULL, C_TRAIN | C_SAMPLE,
@@ -177,6 +180,7 @@ fsdp_train_config fsdp_train_config_default(void) {
     c.temperature = 0.8;
     c.top_k = 40;
     c.tokens = 200;
+    c.kv_cache = 1;
     c.val_fraction = 0.05;
     c.doc_sep = NULL;
     return c;

@@ -73,6 +73,8 @@ typedef struct {
     double temperature;
     int top_k;
     int tokens; /* sample: tokens to generate */
+    int kv_cache; /* sampling with the key/value cache (gpt_decode); 0: a full forward per token */
+    int timing;   /* sample: tokens/s on stderr */
 
     /* prepare */
     const char *const *texts;

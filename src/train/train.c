@@ -395,15 +395,28 @@ static fsdp_status generate(gpt_model_t *model, const fsdp_train_config *c, fsdp
     }
     if (rank0 && out) fputs(prompt, out);
     fsdp_status s = FSDP_OK;
+    /* With the cache: positions start.. are in the model's context, the first `cached` of them cached;
+     * when the context would pass T_max it restarts from the last half (GPT-2's positions are absolute,
+     * so a sliding window cannot reuse the cache). Without: a full forward over the last T_max tokens. */
+    size_t start = len > (size_t)Tmax ? len - (size_t)Tmax : 0, cached = 0;
     for (int k = 0; k < n && s == FSDP_OK; k++) {
-        size_t T = len < (size_t)Tmax ? len : (size_t)Tmax;
-        s = gpt_forward(model, toks + (len - T), NULL, 1, (int)T, NULL);
-        const float *logits = NULL;
-        int Vp = 0;
-        if (s == FSDP_OK) s = gpt_logits(model, &logits, NULL, NULL, &Vp);
+        const float *logits = NULL, *row = NULL;
+        if (c->kv_cache) {
+            if (len - start > (size_t)Tmax) {
+                start = len - (Tmax / 2 > 0 ? (size_t)(Tmax / 2) : 1);
+                cached = 0;
+            }
+            s = gpt_decode(model, toks + start + cached, (int)(len - start - cached), (int)cached, &row);
+            cached = len - start;
+        } else {
+            size_t T = len < (size_t)Tmax ? len : (size_t)Tmax;
+            int Vp = 0;
+            s = gpt_forward(model, toks + (len - T), NULL, 1, (int)T, NULL);
+            if (s == FSDP_OK) s = gpt_logits(model, &logits, NULL, NULL, &Vp);
+            if (s == FSDP_OK) row = logits + (T - 1) * (size_t)Vp;
+        }
         int tok = 0;
-        if (s == FSDP_OK)
-            s = pick_token(logits + (T - 1) * (size_t)Vp, V, c->temperature, c->top_k, rng, comm, &tok);
+        if (s == FSDP_OK) s = pick_token(row, V, c->temperature, c->top_k, rng, comm, &tok);
         if (s == FSDP_OK) {
             toks[len++] = tok;
             if (rank0 && out) put_token(out, tok, V, bpe);
@@ -799,9 +812,15 @@ fsdp_status fsdp_sample_run(const fsdp_train_config *cfg, fsdp_comm_t *comm, FIL
                            : fsdp_train_ckpt_tokenizer(cfg->tokenizer, cfg->checkpoint, &tpath);
         if (s == FSDP_OK) s = load_tokenizer(tpath, c.vocab, &bpe);
         s = fsdp_ckpt_agree(comm, s, "loading the tokenizer");
+        c.kv_cache = cfg->kv_cache;
+        double t0 = fsdp_time_s();
         if (s == FSDP_OK)
             s = generate(rm.model, &c, comm, cfg->prompt, cfg->tokens, rng, fsdp_comm_rank(comm) == 0 ? out : NULL,
                          bpe);
+        double dt = fsdp_time_s() - t0;
+        if (s == FSDP_OK && cfg->timing && out && fsdp_comm_rank(comm) == 0) /* stdout is the text alone */
+            fprintf(stderr, "sample: %d tokens in %.3f s = %.1f tokens/s (%s)\n", cfg->tokens, dt, cfg->tokens / dt,
+                    cfg->kv_cache ? "KV cache" : "full forward per token");
         fsdp_bpe_free(bpe);
         free(tpath);
     }

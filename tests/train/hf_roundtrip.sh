@@ -88,7 +88,11 @@ if [ "$PART" = text ]; then
     run 2 --init-from m --data data --seq-len 32 --batch 8 --precision fp32 --eval-every 0 --sample-tokens 20 \
         --steps 20 --warmup 2 --lr 3e-3 --checkpoint-dir ck --threads 1 --prompt "The cat" >ft.log 2>&1 || bad "fine-tune: $(tail -3 ft.log)"
     grep -q "^The cat" ft.log && ok || bad "the end-of-training sample is text after the prompt: $(tail -3 ft.log)"
-    run 2 sample --checkpoint ck --prompt "The cat" --tokens 24 --temperature 0 >s1.txt 2>s1.err || bad "sample: $(cat s1.err)"
+    run 2 sample --checkpoint ck --prompt "The cat" --tokens 24 --temperature 0 --timing >s1.txt 2>s1.err || bad "sample: $(cat s1.err)"
+    # The KV cache changes nothing in the text: the same greedy tokens as a full forward per token.
+    run 2 sample --checkpoint ck --prompt "The cat" --tokens 24 --temperature 0 --kv-cache=0 --timing >s1f.txt 2>s1f.err || bad "sample: $(cat s1f.err)"
+    cmp -s s1.txt s1f.txt && ok || bad "KV cache vs full forward: '$(cat s1.txt)' vs '$(cat s1f.txt)'"
+    grep -q "KV cache" s1.err && grep -q "full forward per token" s1f.err && ok || bad "sample reports its speed and path"
     "$BIN" export --checkpoint ck --out ft/model.safetensors >exp.log 2>&1 || bad "export: $(cat exp.log)"
     cmp -s m/tokenizer.json ft/tokenizer.json && ok || bad "export writes tokenizer.json beside the model"
     "$PY" "$FIX" generate ft "The cat" 24 >g1.txt 2>g1.err || bad "generate: $(tail -3 g1.err)"
