@@ -108,7 +108,7 @@ static const opt_def opts[] = {
     {"logits", OPT_STR, F(logits), 0, 0, NULL, C_EXPORT | C_SAMPLE,
      "write the fp32 model's logits on a fixed input to this file (export: as well; sample: instead of "
      "text)"},
-    {"init-from", OPT_STR, F(init_from), 0, 0, NULL, C_TRAIN | C_SAMPLE,
+    {"init-from", OPT_STR, F(init_from), 0, 0, NULL, C_TRAIN | C_SAMPLE | C_EXPORT,
      "Hugging Face GPT-2 folder (config.json, model.safetensors or its index) to start from; its "
      "config.json sets --layers, --width, --heads, --vocab and --max-seq-len"},
     {"prompt", OPT_STR, F(prompt), 0, 0, NULL, C_TRAIN | C_SAMPLE, "text the sample starts from"},
@@ -362,7 +362,8 @@ fsdp_status fsdp_train_config_check(fsdp_train_config *c, int world) {
         if (!c->out) return fsdp_set_error(FSDP_EINVAL, "prepare needs --out DIR");
         break;
     case FSDP_CMD_EXPORT:
-        if (!c->checkpoint) return fsdp_set_error(FSDP_EINVAL, "export needs --checkpoint DIR");
+        if (!c->checkpoint == !c->init_from)
+            return fsdp_set_error(FSDP_EINVAL, "export needs one of --checkpoint DIR and --init-from DIR");
         if (!c->out) return fsdp_set_error(FSDP_EINVAL, "export needs --out FILE.safetensors");
         break;
     case FSDP_CMD_SAMPLE:

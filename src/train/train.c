@@ -791,6 +791,27 @@ static fsdp_status load_hf_model(const char *dir, fsdp_comm_t *comm, fsdp_train_
 
 static fsdp_status write_logits(run_model *rm, const fsdp_train_config *c, fsdp_comm_t *comm, const char *path);
 
+fsdp_status fsdp_train_hf_to_checkpoint(const char *hf_dir, const char *ckpt_dir, char **step_dir) {
+    fsdp_comm_t *comm = NULL;
+    fsdp_comm_config cc = fsdp_comm_config_default();
+    cc.backend = FSDP_COMM_SELF;
+    FSDP_TRY(fsdp_comm_init(&comm, &cc, NULL, NULL));
+    fsdp_train_config c = fsdp_train_config_default();
+    run_model rm = {0};
+    cJSON *cj = NULL;
+    char abs[PATH_MAX];
+    fsdp_status s = load_hf_model(hf_dir, comm, &c, &rm);
+    c.init_from = realpath(hf_dir, abs) ? abs : hf_dir;
+    c.data = NULL; /* no data folder: the tokenizer, if any, is the --init-from folder's */
+    if (s == FSDP_OK && !(cj = fsdp_train_config_to_json(&c))) s = FSDP_ERR(FSDP_ENOMEM, "no memory for a config");
+    fsdp_ckpt_state st = {0, 0, 0, {0, 0}};
+    if (s == FSDP_OK) s = fsdp_ckpt_save(rm.eng, ckpt_dir, cj, &st, step_dir);
+    cJSON_Delete(cj);
+    model_free(&rm);
+    fsdp_comm_free(comm);
+    return s;
+}
+
 fsdp_status fsdp_sample_run(const fsdp_train_config *cfg, fsdp_comm_t *comm, FILE *out) {
     fsdp_train_config c = *cfg;
     run_model rm = {0};

@@ -45,6 +45,12 @@ if [ "$PART" = load ]; then
         done
         "$PY" "$FIX" compare "m_$v" "l_${v}"_[123].bin && ok || bad "logits of $v at 1, 2 and 3 ranks"
     done
+    # export --init-from converts a folder (BF16; F16 without the prefix) to fsdp.c's F32 export.
+    for v in bf16 bare; do
+        "$BIN" export --init-from "m_$v" --out "x_$v/model.safetensors" --logits "x_$v.bin" >"x_$v.log" 2>&1 || bad "export --init-from m_$v: $(cat "x_$v.log")"
+        "$PY" "$FIX" compare "x_$v" "x_$v.bin" && "$PY" "$FIX" compare "m_$v" "x_$v.bin" && ok || bad "export --init-from m_$v"
+        [ "$(ls "x_$v")" = "$(printf 'config.json\nmodel.safetensors')" ] && ok || bad "export --init-from left files: $(ls "x_$v")"
+    done
     [ -f m_sharded/model.safetensors.index.json ] && [ ! -f m_sharded/model.safetensors ] && ok || bad "sharded fixture has an index"
     # The comparison can fail: another model's logits do not pass.
     "$PY" "$FIX" compare m_single l_bf16_1.bin >neg.log 2>&1 && bad "compare accepted another model's logits" || ok
@@ -121,7 +127,9 @@ if [ "$PART" = damaged ]; then
                 grep -qF -- "$s" "$name.$np.log" && ok || bad "$name at $np ranks: message lacks '$s': $(tail -2 "$name.$np.log")"
             done
         done
-        # sample reports it too, and writes no logits
+        # export and sample report it too, and write nothing
+        "$BIN" export --init-from "$dir" --out "x_$name/model.safetensors" >"$name.x.log" 2>&1 </dev/null && bad "export $name: exit 0" || ok
+        [ ! -e "x_$name" ] && ok || bad "export $name wrote x_$name: $(ls "x_$name")"
         "$BIN" sample --init-from "$dir" --logits "$name.bin" >"$name.s.log" 2>&1 </dev/null && bad "sample $name: exit 0" || ok
         [ ! -e "$name.bin" ] && ok || bad "sample $name wrote logits"
     done <bad/cases.txt
