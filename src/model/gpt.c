@@ -56,9 +56,9 @@ struct gpt_model {
     int *targets;     /* (N) copy of its targets */
 
     /* gpt_decode: the key/value cache and its per-call buffers, allocated on first use */
-    float *kv;      /* (L, 2, T_max, C): keys then values of every cached position */
-    float *dec;     /* scratch for up to T_max rows (see decode_buffers) */
-    int kv_len;     /* positions cached */
+    float *kv;  /* (L, 2, T_max, C): keys then values of every cached position */
+    float *dec; /* scratch for up to T_max rows (see decode_buffers) */
+    int kv_len; /* positions cached */
 
     int B, T;             /* of the last forward */
     int have_targets;     /* the last forward had targets */
@@ -607,15 +607,15 @@ fsdp_status gpt_end_eval(gpt_model_t *m) {
 
 /* ---------------------------------------------------------------- incremental inference (KV cache) */
 
-static fsdp_status decode_layers(gpt_model_t *m, const int *tokens, int n, int pos, float *x, float *ln, float *tmp,
-                                 float *atty, float *qkv, float *fch, float *fcg, float *mean, float *rstd,
-                                 float *att, int nthr, float *out);
+static fsdp_status decode_layers(gpt_model_t *m, const int *tokens, int n, int pos, float *x, float *ln,
+                                 float *tmp, float *atty, float *qkv, float *fch, float *fcg, float *mean,
+                                 float *rstd, float *att, int nthr, float *out);
 
 /* Attention of n new queries (rows of qkv [n, 3C], positions pos..pos+n-1) over the cached keys and
  * values K, V [T_max, C] of positions 0..pos+i (causal), into out [n, C]. att: scratch of T_max floats
  * per thread (nthr threads). */
-static void decode_attention(float *out, const float *qkv, const float *K, const float *V, float *att, int nthr,
-                             int n, int pos, int C, int NH, int Tmax) {
+static void decode_attention(float *out, const float *qkv, const float *K, const float *V, float *att,
+                             int nthr, int n, int pos, int C, int NH, int Tmax) {
     const int hs = C / NH;
     const float scale = 1.0f / sqrtf((float)hs);
 #pragma omp parallel for schedule(static) collapse(2) num_threads(nthr)
@@ -656,14 +656,17 @@ fsdp_status gpt_decode(gpt_model_t *m, const int *tokens, int n, int pos, const 
     const gpt_config *c = &m->cfg;
     const int L = c->n_layer, C = c->n_embd, Tmax = c->max_seq_len, Vp = c->padded_vocab_size;
     if (n < 1 || pos < 0 || pos + n > Tmax)
-        return FSDP_ERR(FSDP_EINVAL, "gpt_decode: %d tokens at position %d: need n >= 1 and pos + n <= max_seq_len (%d)",
+        return FSDP_ERR(FSDP_EINVAL,
+                        "gpt_decode: %d tokens at position %d: need n >= 1 and pos + n <= max_seq_len (%d)",
                         n, pos, Tmax);
     if (pos != 0 && pos != m->kv_len)
-        return FSDP_ERR(FSDP_EINVAL, "gpt_decode: position %d but %d positions are cached (pass 0 to start over)", pos,
+        return FSDP_ERR(FSDP_EINVAL,
+                        "gpt_decode: position %d but %d positions are cached (pass 0 to start over)", pos,
                         m->kv_len);
     for (int i = 0; i < n; i++)
         if (tokens[i] < 0 || tokens[i] >= c->vocab_size)
-            return FSDP_ERR(FSDP_EINVAL, "tokens[%d] = %d is outside the vocabulary [0, %d)", i, tokens[i], c->vocab_size);
+            return FSDP_ERR(FSDP_EINVAL, "tokens[%d] = %d is outside the vocabulary [0, %d)", i, tokens[i],
+                            c->vocab_size);
     m->pending_backward = 0; /* as a new gpt_forward does: a forward left without backward is abandoned */
     /* Buffers for up to T_max rows: x, ln, tmpC, atty (C each), qkv (3C), fch, fch_gelu (4C each),
      * mean, rstd (1 each), logits (Vp for one row); attention's scratch is per call (T_max per thread). */
@@ -671,7 +674,8 @@ fsdp_status gpt_decode(gpt_model_t *m, const int *tokens, int n, int pos, const 
     const size_t dec_floats = R * (4 * Cz + 3 * Cz + 8 * Cz + 2) + (size_t)Vp;
     if (!m->kv) {
         size_t kvb, decb;
-        if (!fsdp_mul_ok((size_t)L * 2 * R * Cz, sizeof(float), &kvb) || !fsdp_mul_ok(dec_floats, sizeof(float), &decb))
+        if (!fsdp_mul_ok((size_t)L * 2 * R * Cz, sizeof(float), &kvb) ||
+            !fsdp_mul_ok(dec_floats, sizeof(float), &decb))
             return FSDP_ERR(FSDP_EINVAL, "the KV cache for T_max %d overflows size_t", Tmax);
         FSDP_TRY(fsdp_mem_alloc((void **)&m->kv, kvb, FSDP_MEM_ACTIVATION));
         fsdp_status st = fsdp_mem_alloc((void **)&m->dec, decb, FSDP_MEM_ACTIVATION);
@@ -686,7 +690,8 @@ fsdp_status gpt_decode(gpt_model_t *m, const int *tokens, int n, int pos, const 
     float *out = rstd + R, *att = NULL;
     const int nthr = omp_get_max_threads();
     FSDP_TRY(fsdp_mem_alloc((void **)&att, (size_t)nthr * R * sizeof(float), FSDP_MEM_ACTIVATION));
-    fsdp_status st = decode_layers(m, tokens, n, pos, x, ln, tmp, atty, qkv, fch, fcg, mean, rstd, att, nthr, out);
+    fsdp_status st =
+        decode_layers(m, tokens, n, pos, x, ln, tmp, atty, qkv, fch, fcg, mean, rstd, att, nthr, out);
     fsdp_mem_free(att);
     FSDP_TRY(st);
     m->kv_len = pos + n;
@@ -695,9 +700,9 @@ fsdp_status gpt_decode(gpt_model_t *m, const int *tokens, int n, int pos, const 
 }
 
 /* gpt_decode's work on its buffers (see there). */
-static fsdp_status decode_layers(gpt_model_t *m, const int *tokens, int n, int pos, float *x, float *ln, float *tmp,
-                                 float *atty, float *qkv, float *fch, float *fcg, float *mean, float *rstd,
-                                 float *att, int nthr, float *out) {
+static fsdp_status decode_layers(gpt_model_t *m, const int *tokens, int n, int pos, float *x, float *ln,
+                                 float *tmp, float *atty, float *qkv, float *fch, float *fcg, float *mean,
+                                 float *rstd, float *att, int nthr, float *out) {
     const gpt_config *c = &m->cfg;
     const int L = c->n_layer, C = c->n_embd, NH = c->n_head, Tmax = c->max_seq_len, Vp = c->padded_vocab_size;
     const size_t R = (size_t)Tmax, Cz = (size_t)C;
@@ -710,8 +715,8 @@ static fsdp_status decode_layers(gpt_model_t *m, const int *tokens, int n, int p
     const void *r[GPT_ROOT_NTENSORS];
     FSDP_TRY(views(m->root, GPT_ROOT_NTENSORS, r));
     /* Embeddings at positions pos..: the encoder over a position table starting at row pos. */
-    FSDP_TRY(fsdp_encoder_forward(x, tokens, r[GPT_WTE], (const char *)r[GPT_WPE] + (size_t)pos * Cz * esz, pdt, 1, n,
-                                  C, Vp, Tmax - pos));
+    FSDP_TRY(fsdp_encoder_forward(x, tokens, r[GPT_WTE], (const char *)r[GPT_WPE] + (size_t)pos * Cz * esz,
+                                  pdt, 1, n, C, Vp, Tmax - pos));
     for (int l = 0; l < L; l++) {
         FSDP_TRY(fsdp_unit_pre_forward(m->blocks[l]));
         const void *w[GPT_BLOCK_NTENSORS];

@@ -158,8 +158,8 @@ fsdp_status gpt_end_eval(gpt_model_t *m);
  * the weights plus attention over pos keys: linear in the context, where gpt_forward over the whole
  * context is quadratic. Same hooks as an inference gpt_forward (collective on every rank; finish with
  * gpt_end_eval); the cache (2 * L * T_max * C floats, category activation) lives until gpt_free. Like a
- * new gpt_forward, it abandons a training forward still waiting for its backward. The logits equal gpt_forward's on the same context up to
- * float rounding (other summation orders in attention). */
+ * new gpt_forward, it abandons a training forward still waiting for its backward. The logits equal
+ * gpt_forward's on the same context up to float rounding (other summation orders in attention). */
 fsdp_status gpt_decode(gpt_model_t *m, const int *tokens, int n, int pos, const float **logits);
 
 #ifdef __cplusplus

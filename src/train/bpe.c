@@ -40,7 +40,7 @@ struct fsdp_bpe {
     char **added; /* (n_added) contents, matched in the text before the split */
     size_t *added_len;
     int32_t *added_id;
-    cache_slot *cache; /* (CACHE_SIZE) */
+    cache_slot *cache;   /* (CACHE_SIZE) */
     int32_t *sym, *rank; /* scratch for one word: cap_sym entries */
     size_t cap_sym;
 };
@@ -63,10 +63,14 @@ static int32_t utf8_next(const unsigned char *s, size_t n, size_t *len) {
     if (c < 0x80) return (int32_t)c;
     int need;
     uint32_t cp, min;
-    if (c >= 0xC2 && c <= 0xDF) need = 1, cp = c & 0x1F, min = 0x80;
-    else if (c >= 0xE0 && c <= 0xEF) need = 2, cp = c & 0x0F, min = 0x800;
-    else if (c >= 0xF0 && c <= 0xF4) need = 3, cp = c & 0x07, min = 0x10000;
-    else return -1;
+    if (c >= 0xC2 && c <= 0xDF)
+        need = 1, cp = c & 0x1F, min = 0x80;
+    else if (c >= 0xE0 && c <= 0xEF)
+        need = 2, cp = c & 0x0F, min = 0x800;
+    else if (c >= 0xF0 && c <= 0xF4)
+        need = 3, cp = c & 0x07, min = 0x10000;
+    else
+        return -1;
     if ((size_t)need >= n) return -1;
     for (int k = 1; k <= need; k++) {
         if ((s[k] & 0xC0) != 0x80) return -1;
@@ -169,13 +173,15 @@ static int byte_level_decode(const char *s, const uint8_t byte_of[324], const ui
 static fsdp_status need_type(const cJSON *obj, const char *field, const char *type, const char *path) {
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(obj, "type");
     if (!cJSON_IsString(t) || strcmp(t->valuestring, type) != 0)
-        return fsdp_set_error(FSDP_EFORMAT, "%s: \"%s\".\"type\" is not \"%s\" (GPT-2's byte-level BPE)", path,
-                              field, type);
+        return fsdp_set_error(FSDP_EFORMAT, "%s: \"%s\".\"type\" is not \"%s\" (GPT-2's byte-level BPE)",
+                              path, field, type);
     return FSDP_OK;
 }
 
 /* A setting that must be null/absent or equal a value this encoder implements. */
-static int is_off(const cJSON *v) { return !v || cJSON_IsNull(v) || cJSON_IsFalse(v) || (cJSON_IsString(v) && !v->valuestring[0]); }
+static int is_off(const cJSON *v) {
+    return !v || cJSON_IsNull(v) || cJSON_IsFalse(v) || (cJSON_IsString(v) && !v->valuestring[0]);
+}
 
 fsdp_status fsdp_bpe_load(fsdp_bpe **out, const char *path) {
     *out = NULL;
@@ -236,9 +242,10 @@ fsdp_status fsdp_bpe_load(fsdp_bpe **out, const char *path) {
     if (added && !cJSON_IsArray(added)) FAIL("%s: \"added_tokens\" is not an array", path);
     int nv = cJSON_GetArraySize(vocab), maxid = -1;
     for (const cJSON *e = vocab->child; e; e = e->next) {
-        if (!cJSON_IsNumber(e) || e->valuedouble < 0 || e->valuedouble >= MAX_ID || e->valuedouble != (int)e->valuedouble)
-            FAIL("%s: \"model\".\"vocab\".\"%.40s\" is not an id in 0..%d (token files hold 16-bit ids)", path,
-                 e->string, MAX_ID - 1);
+        if (!cJSON_IsNumber(e) || e->valuedouble < 0 || e->valuedouble >= MAX_ID ||
+            e->valuedouble != (int)e->valuedouble)
+            FAIL("%s: \"model\".\"vocab\".\"%.40s\" is not an id in 0..%d (token files hold 16-bit ids)",
+                 path, e->string, MAX_ID - 1);
         if (e->valueint > maxid) maxid = e->valueint;
     }
     for (const cJSON *e = added ? added->child : NULL; e; e = e->next) {
@@ -246,12 +253,13 @@ fsdp_status fsdp_bpe_load(fsdp_bpe **out, const char *path) {
         const cJSON *c = cJSON_GetObjectItemCaseSensitive(e, "content");
         if (!cJSON_IsNumber(id) || id->valuedouble < 0 || id->valuedouble >= MAX_ID ||
             id->valuedouble != (int)id->valuedouble || !cJSON_IsString(c) || !c->valuestring[0])
-            FAIL("%s: an \"added_tokens\" entry lacks a valid \"id\" (0..%d) or a non-empty \"content\"", path,
-                 MAX_ID - 1);
+            FAIL("%s: an \"added_tokens\" entry lacks a valid \"id\" (0..%d) or a non-empty \"content\"",
+                 path, MAX_ID - 1);
         static const char *const flags[] = {"single_word", "lstrip", "rstrip", "normalized"};
         for (size_t k = 0; k < sizeof flags / sizeof flags[0]; k++)
             if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(e, flags[k])))
-                FAIL("%s: \"added_tokens\" \"%.40s\": \"%s\" is true: not supported", path, c->valuestring, flags[k]);
+                FAIL("%s: \"added_tokens\" \"%.40s\": \"%s\" is true: not supported", path, c->valuestring,
+                     flags[k]);
         if (id->valueint > maxid) maxid = id->valueint;
         b->n_added++;
     }
@@ -276,7 +284,8 @@ fsdp_status fsdp_bpe_load(fsdp_bpe **out, const char *path) {
             FAIL("%s: \"model\".\"vocab\" token \"%.40s\" is not a byte-level token", path, e->string);
         int id = e->valueint;
         if (b->tok[id]) FAIL("%s: \"model\".\"vocab\": id %d is given twice", path, id);
-        if (!str_put(&vm, e->string, sl, id)) FAIL("%s: \"model\".\"vocab\" token \"%.40s\" twice", path, e->string);
+        if (!str_put(&vm, e->string, sl, id))
+            FAIL("%s: \"model\".\"vocab\" token \"%.40s\" twice", path, e->string);
         b->tok[id] = malloc(n);
         if (!b->tok[id]) {
             s = FSDP_ERR(FSDP_ENOMEM, "no memory for a token");
@@ -289,8 +298,10 @@ fsdp_status fsdp_bpe_load(fsdp_bpe **out, const char *path) {
         char u[4];
         size_t ul = 0;
         uint32_t cp = cp_of[i];
-        if (cp < 0x80) u[ul++] = (char)cp;
-        else u[ul++] = (char)(0xC0 | (cp >> 6)), u[ul++] = (char)(0x80 | (cp & 0x3F));
+        if (cp < 0x80)
+            u[ul++] = (char)cp;
+        else
+            u[ul++] = (char)(0xC0 | (cp >> 6)), u[ul++] = (char)(0x80 | (cp & 0x3F));
         b->byte_id[i] = str_get(&vm, u, ul);
         if (b->byte_id[i] < 0) FAIL("%s: \"model\".\"vocab\" lacks the token of byte 0x%02X", path, i);
     }
@@ -339,13 +350,15 @@ fsdp_status fsdp_bpe_load(fsdp_bpe **out, const char *path) {
                    cJSON_IsString(e->child->next)) {
             a = e->child->valuestring, al = strlen(a), c = e->child->next->valuestring, cl = strlen(c);
         }
-        if (!a || al + cl >= sizeof buf) FAIL("%s: \"model\".\"merges\"[%d] is not a pair of tokens", path, rank);
+        if (!a || al + cl >= sizeof buf)
+            FAIL("%s: \"model\".\"merges\"[%d] is not a pair of tokens", path, rank);
         memcpy(buf, a, al);
         memcpy(buf + al, c, cl);
         int32_t ia = str_get(&vm, a, al), ic = str_get(&vm, c, cl), ir = str_get(&vm, buf, al + cl);
         if (ia < 0 || ic < 0 || ir < 0)
-            FAIL("%s: \"model\".\"merges\"[%d] (\"%.*s\" + \"%.*s\"): %s is not in the vocabulary", path, rank,
-                 (int)(al > 40 ? 40 : al), a, (int)(cl > 40 ? 40 : cl), c, ir < 0 && ia >= 0 && ic >= 0 ? "the merged token" : "a part");
+            FAIL("%s: \"model\".\"merges\"[%d] (\"%.*s\" + \"%.*s\"): %s is not in the vocabulary", path,
+                 rank, (int)(al > 40 ? 40 : al), a, (int)(cl > 40 ? 40 : cl), c,
+                 ir < 0 && ia >= 0 && ic >= 0 ? "the merged token" : "a part");
         uint64_t key = ((uint64_t)(uint32_t)ia << 32 | (uint32_t)ic) + 1;
         for (size_t i = fnv(&key, 8) & b->pair_mask;; i = (i + 1) & b->pair_mask) {
             if (b->pairs[i].key == key) break; /* a repeated merge: the first (lowest) rank stays */
@@ -373,9 +386,12 @@ static int in_ranges(const uint32_t (*r)[2], size_t n, uint32_t cp) {
     size_t lo = 0, hi = n;
     while (lo < hi) {
         size_t mid = (lo + hi) / 2;
-        if (cp < r[mid][0]) hi = mid;
-        else if (cp > r[mid][1]) lo = mid + 1;
-        else return 1;
+        if (cp < r[mid][0])
+            hi = mid;
+        else if (cp > r[mid][1])
+            lo = mid + 1;
+        else
+            return 1;
     }
     return 0;
 }
@@ -397,8 +413,10 @@ static int cp_class(int32_t cp) {
         return is_space(cp) ? CL_SPACE : CL_OTHER;
     }
     if (is_space(cp)) return CL_SPACE;
-    if (in_ranges(fsdp_uni_letter, sizeof fsdp_uni_letter / sizeof fsdp_uni_letter[0], (uint32_t)cp)) return CL_LETTER;
-    if (in_ranges(fsdp_uni_number, sizeof fsdp_uni_number / sizeof fsdp_uni_number[0], (uint32_t)cp)) return CL_NUMBER;
+    if (in_ranges(fsdp_uni_letter, sizeof fsdp_uni_letter / sizeof fsdp_uni_letter[0], (uint32_t)cp))
+        return CL_LETTER;
+    if (in_ranges(fsdp_uni_number, sizeof fsdp_uni_number / sizeof fsdp_uni_number[0], (uint32_t)cp))
+        return CL_NUMBER;
     return CL_OTHER;
 }
 
@@ -535,7 +553,8 @@ fsdp_status fsdp_bpe_encode(fsdp_bpe *b, const char *text, size_t n, int32_t *ou
         int bi = -1;
         for (int a = 0; a < b->n_added; a++) {
             const char *f = memmem(text + pos, n - pos, b->added[a], b->added_len[a]);
-            if (f && (!best || f < best || (f == best && b->added_len[a] > b->added_len[bi]))) best = f, bi = a;
+            if (f && (!best || f < best || (f == best && b->added_len[a] > b->added_len[bi])))
+                best = f, bi = a;
         }
         size_t end = best ? (size_t)(best - text) : n;
         FSDP_TRY(encode_plain(b, s + pos, end - pos, out, &k));

@@ -72,7 +72,7 @@ typedef struct {
     const char *prompt;
     double temperature;
     int top_k;
-    int tokens; /* sample: tokens to generate */
+    int tokens;   /* sample: tokens to generate */
     int kv_cache; /* sampling with the key/value cache (gpt_decode); 0: a full forward per token */
     int timing;   /* sample: tokens/s on stderr */
 

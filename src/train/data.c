@@ -208,7 +208,7 @@ static void emit_doc(void *c, const char *p, size_t n) {
         if (x->err != FSDP_OK) return;
     }
     /* token k of the document: end-of-text, then its bytes or BPE ids */
-#define TOK(k) ((uint16_t)((k) == 0 ? x->eot : x->bpe ? x->doc[(k) - 1] : (uint8_t)p[(k) - 1]))
+#define TOK(k) ((uint16_t)((k) == 0 ? x->eot : x->bpe ? x->doc[(k)-1] : (uint8_t)p[(k)-1]))
     if (x->total_docs == 1) {
         uint64_t split = x->bpe ? (nd + 1) - (uint64_t)llround((double)(nd + 1) * x->f) : x->single_split;
         for (size_t k = 0; k <= nd; k++) {
@@ -249,9 +249,10 @@ fsdp_status fsdp_prepare(const fsdp_prepare_args *a, fsdp_prepare_stats *stats) 
         x.eot = fsdp_bpe_eot(x.bpe);
         vocab = fsdp_bpe_vocab_size(x.bpe);
         if (x.eot < 0) {
-            s = fsdp_set_error(FSDP_EFORMAT,
-                               "%s: no \"<|endoftext|>\" token (\"added_tokens\"): documents need it as separator",
-                               a->tokenizer);
+            s = fsdp_set_error(
+                FSDP_EFORMAT,
+                "%s: no \"<|endoftext|>\" token (\"added_tokens\"): documents need it as separator",
+                a->tokenizer);
             goto done;
         }
     }
@@ -307,7 +308,8 @@ fsdp_status fsdp_prepare(const fsdp_prepare_args *a, fsdp_prepare_stats *stats) 
     if (x.bpe) { /* the folder carries its tokenizer: sample and export find it there */
         char *copy = NULL, *tpath = fsdp_strdupf("%s/tokenizer.json", a->out_dir);
         size_t clen = 0;
-        s = tpath ? fsdp_io_read_file(a->tokenizer, &copy, &clen) : FSDP_ERR(FSDP_ENOMEM, "no memory for a path");
+        s = tpath ? fsdp_io_read_file(a->tokenizer, &copy, &clen)
+                  : FSDP_ERR(FSDP_ENOMEM, "no memory for a path");
         if (s == FSDP_OK) s = fsdp_io_write_file_atomic(tpath, copy, clen);
         fsdp_mem_free(copy);
         free(tpath);

@@ -52,10 +52,10 @@ fsdp_status fsdp_tokens_write(const char *path, const uint16_t *tokens, size_t n
 typedef struct {
     const char *const *texts; /* input text files */
     int n_texts;
-    const char *out_dir; /* created if missing */
-    double val_fraction; /* share of documents (or of tokens, with one document) for val.bin */
-    const char *doc_sep; /* a line equal to this separates documents ("%" for fortune files);
-                            NULL: every file is one document */
+    const char *out_dir;   /* created if missing */
+    double val_fraction;   /* share of documents (or of tokens, with one document) for val.bin */
+    const char *doc_sep;   /* a line equal to this separates documents ("%" for fortune files);
+                              NULL: every file is one document */
     const char *tokenizer; /* NULL: bytes (vocabulary 257); else a GPT-2 style tokenizer.json (train/bpe.h):
                               documents start with its <|endoftext|>, and the file is copied into
                               out_dir/tokenizer.json for sample and export */

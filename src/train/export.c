@@ -162,7 +162,7 @@ static fsdp_status write_config_json(const char *out, const fsdp_train_config *c
     cJSON_AddNumberToObject(j, "embd_pdrop", 0);
     cJSON_AddNumberToObject(j, "attn_pdrop", 0);
     cJSON_AddStringToObject(j, "tokenizer",
-                            eot >= 0            ? "tokenizer.json"
+                            eot >= 0          ? "tokenizer.json"
                             : c->vocab == 257 ? "bytes (ids 0..255), 256 = end of text"
                                               : "gpt2");
     text = cJSON_Print(j);

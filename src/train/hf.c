@@ -48,8 +48,8 @@ static fsdp_status cfg_bool_is(const cJSON *j, const char *path, const char *key
     if (!v || cJSON_IsNull(v)) return FSDP_OK;
     if (!cJSON_IsBool(v)) return fsdp_set_error(FSDP_EFORMAT, "%s: \"%s\" is not true or false", path, key);
     if (cJSON_IsTrue(v) != want)
-        return fsdp_set_error(FSDP_EFORMAT, "%s: \"%s\" is %s: this model cannot represent that (%s)", path, key,
-                              want ? "false" : "true", why);
+        return fsdp_set_error(FSDP_EFORMAT, "%s: \"%s\" is %s: this model cannot represent that (%s)", path,
+                              key, want ? "false" : "true", why);
     return FSDP_OK;
 }
 
@@ -61,7 +61,8 @@ fsdp_status fsdp_hf_read_config(const char *dir, fsdp_train_config *cfg) {
     if (s != FSDP_OK) goto done;
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, "model_type");
     if (v && !(cJSON_IsString(v) && !strcmp(v->valuestring, "gpt2"))) {
-        s = fsdp_set_error(FSDP_EFORMAT, "%s: \"model_type\" is not \"gpt2\": only GPT-2 models load here", path);
+        s = fsdp_set_error(FSDP_EFORMAT, "%s: \"model_type\" is not \"gpt2\": only GPT-2 models load here",
+                           path);
         goto done;
     }
     int L, C, NH, V, P;
@@ -69,7 +70,8 @@ fsdp_status fsdp_hf_read_config(const char *dir, fsdp_train_config *cfg) {
     if ((s = cfg_int(j, path, "n_embd", 1, 65536, &C)) != FSDP_OK) goto done;
     if ((s = cfg_int(j, path, "n_head", 1, 1024, &NH)) != FSDP_OK) goto done;
     if ((s = cfg_int(j, path, "vocab_size", 2, 65536, &V)) != FSDP_OK) {
-        s = fsdp_set_error(FSDP_EFORMAT, "%s (token files hold 16-bit ids, so at most 65536)", fsdp_last_error());
+        s = fsdp_set_error(FSDP_EFORMAT, "%s (token files hold 16-bit ids, so at most 65536)",
+                           fsdp_last_error());
         goto done;
     }
     if ((s = cfg_int(j, path, "n_positions", 1, 1 << 20, &P)) != FSDP_OK) goto done;
@@ -84,30 +86,33 @@ fsdp_status fsdp_hf_read_config(const char *dir, fsdp_train_config *cfg) {
     }
     v = cJSON_GetObjectItemCaseSensitive(j, "n_inner");
     if (v && !cJSON_IsNull(v) && !(cJSON_IsNumber(v) && v->valuedouble == 4.0 * C)) {
-        s = fsdp_set_error(FSDP_EFORMAT,
-                           "%s: \"n_inner\" is not null or 4 x n_embd (%d): this model's MLP is 4 x n_embd wide",
-                           path, 4 * C);
+        s = fsdp_set_error(
+            FSDP_EFORMAT,
+            "%s: \"n_inner\" is not null or 4 x n_embd (%d): this model's MLP is 4 x n_embd wide", path,
+            4 * C);
         goto done;
     }
     /* The tanh-form GELU, under each of the names transformers gives it. */
     v = cJSON_GetObjectItemCaseSensitive(j, "activation_function");
-    if (v && !(cJSON_IsString(v) && (!strcmp(v->valuestring, "gelu_new") ||
-                                     !strcmp(v->valuestring, "gelu_pytorch_tanh") ||
-                                     !strcmp(v->valuestring, "gelu_fast")))) {
+    if (v && !(cJSON_IsString(v) &&
+               (!strcmp(v->valuestring, "gelu_new") || !strcmp(v->valuestring, "gelu_pytorch_tanh") ||
+                !strcmp(v->valuestring, "gelu_fast")))) {
         s = fsdp_set_error(FSDP_EFORMAT,
                            "%s: \"activation_function\" is %s%.40s%s: this model has only the tanh GELU "
                            "(gelu_new)",
-                           path, cJSON_IsString(v) ? "\"" : "", cJSON_IsString(v) ? v->valuestring : "not a string",
+                           path, cJSON_IsString(v) ? "\"" : "",
+                           cJSON_IsString(v) ? v->valuestring : "not a string",
                            cJSON_IsString(v) ? "\"" : "");
         goto done;
     }
     v = cJSON_GetObjectItemCaseSensitive(j, "layer_norm_epsilon");
     if (v && !(cJSON_IsNumber(v) && fabs(v->valuedouble - (double)FSDP_LAYERNORM_EPS) <= 1e-12)) {
-        s = fsdp_set_error(FSDP_EFORMAT, "%s: \"layer_norm_epsilon\" is not %g (this model's LayerNorm)", path,
-                           (double)FSDP_LAYERNORM_EPS);
+        s = fsdp_set_error(FSDP_EFORMAT, "%s: \"layer_norm_epsilon\" is not %g (this model's LayerNorm)",
+                           path, (double)FSDP_LAYERNORM_EPS);
         goto done;
     }
-    if ((s = cfg_bool_is(j, path, "scale_attn_weights", 1, "attention scores are always scaled by 1/sqrt(head size)")) ||
+    if ((s = cfg_bool_is(j, path, "scale_attn_weights", 1,
+                         "attention scores are always scaled by 1/sqrt(head size)")) ||
         (s = cfg_bool_is(j, path, "scale_attn_by_inverse_layer_idx", 0, "no per-layer attention scale")) ||
         (s = cfg_bool_is(j, path, "add_cross_attention", 0, "no cross-attention")) ||
         (s = cfg_bool_is(j, path, "tie_word_embeddings", 1, "the LM head is tied to wte")))
@@ -135,13 +140,18 @@ static const hf_name root_names[] = {{GPT_WTE, "wte.weight", 0},
                                      {GPT_WPE, "wpe.weight", 0},
                                      {GPT_LNF_W, "ln_f.weight", 0},
                                      {GPT_LNF_B, "ln_f.bias", 0}};
-static const hf_name block_names[] = {
-    {GPT_LN1_W, "ln_1.weight", 0},         {GPT_LN1_B, "ln_1.bias", 0},
-    {GPT_QKV_W, "attn.c_attn.weight", 1},  {GPT_QKV_B, "attn.c_attn.bias", 0},
-    {GPT_ATTPROJ_W, "attn.c_proj.weight", 1}, {GPT_ATTPROJ_B, "attn.c_proj.bias", 0},
-    {GPT_LN2_W, "ln_2.weight", 0},         {GPT_LN2_B, "ln_2.bias", 0},
-    {GPT_FC_W, "mlp.c_fc.weight", 1},      {GPT_FC_B, "mlp.c_fc.bias", 0},
-    {GPT_FCPROJ_W, "mlp.c_proj.weight", 1}, {GPT_FCPROJ_B, "mlp.c_proj.bias", 0}};
+static const hf_name block_names[] = {{GPT_LN1_W, "ln_1.weight", 0},
+                                      {GPT_LN1_B, "ln_1.bias", 0},
+                                      {GPT_QKV_W, "attn.c_attn.weight", 1},
+                                      {GPT_QKV_B, "attn.c_attn.bias", 0},
+                                      {GPT_ATTPROJ_W, "attn.c_proj.weight", 1},
+                                      {GPT_ATTPROJ_B, "attn.c_proj.bias", 0},
+                                      {GPT_LN2_W, "ln_2.weight", 0},
+                                      {GPT_LN2_B, "ln_2.bias", 0},
+                                      {GPT_FC_W, "mlp.c_fc.weight", 1},
+                                      {GPT_FC_B, "mlp.c_fc.bias", 0},
+                                      {GPT_FCPROJ_W, "mlp.c_proj.weight", 1},
+                                      {GPT_FCPROJ_B, "mlp.c_proj.bias", 0}};
 #define N_BLOCK_NAMES ((int)(sizeof block_names / sizeof block_names[0]))
 
 typedef struct {
@@ -150,8 +160,8 @@ typedef struct {
     cJSON *weight_map;  /* sharded: the index's name -> file object; NULL: one model.safetensors */
     cJSON *index;
     int n_files;
-    char **files;          /* (n_files) file names in dir */
-    fsdp_safetensors *st;  /* (n_files) opened on first use */
+    char **files;         /* (n_files) file names in dir */
+    fsdp_safetensors *st; /* (n_files) opened on first use */
     int *opened;
 } hf_src;
 
@@ -214,9 +224,9 @@ static fsdp_status src_open(hf_src *h, const char *dir) {
         }
         for (const cJSON *e = h->weight_map->child; e; e = e->next) {
             if (!cJSON_IsString(e) || !plain_name(e->valuestring)) {
-                s = fsdp_set_error(FSDP_EFORMAT,
-                                   "%s: \"weight_map\".\"%s\" is not a file name in the folder (a plain name)",
-                                   ipath, e->string);
+                s = fsdp_set_error(
+                    FSDP_EFORMAT, "%s: \"weight_map\".\"%s\" is not a file name in the folder (a plain name)",
+                    ipath, e->string);
                 goto done;
             }
             int found = 0;
@@ -232,7 +242,8 @@ static fsdp_status src_open(hf_src *h, const char *dir) {
             }
         }
     } else {
-        s = fsdp_set_error(FSDP_EIO, "%s holds neither model.safetensors nor model.safetensors.index.json", dir);
+        s = fsdp_set_error(FSDP_EIO, "%s holds neither model.safetensors nor model.safetensors.index.json",
+                           dir);
         goto done;
     }
     if (s != FSDP_OK) goto done;
@@ -293,8 +304,8 @@ static fsdp_status src_check_names(hf_src *h, int L) {
         if (!strcmp(names[i], "wte.weight")) without = 1;
     }
     if (with == without) {
-        s = fsdp_set_error(FSDP_EFORMAT, "%s/%s: %s \"wte.weight\" (or \"transformer.wte.weight\")", h->dir, what,
-                           with ? "holds both" : "lacks the tensor");
+        s = fsdp_set_error(FSDP_EFORMAT, "%s/%s: %s \"wte.weight\" (or \"transformer.wte.weight\")", h->dir,
+                           what, with ? "holds both" : "lacks the tensor");
         goto done;
     }
     h->prefix = with ? "transformer." : "";
@@ -320,15 +331,14 @@ static fsdp_status src_find(hf_src *h, const char *full, int *f, int *i) {
     if (h->weight_map) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(h->weight_map, full);
         if (!v)
-            return fsdp_set_error(FSDP_EFORMAT, "%s/model.safetensors.index.json: tensor \"%s\" is missing", h->dir,
-                                  full);
+            return fsdp_set_error(FSDP_EFORMAT, "%s/model.safetensors.index.json: tensor \"%s\" is missing",
+                                  h->dir, full);
         for (file = 0; file < h->n_files; file++)
             if (!strcmp(h->files[file], v->valuestring)) break;
     }
     FSDP_TRY(src_open_file(h, file));
     int idx = fsdp_st_find(&h->st[file], full);
-    if (idx < 0)
-        return fsdp_set_error(FSDP_EFORMAT, "%s: tensor \"%s\" is missing", h->st[file].path, full);
+    if (idx < 0) return fsdp_set_error(FSDP_EFORMAT, "%s: tensor \"%s\" is missing", h->st[file].path, full);
     *f = file;
     *i = idx;
     return FSDP_OK;
@@ -425,7 +435,8 @@ static fsdp_status check_lm_head(hf_src *h, fsdp_unit_t *root, int vocab) {
     FSDP_TRY(src_find(h, "lm_head.weight", &f, &i));
     const fsdp_st_tensor *t = &h->st[f].t[i];
     if (t->ndim != 2 || t->shape[0] != vocab || t->shape[1] != ti.shape[1] || t->dtype == FSDP_ST_OTHER)
-        return fsdp_set_error(FSDP_EFORMAT, "%s: tensor \"lm_head.weight\" does not match wte's shape and dtype",
+        return fsdp_set_error(FSDP_EFORMAT,
+                              "%s: tensor \"lm_head.weight\" does not match wte's shape and dtype",
                               h->st[f].path);
     size_t lo = ti.offset > sv.offset ? ti.offset : sv.offset;
     size_t hi = ti.offset + (size_t)vocab * (size_t)ti.shape[1];
@@ -435,10 +446,11 @@ static fsdp_status check_lm_head(hf_src *h, fsdp_unit_t *root, int vocab) {
         size_t n = hi - e < 1024 ? hi - e : 1024;
         FSDP_TRY(fsdp_st_read_f32(&h->st[f], i, e - ti.offset, n, buf));
         if (memcmp(buf, sv.master + (e - sv.offset), n * sizeof(float)) != 0)
-            return fsdp_set_error(FSDP_EFORMAT,
-                                  "%s: tensor \"lm_head.weight\" differs from wte: this model ties the LM head "
-                                  "to the token embedding (tie_word_embeddings)",
-                                  h->st[f].path);
+            return fsdp_set_error(
+                FSDP_EFORMAT,
+                "%s: tensor \"lm_head.weight\" differs from wte: this model ties the LM head "
+                "to the token embedding (tie_word_embeddings)",
+                h->st[f].path);
         e += n;
     }
     return FSDP_OK;

@@ -21,9 +21,10 @@ typedef struct {
 } dtype_def;
 /* Every dtype the format defines: the others are sized (so offsets are checked) but not converted. */
 static const dtype_def dtypes[] = {
-    {"F32", FSDP_ST_F32, 4},    {"BF16", FSDP_ST_BF16, 2},  {"F16", FSDP_ST_F16, 2},   {"F64", FSDP_ST_OTHER, 8},
-    {"I64", FSDP_ST_OTHER, 8},  {"U64", FSDP_ST_OTHER, 8},  {"I32", FSDP_ST_OTHER, 4}, {"U32", FSDP_ST_OTHER, 4},
-    {"I16", FSDP_ST_OTHER, 2},  {"U16", FSDP_ST_OTHER, 2},  {"I8", FSDP_ST_OTHER, 1},  {"U8", FSDP_ST_OTHER, 1},
+    {"F32", FSDP_ST_F32, 4},    {"BF16", FSDP_ST_BF16, 2},     {"F16", FSDP_ST_F16, 2},
+    {"F64", FSDP_ST_OTHER, 8},  {"I64", FSDP_ST_OTHER, 8},     {"U64", FSDP_ST_OTHER, 8},
+    {"I32", FSDP_ST_OTHER, 4},  {"U32", FSDP_ST_OTHER, 4},     {"I16", FSDP_ST_OTHER, 2},
+    {"U16", FSDP_ST_OTHER, 2},  {"I8", FSDP_ST_OTHER, 1},      {"U8", FSDP_ST_OTHER, 1},
     {"BOOL", FSDP_ST_OTHER, 1}, {"F8_E4M3", FSDP_ST_OTHER, 1}, {"F8_E5M2", FSDP_ST_OTHER, 1},
 };
 
@@ -81,8 +82,8 @@ static fsdp_status parse_entry(const cJSON *e, fsdp_st_tensor *t, uint64_t data_
         return fsdp_set_error(FSDP_EFORMAT, "%s: tensor \"%s\": \"shape\" missing or not an array", what, nm);
     int nd = cJSON_GetArraySize(sh);
     if (nd > FSDP_ST_MAX_DIMS)
-        return fsdp_set_error(FSDP_EFORMAT, "%s: tensor \"%s\": \"shape\" has %d dimensions (at most %d)", what,
-                              nm, nd, FSDP_ST_MAX_DIMS);
+        return fsdp_set_error(FSDP_EFORMAT, "%s: tensor \"%s\": \"shape\" has %d dimensions (at most %d)",
+                              what, nm, nd, FSDP_ST_MAX_DIMS);
     t->ndim = nd;
     uint64_t numel = 1;
     int k = 0;
@@ -90,12 +91,14 @@ static fsdp_status parse_entry(const cJSON *e, fsdp_st_tensor *t, uint64_t data_
         uint64_t v;
         if (!json_u64(x, data_len, &v))
             return fsdp_set_error(FSDP_EFORMAT,
-                                  "%s: tensor \"%s\": \"shape\"[%d] is not a whole number in 0..%llu", what, nm,
-                                  k, (unsigned long long)data_len);
+                                  "%s: tensor \"%s\": \"shape\"[%d] is not a whole number in 0..%llu", what,
+                                  nm, k, (unsigned long long)data_len);
         t->shape[k] = (int64_t)v;
         /* numel * bytes must fit the data section: checked step by step, no overflow possible. */
-        if (v != 0 && numel > data_len / v) numel = data_len + 1;
-        else numel *= v;
+        if (v != 0 && numel > data_len / v)
+            numel = data_len + 1;
+        else
+            numel *= v;
     }
     t->numel = numel;
     if (!cJSON_IsArray(of) || cJSON_GetArraySize(of) != 2)
@@ -106,16 +109,18 @@ static fsdp_status parse_entry(const cJSON *e, fsdp_st_tensor *t, uint64_t data_
         return fsdp_set_error(FSDP_EFORMAT, "%s: tensor \"%s\": \"data_offsets\" are not whole numbers >= 0",
                               what, nm);
     if (b > en || en > data_len)
-        return fsdp_set_error(FSDP_EFORMAT,
-                              "%s: tensor \"%s\": \"data_offsets\" [%llu, %llu] outside the %llu data bytes after "
-                              "the header (file truncated, or the header is wrong)",
-                              what, nm, (unsigned long long)b, (unsigned long long)en, (unsigned long long)data_len);
+        return fsdp_set_error(
+            FSDP_EFORMAT,
+            "%s: tensor \"%s\": \"data_offsets\" [%llu, %llu] outside the %llu data bytes after "
+            "the header (file truncated, or the header is wrong)",
+            what, nm, (unsigned long long)b, (unsigned long long)en, (unsigned long long)data_len);
     if (numel > data_len || numel * d->bytes != en - b)
-        return fsdp_set_error(FSDP_EFORMAT,
-                              "%s: tensor \"%s\": \"data_offsets\" span %llu bytes but dtype %s and \"shape\" "
-                              "need %llu",
-                              what, nm, (unsigned long long)(en - b), d->name,
-                              numel > data_len ? (unsigned long long)-1 : (unsigned long long)(numel * d->bytes));
+        return fsdp_set_error(
+            FSDP_EFORMAT,
+            "%s: tensor \"%s\": \"data_offsets\" span %llu bytes but dtype %s and \"shape\" "
+            "need %llu",
+            what, nm, (unsigned long long)(en - b), d->name,
+            numel > data_len ? (unsigned long long)-1 : (unsigned long long)(numel * d->bytes));
     t->begin = b;
     t->end = en;
     return FSDP_OK;
@@ -210,7 +215,8 @@ fsdp_status fsdp_st_parse(fsdp_safetensors *st, const void *buf, size_t size, co
     qsort(order, (size_t)n, sizeof *order, cmp_name);
     for (int i = 1; i < n; i++)
         if (!strcmp(order[i]->name, order[i - 1]->name)) {
-            s = fsdp_set_error(FSDP_EFORMAT, "%s: tensor \"%s\" appears twice in the header", what, order[i]->name);
+            s = fsdp_set_error(FSDP_EFORMAT, "%s: tensor \"%s\" appears twice in the header", what,
+                               order[i]->name);
             goto fail;
         }
     /* No two tensors share a byte (empty tensors take none). */
@@ -220,10 +226,11 @@ fsdp_status fsdp_st_parse(fsdp_safetensors *st, const void *buf, size_t size, co
         const fsdp_st_tensor *t = order[i];
         if (t->begin == t->end) continue;
         if (prev && t->begin < prev->end) {
-            s = fsdp_set_error(FSDP_EFORMAT,
-                               "%s: tensors \"%s\" [%llu, %llu] and \"%s\" [%llu, %llu] overlap (\"data_offsets\")",
-                               what, prev->name, (unsigned long long)prev->begin, (unsigned long long)prev->end,
-                               t->name, (unsigned long long)t->begin, (unsigned long long)t->end);
+            s = fsdp_set_error(
+                FSDP_EFORMAT,
+                "%s: tensors \"%s\" [%llu, %llu] and \"%s\" [%llu, %llu] overlap (\"data_offsets\")", what,
+                prev->name, (unsigned long long)prev->begin, (unsigned long long)prev->end, t->name,
+                (unsigned long long)t->begin, (unsigned long long)t->end);
             goto fail;
         }
         prev = t;

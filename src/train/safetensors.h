@@ -11,9 +11,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define FSDP_ST_MAX_DIMS     8
-#define FSDP_ST_MAX_HEADER   ((uint64_t)100 << 20) /* the reference implementation's limit */
-#define FSDP_ST_MAX_TENSORS  1000000
+#define FSDP_ST_MAX_DIMS    8
+#define FSDP_ST_MAX_HEADER  ((uint64_t)100 << 20) /* the reference implementation's limit */
+#define FSDP_ST_MAX_TENSORS 1000000
 
 typedef enum {
     FSDP_ST_F32 = 0,
@@ -33,11 +33,11 @@ typedef struct {
 } fsdp_st_tensor;
 
 typedef struct {
-    char *path;        /* named in every error */
+    char *path;          /* named in every error */
     const uint8_t *base; /* the whole file (mapped, or the caller's buffer) */
-    size_t size;       /* file bytes */
-    size_t mapped;     /* bytes mapped by fsdp_st_open (0: not ours) */
-    uint64_t data_off; /* 8 + header length */
+    size_t size;         /* file bytes */
+    size_t mapped;       /* bytes mapped by fsdp_st_open (0: not ours) */
+    uint64_t data_off;   /* 8 + header length */
     int n;
     fsdp_st_tensor *t; /* (n), in header order */
 } fsdp_safetensors;

@@ -134,10 +134,11 @@ static fsdp_status apply_init_from(fsdp_train_config *c) {
     int v = 0;
     FSDP_TRY(fsdp_data_meta_vocab(c->data, &v));
     if (v > 0 && v != c->vocab)
-        return fsdp_set_error(FSDP_EINVAL,
-                              "%s/meta.json: the data's vocabulary (%d) is not --init-from %s's (%d): prepare "
-                              "the text with `fsdp-train prepare --tokenizer %s/tokenizer.json`",
-                              c->data, v, c->init_from, c->vocab, c->init_from);
+        return fsdp_set_error(
+            FSDP_EINVAL,
+            "%s/meta.json: the data's vocabulary (%d) is not --init-from %s's (%d): prepare "
+            "the text with `fsdp-train prepare --tokenizer %s/tokenizer.json`",
+            c->data, v, c->init_from, c->vocab, c->init_from);
     return FSDP_OK;
 }
 
@@ -340,8 +341,8 @@ fsdp_status fsdp_train_ckpt_tokenizer(const char *flag, const char *ckpt, char *
     if (s == FSDP_OK) {
         const cJSON *d = cJSON_GetObjectItemCaseSensitive(fsdp_ckpt_config(r), "data");
         const cJSON *i = cJSON_GetObjectItemCaseSensitive(fsdp_ckpt_config(r), "init-from");
-        s = find_tokenizer(NULL, cJSON_IsString(i) ? i->valuestring : NULL, cJSON_IsString(d) ? d->valuestring : NULL,
-                           path);
+        s = find_tokenizer(NULL, cJSON_IsString(i) ? i->valuestring : NULL,
+                           cJSON_IsString(d) ? d->valuestring : NULL, path);
     }
     fsdp_ckpt_close(r);
     free(step_dir);
@@ -354,9 +355,9 @@ static fsdp_status load_tokenizer(const char *path, int V, fsdp_bpe **bpe) {
     if (!path) return FSDP_OK;
     FSDP_TRY(fsdp_bpe_load(bpe, path));
     if (fsdp_bpe_vocab_size(*bpe) > V || fsdp_bpe_eot(*bpe) < 0) {
-        fsdp_status s = fsdp_set_error(FSDP_EINVAL, "%s: %s (the model's vocabulary is %d)", path,
-                                       fsdp_bpe_eot(*bpe) < 0 ? "no <|endoftext|> token" : "more tokens than the model has",
-                                       V);
+        fsdp_status s = fsdp_set_error(
+            FSDP_EINVAL, "%s: %s (the model's vocabulary is %d)", path,
+            fsdp_bpe_eot(*bpe) < 0 ? "no <|endoftext|> token" : "more tokens than the model has", V);
         fsdp_bpe_free(*bpe);
         *bpe = NULL;
         return s;
@@ -567,7 +568,8 @@ fsdp_status fsdp_train_run(const fsdp_train_config *cfg_in, fsdp_comm_t *comm, F
                 "another --checkpoint-dir (nothing was changed)",
                 c->checkpoint_dir);
         s = fsdp_ckpt_agree(comm, s, "checking the checkpoint folder");
-        if (s == FSDP_OK) s = c->init_from ? fsdp_hf_load(rm.eng, c->init_from) : fsdp_engine_init_params(rm.eng);
+        if (s == FSDP_OK)
+            s = c->init_from ? fsdp_hf_load(rm.eng, c->init_from) : fsdp_engine_init_params(rm.eng);
         if (s != FSDP_OK) goto done;
         if (o && c->init_from) fprintf(o, "initialised from %s\n", c->init_from);
         rng_seed(st.rng, (uint64_t)c->seed ^ 0x5A4D504C45ull);
@@ -725,8 +727,8 @@ fsdp_status fsdp_train_run(const fsdp_train_config *cfg_in, fsdp_comm_t *comm, F
         if (s == FSDP_OK) s = load_tokenizer(tpath, c->vocab, &bpe);
         s = fsdp_ckpt_agree(comm, s, "loading the tokenizer");
         if (s == FSDP_OK)
-            s = generate(rm.model, c, comm, c->vocab == FSDP_BYTE_VOCAB || bpe ? c->prompt : "", c->sample_tokens,
-                         st.rng, o, bpe);
+            s = generate(rm.model, c, comm, c->vocab == FSDP_BYTE_VOCAB || bpe ? c->prompt : "",
+                         c->sample_tokens, st.rng, o, bpe);
         fsdp_bpe_free(bpe);
         free(tpath);
     }
@@ -789,7 +791,8 @@ static fsdp_status load_hf_model(const char *dir, fsdp_comm_t *comm, fsdp_train_
     return s;
 }
 
-static fsdp_status write_logits(run_model *rm, const fsdp_train_config *c, fsdp_comm_t *comm, const char *path);
+static fsdp_status write_logits(run_model *rm, const fsdp_train_config *c, fsdp_comm_t *comm,
+                                const char *path);
 
 fsdp_status fsdp_train_hf_to_checkpoint(const char *hf_dir, const char *ckpt_dir, char **step_dir) {
     fsdp_comm_t *comm = NULL;
@@ -803,7 +806,8 @@ fsdp_status fsdp_train_hf_to_checkpoint(const char *hf_dir, const char *ckpt_dir
     fsdp_status s = load_hf_model(hf_dir, comm, &c, &rm);
     c.init_from = realpath(hf_dir, abs) ? abs : hf_dir;
     c.data = NULL; /* no data folder: the tokenizer, if any, is the --init-from folder's */
-    if (s == FSDP_OK && !(cj = fsdp_train_config_to_json(&c))) s = FSDP_ERR(FSDP_ENOMEM, "no memory for a config");
+    if (s == FSDP_OK && !(cj = fsdp_train_config_to_json(&c)))
+        s = FSDP_ERR(FSDP_ENOMEM, "no memory for a config");
     fsdp_ckpt_state st = {0, 0, 0, {0, 0}};
     if (s == FSDP_OK) s = fsdp_ckpt_save(rm.eng, ckpt_dir, cj, &st, step_dir);
     cJSON_Delete(cj);
@@ -836,12 +840,12 @@ fsdp_status fsdp_sample_run(const fsdp_train_config *cfg, fsdp_comm_t *comm, FIL
         c.kv_cache = cfg->kv_cache;
         double t0 = fsdp_time_s();
         if (s == FSDP_OK)
-            s = generate(rm.model, &c, comm, cfg->prompt, cfg->tokens, rng, fsdp_comm_rank(comm) == 0 ? out : NULL,
-                         bpe);
+            s = generate(rm.model, &c, comm, cfg->prompt, cfg->tokens, rng,
+                         fsdp_comm_rank(comm) == 0 ? out : NULL, bpe);
         double dt = fsdp_time_s() - t0;
         if (s == FSDP_OK && cfg->timing && out && fsdp_comm_rank(comm) == 0) /* stdout is the text alone */
-            fprintf(stderr, "sample: %d tokens in %.3f s = %.1f tokens/s (%s)\n", cfg->tokens, dt, cfg->tokens / dt,
-                    cfg->kv_cache ? "KV cache" : "full forward per token");
+            fprintf(stderr, "sample: %d tokens in %.3f s = %.1f tokens/s (%s)\n", cfg->tokens, dt,
+                    cfg->tokens / dt, cfg->kv_cache ? "KV cache" : "full forward per token");
         fsdp_bpe_free(bpe);
         free(tpath);
     }
@@ -877,7 +881,8 @@ fsdp_status fsdp_train_write_logits(const char *ckpt, const char *path) {
 }
 
 /* The fixed input's logits of a loaded model on comm (every rank runs the forward, rank 0 writes). */
-static fsdp_status write_logits(run_model *rm, const fsdp_train_config *cfg, fsdp_comm_t *comm, const char *path) {
+static fsdp_status write_logits(run_model *rm, const fsdp_train_config *cfg, fsdp_comm_t *comm,
+                                const char *path) {
     fsdp_train_config c = *cfg;
     int *toks = NULL;
     FILE *f = NULL;

@@ -31,8 +31,8 @@ static void byte_char(int b, char *out) {
 
 static fsdp_bpe *fixed(void) {
     if (fixed_) return fixed_;
-    static const char *const merges[] = {"Ġ t", "h e", "Ġt he", "i n", "a n", "e r", "Ġ a", "o u",
-                                         "Ġ Ġ", "ĠĠ ĠĠ", "Ċ Ċ", "' s", "Ġ s", "r e", "in g", "Ġ 1", "1 2"};
+    static const char *const merges[] = {"Ġ t",   "h e", "Ġt he", "i n", "a n", "e r",  "Ġ a", "o u", "Ġ Ġ",
+                                         "ĠĠ ĠĠ", "Ċ Ċ", "' s",   "Ġ s", "r e", "in g", "Ġ 1", "1 2"};
     cJSON *j = cJSON_CreateObject(), *model = cJSON_AddObjectToObject(j, "model");
     cJSON_AddStringToObject(model, "type", "BPE");
     cJSON *vocab = cJSON_AddObjectToObject(model, "vocab"), *m = cJSON_AddArrayToObject(model, "merges");

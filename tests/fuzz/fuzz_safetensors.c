@@ -29,7 +29,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         FUZZ_REQUIRE(fsdp_st_find(&st, t->name) == i); /* names are unique */
         for (int j = 0; j < i && j < 64; j++) {
             const fsdp_st_tensor *u = &st.t[j];
-            FUZZ_REQUIRE(t->begin == t->end || u->begin == u->end || t->end <= u->begin || u->end <= t->begin);
+            FUZZ_REQUIRE(t->begin == t->end || u->begin == u->end || t->end <= u->begin ||
+                         u->end <= t->begin);
         }
         if (t->dtype == FSDP_ST_OTHER) {
             FUZZ_REQUIRE(fsdp_st_read_f32(&st, i, 0, 1, buf) == FSDP_EFORMAT);
@@ -40,7 +41,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         FUZZ_REQUIRE(fsdp_st_read_f32(&st, i, 0, n, buf) == FSDP_OK);
         if (t->numel > 0) {
             uint64_t stride = t->numel > 3 ? 3 : 1, cnt = (t->numel - 1) / stride + 1;
-            FUZZ_REQUIRE(fsdp_st_read_strided_f32(&st, i, 0, stride, cnt < 256 ? (size_t)cnt : 256, buf) == FSDP_OK);
+            FUZZ_REQUIRE(fsdp_st_read_strided_f32(&st, i, 0, stride, cnt < 256 ? (size_t)cnt : 256, buf) ==
+                         FSDP_OK);
             FUZZ_REQUIRE(fsdp_st_read_f32(&st, i, t->numel - 1, 2, buf) == FSDP_EINVAL); /* past the end */
         }
     }

@@ -28,7 +28,8 @@ static void run(fsdp_comm_t *comm, fsdp_dtype dt, double tol) {
     gpt_model_t *m = NULL;
     CHECK_OK(fsdp_engine_init(&e, comm, &ec));
     gpt_config gc = gpt_config_default();
-    gc.n_layer = 2, gc.n_embd = 32, gc.n_head = 4, gc.vocab_size = 300, gc.padded_vocab_size = 0, gc.max_seq_len = 24;
+    gc.n_layer = 2, gc.n_embd = 32, gc.n_head = 4, gc.vocab_size = 300, gc.padded_vocab_size = 0,
+    gc.max_seq_len = 24;
     CHECK_OK(gpt_init(&m, e, &gc));
     CHECK_OK(fsdp_engine_init_params(e));
     const int V = gc.vocab_size, T = gc.max_seq_len, P = 5;

@@ -50,15 +50,18 @@ int main(int argc, char **argv) {
         for (size_t t = 0; t < k && ok; t++) {
             size_t len = 0;
             const char *p = fsdp_bpe_token_bytes(b, tok[t], &len);
-            if (!p || m + len > n) ok = 0;
-            else memcpy(back + m, p, len), m += len;
+            if (!p || m + len > n)
+                ok = 0;
+            else
+                memcpy(back + m, p, len), m += len;
         }
         ok = ok && m == n && memcmp(back, text, n) == 0;
         if (!ok) {
             size_t d = 0;
             while (d < m && d < n && back[d] == text[d])
                 d++;
-            fprintf(stderr, "FAIL %s: decode(encode(x)) != x (first difference at byte %zu of %zu)\n", argv[i], d, n);
+            fprintf(stderr, "FAIL %s: decode(encode(x)) != x (first difference at byte %zu of %zu)\n",
+                    argv[i], d, n);
             fails++;
         }
         if (ids) {
@@ -75,7 +78,9 @@ int main(int argc, char **argv) {
         free(back);
         fsdp_mem_free(text);
     }
-    if (reps > 0) printf("fsdp.c BPE: %.2f MB in %.3f s = %.2f MB/s (one thread)\n", bytes / 1e6, secs, bytes / 1e6 / secs);
+    if (reps > 0)
+        printf("fsdp.c BPE: %.2f MB in %.3f s = %.2f MB/s (one thread)\n", bytes / 1e6, secs,
+               bytes / 1e6 / secs);
     fsdp_bpe_free(b);
     return fails ? 1 : 0;
 }

@@ -46,7 +46,8 @@ static void test_values(void) {
     memcpy(data + 2 * sizeof all, f, sizeof f);
     char json[512];
     snprintf(json, sizeof json,
-             "{\"__metadata__\":{\"format\":\"pt\"},\"h\":{\"dtype\":\"F16\",\"shape\":[65536],\"data_offsets\":[0,131072]},"
+             "{\"__metadata__\":{\"format\":\"pt\"},\"h\":{\"dtype\":\"F16\",\"shape\":[65536],\"data_"
+             "offsets\":[0,131072]},"
              "\"b\":{\"dtype\":\"BF16\",\"shape\":[256,256],\"data_offsets\":[131072,262144]},"
              "\"f\":{\"dtype\":\"F32\",\"shape\":[3,4],\"data_offsets\":[262144,262192]}}");
     size_t n = build(buf, json, data, sizeof data);
@@ -93,17 +94,21 @@ static void expect_bad(const char *json, size_t data_len, const char *needle) {
 }
 
 static void test_bad(void) {
-    expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}}", 8, "outside the 8 data bytes");
+    expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}}", 8,
+               "outside the 8 data bytes");
     expect_bad("{\"a\":{\"dtype\":\"F16\",\"shape\":[4],\"data_offsets\":[0,16]}}", 16, "dtype F16");
-    expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},\"b\":{\"dtype\":\"F32\",\"shape\":[2],"
+    expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},\"b\":{\"dtype\":\"F32\","
+               "\"shape\":[2],"
                "\"data_offsets\":[4,12]}}",
                16, "overlap");
     expect_bad("{\"a\":{\"dtype\":\"Q4\",\"shape\":[4],\"data_offsets\":[0,16]}}", 16, "unknown dtype");
     expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[-4],\"data_offsets\":[0,16]}}", 16, "\"shape\"[0]");
     expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[16,0]}}", 16, "data_offsets");
     expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[4]}}", 16, "data_offsets");
-    expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16],\"x\":1}}", 16, "unknown key");
-    expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},\"a\":{\"dtype\":\"F32\",\"shape\":[1],"
+    expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16],\"x\":1}}", 16,
+               "unknown key");
+    expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},\"a\":{\"dtype\":\"F32\","
+               "\"shape\":[1],"
                "\"data_offsets\":[4,8]}}",
                8, "twice");
     expect_bad("{\"__metadata__\":{\"a\":1}}", 0, "__metadata__");
@@ -112,19 +117,23 @@ static void test_bad(void) {
     /* Lengths that do not fit the file. */
     uint8_t small[16] = {200, 0, 0, 0, 0, 0, 0, 0, '{', '}'};
     fsdp_safetensors st;
-    CHECK_ERR(fsdp_st_parse(&st, small, sizeof small, "short.safetensors"), FSDP_EFORMAT, "runs past the end");
+    CHECK_ERR(fsdp_st_parse(&st, small, sizeof small, "short.safetensors"), FSDP_EFORMAT,
+              "runs past the end");
     CHECK_ERR(fsdp_st_parse(&st, small, 7, "short.safetensors"), FSDP_EFORMAT, "too short");
-    CHECK_ERR(fsdp_st_open(&st, "/nonexistent/model.safetensors"), FSDP_EIO, "/nonexistent/model.safetensors");
+    CHECK_ERR(fsdp_st_open(&st, "/nonexistent/model.safetensors"), FSDP_EIO,
+              "/nonexistent/model.safetensors");
 }
 
 /* The seeds the safetensors library wrote: accepted, with the dtypes and shapes it was given. */
 static void test_library_files(void) {
     fsdp_safetensors st;
     CHECK_OK(fsdp_st_open(&st, FSDP_SOURCE_DIR "/tests/fuzz/corpus/safetensors/valid_mixed"));
-    int a = fsdp_st_find(&st, "a"), b = fsdp_st_find(&st, "b"), c = fsdp_st_find(&st, "c"), s = fsdp_st_find(&st, "s");
+    int a = fsdp_st_find(&st, "a"), b = fsdp_st_find(&st, "b"), c = fsdp_st_find(&st, "c"),
+        s = fsdp_st_find(&st, "s");
     CHECK(a >= 0 && b >= 0 && c >= 0 && s >= 0);
     if (a >= 0 && b >= 0 && c >= 0 && s >= 0) {
-        CHECK(st.t[a].dtype == FSDP_ST_BF16 && st.t[a].ndim == 2 && st.t[a].shape[0] == 2 && st.t[a].shape[1] == 3);
+        CHECK(st.t[a].dtype == FSDP_ST_BF16 && st.t[a].ndim == 2 && st.t[a].shape[0] == 2 &&
+              st.t[a].shape[1] == 3);
         CHECK(st.t[b].dtype == FSDP_ST_F16 && st.t[b].numel == 5);
         CHECK(st.t[c].dtype == FSDP_ST_OTHER && !strcmp(st.t[c].dtype_name, "I64"));
         CHECK(st.t[s].ndim == 0 && st.t[s].numel == 1);
@@ -134,7 +143,8 @@ static void test_library_files(void) {
         CHECK_ERR(fsdp_st_read_f32(&st, c, 0, 1, &v), FSDP_EFORMAT, "I64");
     }
     fsdp_st_close(&st);
-    CHECK_ERR(fsdp_st_open(&st, FSDP_SOURCE_DIR "/tests/fuzz/corpus/safetensors/overlap"), FSDP_EFORMAT, "overlap");
+    CHECK_ERR(fsdp_st_open(&st, FSDP_SOURCE_DIR "/tests/fuzz/corpus/safetensors/overlap"), FSDP_EFORMAT,
+              "overlap");
 }
 
 int main(void) {

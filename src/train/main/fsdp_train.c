@@ -40,7 +40,8 @@ static fsdp_status prepare(const fsdp_train_config *c) {
                "BPE vocabulary %d (%s, copied into the folder); encoded %.2f MB in %.3f s = %.1f MB/s\n",
                c->out, (unsigned long long)st.n_docs, c->n_texts, c->n_texts == 1 ? "" : "s",
                (unsigned long long)st.n_train, (unsigned long long)st.n_val, st.vocab, c->tokenizer,
-               (double)st.text_bytes / 1e6, st.encode_s, (double)st.text_bytes / 1e6 / (st.encode_s > 0 ? st.encode_s : 1e-9));
+               (double)st.text_bytes / 1e6, st.encode_s,
+               (double)st.text_bytes / 1e6 / (st.encode_s > 0 ? st.encode_s : 1e-9));
     return s;
 }
 
