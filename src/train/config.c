@@ -404,8 +404,9 @@ void fsdp_train_usage(FILE *f, fsdp_train_cmd cmd) {
     static const char *const what[FSDP_CMD_NCMD] = {
         "train a GPT on token files with FSDP (the default command; under mpirun, one process per rank)",
         "tokenise text files (bytes, or --tokenizer's BPE) into DIR/train.bin, DIR/val.bin (llm.c's layout)",
-        "write a checkpoint's full fp32 model as .safetensors with GPT-2's tensor names, plus config.json",
-        "generate text from a checkpoint",
+        "write a checkpoint's (or a Hugging Face folder's) full fp32 model as .safetensors with GPT-2's tensor "
+        "names, plus config.json (and tokenizer.json when the run has one)",
+        "generate text from a checkpoint or a Hugging Face GPT-2 folder",
     };
     fprintf(f, "usage: fsdp-train %s[flags]\n  %s\n\nflags (default in brackets):\n",
             cmd == FSDP_CMD_TRAIN     ? "[train] "
