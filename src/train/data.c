@@ -308,9 +308,12 @@ fsdp_status fsdp_prepare(const fsdp_prepare_args *a, fsdp_prepare_stats *stats) 
     if (x.bpe) { /* the folder carries its tokenizer: sample and export find it there */
         char *copy = NULL, *tpath = fsdp_strdupf("%s/tokenizer.json", a->out_dir);
         size_t clen = 0;
-        s = tpath ? fsdp_io_read_file(a->tokenizer, &copy, &clen)
-                  : FSDP_ERR(FSDP_ENOMEM, "no memory for a path");
-        if (s == FSDP_OK) s = fsdp_io_write_file_atomic(tpath, copy, clen);
+        struct stat ss, sd; /* --tokenizer may already be the folder's own copy: nothing to do */
+        int same = tpath && stat(a->tokenizer, &ss) == 0 && stat(tpath, &sd) == 0 && ss.st_dev == sd.st_dev &&
+                   ss.st_ino == sd.st_ino;
+        s = tpath ? FSDP_OK : FSDP_ERR(FSDP_ENOMEM, "no memory for a path");
+        if (s == FSDP_OK && !same) s = fsdp_io_read_file(a->tokenizer, &copy, &clen);
+        if (s == FSDP_OK && !same) s = fsdp_io_write_file_atomic(tpath, copy, clen);
         fsdp_mem_free(copy);
         free(tpath);
         if (s != FSDP_OK) goto done;

@@ -15,6 +15,7 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* fsdp.c tensor name -> GPT-2 name suffix, and whether the GPT-2 layout is the transpose. */
@@ -282,8 +283,12 @@ static fsdp_status export_checkpoint(const fsdp_train_config *cfg, FILE *out) {
     /* The run's tokenizer.json goes beside the model, so AutoTokenizer loads the folder too. */
     if (s == FSDP_OK && tpath) {
         tdst = fsdp_strdupf("%s/tokenizer.json", odir);
-        s = tdst ? fsdp_io_read_file(tpath, &tok, &tlen) : FSDP_ERR(FSDP_ENOMEM, "no memory for a path");
-        if (s == FSDP_OK) s = fsdp_io_write_file_atomic(tdst, tok, tlen);
+        struct stat ss, sd; /* exporting into the folder the tokenizer comes from: it is there already */
+        int same = tdst && stat(tpath, &ss) == 0 && stat(tdst, &sd) == 0 && ss.st_dev == sd.st_dev &&
+                   ss.st_ino == sd.st_ino;
+        s = tdst ? FSDP_OK : FSDP_ERR(FSDP_ENOMEM, "no memory for a path");
+        if (s == FSDP_OK && !same) s = fsdp_io_read_file(tpath, &tok, &tlen);
+        if (s == FSDP_OK && !same) s = fsdp_io_write_file_atomic(tdst, tok, tlen);
     }
     if (s == FSDP_OK) s = write_config_json(cfg->out, &c, eot);
     if (s == FSDP_OK && out && tpath) fprintf(out, "copied %s beside it as tokenizer.json\n", tpath);

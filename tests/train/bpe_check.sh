@@ -41,6 +41,9 @@ cmp -s tok.json data/tokenizer.json && ok || bad "prepare copies the tokenizer i
 grep -q '"vocab":[[:space:]]*2000' data/meta.json && grep -q '"tokenizer":[[:space:]]*"tokenizer.json"' data/meta.json && ok ||
     bad "meta.json records the tokenizer and its vocabulary: $(cat data/meta.json)"
 grep -q "MB/s" prep.log && ok || bad "prepare reports its speed"
+# preparing again with the folder's own copy of the tokenizer works and leaves it as it is
+"$BIN" prepare --tokenizer data/tokenizer.json --text hard.txt --out data --val-fraction 0 >prep2.log 2>&1 && cmp -s tok.json data/tokenizer.json &&
+    ok || bad "prepare with the folder's own tokenizer: $(cat prep2.log)"
 
 # malformed tokenizers
 "$PY" "$FIX" bad tok.json badtok >badtok.log 2>&1 || bad "bad: $(cat badtok.log)"

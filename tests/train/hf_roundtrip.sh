@@ -28,6 +28,8 @@ run() {
     shift
     if [ "$np" = 1 ]; then "$BIN" "$@" </dev/null; else "$MPIRUN" "$np" "$BIN" "$@" </dev/null; fi
 }
+# no_checkpoint DIR: DIR holds no checkpoint (no `latest`, no step folder; a lock file may be there)
+no_checkpoint() { [ ! -e "$1/latest" ] && ! compgen -G "$1/step_*" >/dev/null; }
 make_model() { "$PY" "$FIX" make "$1" --variant "$2" >"make_$2.log" 2>&1 || bad "make $2: $(tail -3 "make_$2.log")"; }
 
 # The default corpus's first 200 kB as byte-level data (the random models have GPT-2's layout, vocab 257).
@@ -79,7 +81,7 @@ if [ "$PART" = finetune ]; then
     # Data of another vocabulary is refused, naming meta.json.
     sed -i 's/"vocab":[[:space:]]*257/"vocab": 300/' data/meta.json
     "$BIN" --init-from m_single "${FT[@]}" --steps 1 --checkpoint-dir ck_v >v.log 2>&1 && bad "vocabulary mismatch accepted" ||
-        { grep -q "meta.json" v.log && [ ! -e ck_v ] && ok || bad "vocabulary mismatch message: $(cat v.log)"; }
+        { grep -q "meta.json" v.log && no_checkpoint ck_v && ok || bad "vocabulary mismatch message: $(cat v.log)"; }
 fi
 
 if [ "$PART" = text ]; then
@@ -121,7 +123,7 @@ if [ "$PART" = damaged ]; then
                 --checkpoint-dir "ck_$name" >"$name.$np.log" 2>&1
             rc=$?
             [ $rc -ne 0 ] && ok || bad "$name at $np ranks: exit 0"
-            [ ! -e "ck_$name" ] && ok || bad "$name at $np ranks: wrote ck_$name"
+            no_checkpoint "ck_$name" && ok || bad "$name at $np ranks: wrote a checkpoint in ck_$name"
             IFS='|' read -ra ns <<<"$needles"
             for s in "${ns[@]}"; do
                 grep -qF -- "$s" "$name.$np.log" && ok || bad "$name at $np ranks: message lacks '$s': $(tail -2 "$name.$np.log")"
