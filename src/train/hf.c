@@ -369,8 +369,8 @@ static void fmt_shape(char *buf, size_t cap, int nd, const int64_t *sh) {
     if (u < cap) snprintf(buf + u, cap - u, "]");
 }
 
-/* This rank's part of one unit. */
-static fsdp_status load_unit(hf_src *h, fsdp_unit_t *u, int layer, int vocab) {
+/* This rank's part of one unit; adds the elements read and the unit's model elements to stats. */
+static fsdp_status load_unit(hf_src *h, fsdp_unit_t *u, int layer, int vocab, fsdp_hf_stats *stats) {
     fsdp_shard_view sv;
     FSDP_TRY(fsdp_unit_shard(u, &sv));
     memset(sv.master, 0, sv.numel * sizeof(float)); /* alignment gaps and padding are zero */
@@ -381,7 +381,16 @@ static fsdp_status load_unit(hf_src *h, fsdp_unit_t *u, int layer, int vocab) {
         FSDP_TRY(fsdp_unit_tensor_info(u, map[k].tensor, &ti));
         size_t lo = ti.offset > sv.offset ? ti.offset : sv.offset;
         size_t hi = ti.offset + ti.numel < sv.offset + sv.numel ? ti.offset + ti.numel : sv.offset + sv.numel;
+        const int is_wte = map[k].tensor == GPT_WTE && layer < 0;
+        const uint64_t cols_all = ti.ndim == 2 ? (uint64_t)ti.shape[1] : 1;
+        const uint64_t real = is_wte ? (uint64_t)vocab * cols_all : ti.numel; /* no padded rows */
+        stats->model_elems += real;
         if (lo >= hi) continue; /* not on this rank */
+        {
+            uint64_t a = lo - ti.offset, b = hi - ti.offset;
+            if (b > real) b = real;
+            if (a < b) stats->read_elems += b - a;
+        }
         char full[128];
         if (layer < 0)
             snprintf(full, sizeof full, "%s%s", h->prefix, map[k].gpt2);
@@ -456,13 +465,14 @@ static fsdp_status check_lm_head(hf_src *h, fsdp_unit_t *root, int vocab) {
     return FSDP_OK;
 }
 
-fsdp_status fsdp_hf_load(fsdp_engine_t *eng, const char *dir) {
+fsdp_status fsdp_hf_load(fsdp_engine_t *eng, const char *dir, fsdp_hf_stats *stats) {
     int n_units = fsdp_engine_num_units(eng);
     if (n_units < 2) return FSDP_ERR(FSDP_EINVAL, "the engine holds no GPT model");
     fsdp_unit_t *root = fsdp_engine_unit(eng, 0);
     fsdp_tensor_info wpe;
     FSDP_TRY(fsdp_unit_tensor_info(root, GPT_WPE, &wpe));
     hf_src h;
+    fsdp_hf_stats st = {0, 0};
     fsdp_status s = src_open(&h, dir);
     fsdp_train_config c = fsdp_train_config_default();
     if (s == FSDP_OK) s = fsdp_hf_read_config(dir, &c);
@@ -470,8 +480,9 @@ fsdp_status fsdp_hf_load(fsdp_engine_t *eng, const char *dir) {
         s = fsdp_set_error(FSDP_EINVAL, "%s/config.json describes another model than the one built", dir);
     if (s == FSDP_OK) s = src_check_names(&h, c.layers);
     for (int k = 0; k < n_units && s == FSDP_OK; k++)
-        s = load_unit(&h, fsdp_engine_unit(eng, k), k - 1, c.vocab);
+        s = load_unit(&h, fsdp_engine_unit(eng, k), k - 1, c.vocab, &st);
     if (s == FSDP_OK) s = check_lm_head(&h, root, c.vocab);
     if (h.files) src_free(&h);
+    if (stats) *stats = st;
     return fsdp_ckpt_agree(fsdp_engine_comm(eng), s, "loading --init-from");
 }

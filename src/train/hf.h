@@ -14,12 +14,18 @@
  * settings, cross-attention, a vocabulary over 65536); FSDP_EIO if it cannot be read. */
 fsdp_status fsdp_hf_read_config(const char *dir, fsdp_train_config *cfg);
 
+/* What one rank read: elements of the model's tensors it read (its shard's, the LM-head check not
+ * counted) out of all of them (wte at the real vocabulary, no padding). */
+typedef struct {
+    uint64_t read_elems, model_elems;
+} fsdp_hf_stats;
+
 /* Collective: fills this rank's master shard of every unit of eng (gpt_init's units: "root",
  * "h0".."h<L-1>") from DIR's safetensors: Conv1D weights transposed to (out, in), wte's padded rows
  * and every padding element 0, F32/BF16/F16 widened to fp32. Tensor names with or without the
  * "transformer." prefix; "lm_head.weight" absent or equal to wte (checked on each rank's own rows);
  * the attention-mask buffers of older files ("attn.bias", "attn.masked_bias") ignored; any other
  * name refused. Errors (agreed across ranks) name the file and the tensor. */
-fsdp_status fsdp_hf_load(fsdp_engine_t *eng, const char *dir);
+fsdp_status fsdp_hf_load(fsdp_engine_t *eng, const char *dir, fsdp_hf_stats *stats); /* stats may be NULL */
 
 #endif

@@ -568,10 +568,22 @@ fsdp_status fsdp_train_run(const fsdp_train_config *cfg_in, fsdp_comm_t *comm, F
                 "another --checkpoint-dir (nothing was changed)",
                 c->checkpoint_dir);
         s = fsdp_ckpt_agree(comm, s, "checking the checkpoint folder");
+        fsdp_hf_stats hs = {0, 0};
         if (s == FSDP_OK)
-            s = c->init_from ? fsdp_hf_load(rm.eng, c->init_from) : fsdp_engine_init_params(rm.eng);
+            s = c->init_from ? fsdp_hf_load(rm.eng, c->init_from, &hs) : fsdp_engine_init_params(rm.eng);
+        /* The share of the weights each rank read: its shard's, not the whole model. */
+        float share = hs.model_elems ? (float)((double)hs.read_elems / (double)hs.model_elems) : 0,
+              mx = share, sum = share;
+        if (s == FSDP_OK && c->init_from && world > 1) {
+            s = fsdp_comm_all_reduce(comm, &share, &mx, 1, FSDP_F32, FSDP_MAX);
+            if (s == FSDP_OK) s = fsdp_comm_all_reduce(comm, &share, &sum, 1, FSDP_F32, FSDP_SUM);
+        }
         if (s != FSDP_OK) goto done;
-        if (o && c->init_from) fprintf(o, "initialised from %s\n", c->init_from);
+        if (o && c->init_from)
+            fprintf(o,
+                    "initialised from %s: each rank read at most %.1f%% of the weights' elements (all ranks "
+                    "together %.1f%%)\n",
+                    c->init_from, 100.0 * mx, 100.0 * sum);
         rng_seed(st.rng, (uint64_t)c->seed ^ 0x5A4D504C45ull);
     }
     if (rank0 && c->metrics) {
@@ -787,7 +799,7 @@ static fsdp_status load_hf_model(const char *dir, fsdp_comm_t *comm, fsdp_train_
     s = fsdp_ckpt_agree(comm, s, "reading --init-from's config.json");
     if (s == FSDP_OK) s = model_build(c, comm, rm);
     s = fsdp_ckpt_agree(comm, s, "building --init-from's model");
-    if (s == FSDP_OK) s = fsdp_hf_load(rm->eng, dir);
+    if (s == FSDP_OK) s = fsdp_hf_load(rm->eng, dir, NULL);
     return s;
 }
 

@@ -65,7 +65,7 @@ if [ "$PART" = finetune ]; then
     # 20 fine-tuning steps on 2 ranks, then export: transformers reproduces fsdp.c's logits from it.
     "$MPIRUN" 2 "$BIN" --init-from m_single "${FT[@]}" --steps 20 --warmup 2 --lr 1e-3 --checkpoint-dir ck \
         --metrics ft.jsonl >ft.log 2>&1 || bad "fine-tune: $(tail -5 ft.log)"
-    grep -q "initialised from $WORK/m_single" ft.log && ok || bad "the run says where it started"
+    grep -q "initialised from $WORK/m_single: each rank read at most" ft.log && ok || bad "the run says where it started"
     grep -q "\"init-from\":[[:space:]]*\"$WORK/m_single\"" ck/step_000020/manifest.json && ok || bad "manifest records init-from"
     "$BIN" export --checkpoint ck --out ft/model.safetensors --logits ft.bin >exp.log 2>&1 || bad "export: $(cat exp.log)"
     "$PY" "$FIX" compare ft ft.bin && ok || bad "transformers reproduces the fine-tuned export's logits"
@@ -78,6 +78,12 @@ if [ "$PART" = finetune ]; then
         --weight-decay 0 --checkpoint-dir ck0 >lr0.log 2>&1 || bad "lr 0 run: $(tail -3 lr0.log)"
     "$BIN" export --checkpoint ck0 --out lr0/model.safetensors --logits lr0.bin >exp0.log 2>&1 || bad "export lr0: $(cat exp0.log)"
     "$PY" "$FIX" compare m_single lr0.bin && ok || bad "train --init-from starts from the pretrained weights"
+    # Each of the 3 ranks read only its shard: at most a little over a third of the elements, all of them together.
+    python3 -c "
+import re, sys
+m = re.search(r'read at most ([0-9.]+)% .*together ([0-9.]+)%', open('lr0.log').read())
+sys.exit(0 if m and float(m.group(1)) < 40 and abs(float(m.group(2)) - 100) < 0.05 else 1)" && ok ||
+        bad "per-rank reads: $(grep 'initialised from' lr0.log)"
     # Data of another vocabulary is refused, naming meta.json.
     sed -i 's/"vocab":[[:space:]]*257/"vocab": 300/' data/meta.json
     "$BIN" --init-from m_single "${FT[@]}" --steps 1 --checkpoint-dir ck_v >v.log 2>&1 && bad "vocabulary mismatch accepted" ||
