@@ -8,7 +8,7 @@
  * (--batch: sequences per rank and micro-batch; --max-seq: the position table, default --seq)
  *   tests/mpirun.sh 2 build/bench/bench_plan --measure --layers 2 --embd 64 --heads 4 --vocab 512 --seq 64
  *       [--strategy full_shard|shard_grad_op|no_shard] [--main-grad lazy|eager] [--accum sharded|no_sync]
- *       [--trace FILE] [--report FILE.json]
+ *       [--steps N (2)] [--max-inflight K (2)] [--trace FILE] [--report FILE.json]
  * --measure exits 1 if master, optim, grad_shard, param_full or main_grad differ from the plan. */
 #include "fsdp.h"
 #include "model/gpt.h"
@@ -26,6 +26,7 @@ typedef struct {
     fsdp_strategy strategy;          /* --measure only */
     fsdp_main_grad_policy main_grad; /* --measure only */
     fsdp_accum_mode accum;           /* --measure only */
+    int steps, max_inflight;         /* --measure: steps run; the engine's overlap depth */
     int worlds[8], n_worlds;
 } opts;
 
@@ -35,6 +36,7 @@ static int parse(opts *o, int argc, char **argv) {
     o->B = 4, o->T = 1024, o->n_micro = 1, o->measure = 0, o->compute = FSDP_BF16;
     o->strategy = FSDP_FULL_SHARD, o->main_grad = FSDP_MAIN_GRAD_LAZY, o->accum = FSDP_ACCUM_SHARDED;
     o->worlds[0] = 1, o->worlds[1] = 2, o->worlds[2] = 4, o->n_worlds = 3;
+    o->steps = 2, o->max_inflight = fsdp_engine_config_default().max_inflight;
     int max_seq = 0; /* the position table; 0: --seq */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -75,6 +77,10 @@ static int parse(opts *o, int argc, char **argv) {
             o->main_grad = !strcmp(v, "eager") ? FSDP_MAIN_GRAD_EAGER : FSDP_MAIN_GRAD_LAZY;
         else if (!strcmp(a, "--accum"))
             o->accum = !strcmp(v, "no_sync") ? FSDP_ACCUM_NO_SYNC : FSDP_ACCUM_SHARDED;
+        else if (!strcmp(a, "--steps"))
+            o->steps = atoi(v);
+        else if (!strcmp(a, "--max-inflight"))
+            o->max_inflight = atoi(v);
         else if (!strcmp(a, "--trace"))
             o->trace = v;
         else if (!strcmp(a, "--report"))
@@ -179,11 +185,14 @@ static int measure(const opts *o, int *argc, char ***argv) {
     ec.strategy = o->strategy;
     ec.main_grad = o->main_grad;
     ec.accum = o->accum;
+    ec.max_inflight = o->max_inflight;
     fsdp_plan_config pc = fsdp_plan_config_default();
     pc.world = world;
     pc.engine = ec;
     pc.backend = strcmp(fsdp_comm_backend_name(comm), "mpi") == 0 ? FSDP_COMM_MPI : FSDP_COMM_SELF;
+    pc.shm = fsdp_comm_shm_active(comm);
     pc.n_micro = o->n_micro;
+    pc.steps = o->steps > 1 ? 2 : 1;
     pc.activation_bytes = gpt_activation_bytes(&o->gc, o->B, o->T);
     pc.other_bytes = gpt_other_bytes(&o->gc, o->B, o->T, o->compute);
     fsdp_plan plan;
@@ -207,17 +216,19 @@ static int measure(const opts *o, int *argc, char ***argv) {
         tok[i] = (int)((i * 7919u + (size_t)rank * 104729u) % (size_t)o->gc.vocab_size);
     if (st == FSDP_OK && o->trace) st = fsdp_comm_barrier(comm); /* a common time origin, roughly */
     if (st == FSDP_OK && o->trace) st = fsdp_trace_enable(rank);
-    if (st == FSDP_OK) st = fsdp_engine_begin_step(eng, o->n_micro);
-    for (int mi = 0; st == FSDP_OK && mi < o->n_micro; mi++) {
-        float loss;
-        st = fsdp_engine_begin_micro(eng, mi);
-        if (st == FSDP_OK) st = gpt_forward(m, tok, tok + N, o->B, o->T, &loss);
-        if (st == FSDP_OK) st = gpt_backward(m, 1.0f);
-    }
-    float norm;
-    if (st == FSDP_OK) st = fsdp_engine_clip_grad_norm(eng, 1.0f, &norm);
     fsdp_adamw_config oc = fsdp_adamw_config_default();
-    if (st == FSDP_OK) st = fsdp_engine_adamw_step(eng, &oc);
+    for (int s = 0; s < o->steps; s++) {
+        if (st == FSDP_OK) st = fsdp_engine_begin_step(eng, o->n_micro);
+        for (int mi = 0; st == FSDP_OK && mi < o->n_micro; mi++) {
+            float loss;
+            st = fsdp_engine_begin_micro(eng, mi);
+            if (st == FSDP_OK) st = gpt_forward(m, tok, tok + N, o->B, o->T, &loss);
+            if (st == FSDP_OK) st = gpt_backward(m, 1.0f);
+        }
+        float norm;
+        if (st == FSDP_OK) st = fsdp_engine_clip_grad_norm(eng, 1.0f, &norm);
+        if (st == FSDP_OK) st = fsdp_engine_adamw_step(eng, &oc);
+    }
     fsdp_trace_disable();
     if (st == FSDP_OK && o->trace) st = fsdp_trace_write(o->trace, comm); /* collective */
     if (st != FSDP_OK) {

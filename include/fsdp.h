@@ -174,6 +174,9 @@ typedef struct {
     int version; /* = 1 */
     fsdp_comm_backend backend;
     double timeout_s; /* a collective not done after this long fails with FSDP_ETIMEOUT; <= 0: wait forever */
+    int shm; /* 1 (default): when every rank is on one host, all-gather, reduce-scatter and all-reduce go
+              * through a shared-memory segment (two 4 MiB slots per rank; FSDP_COMM_SHM_SLOT_KIB sets the
+              * slot size); 0, or FSDP_COMM_SHM=0 in the environment: Open MPI's collectives */
 } fsdp_comm_config;
 
 fsdp_comm_config fsdp_comm_config_default(void);
@@ -184,6 +187,7 @@ int fsdp_comm_rank(const fsdp_comm_t *c);
 int fsdp_comm_size(const fsdp_comm_t *c);
 int fsdp_comm_local_size(const fsdp_comm_t *c); /* ranks on this node */
 const char *fsdp_comm_backend_name(const fsdp_comm_t *c);
+int fsdp_comm_shm_active(const fsdp_comm_t *c); /* 1 if the shared-memory transport is in use */
 /* A label ("unit block3 / reduce-scatter") that timeout and error messages include. Copied. */
 void fsdp_comm_set_label(fsdp_comm_t *c, const char *label);
 /* Ends every rank of the job (MPI_Abort), or exits the process for self. Programs only. */
@@ -224,8 +228,19 @@ fsdp_status fsdp_comm_iall_gather(fsdp_comm_t *c, const void *send, void *recv, 
                                   fsdp_comm_req_t **req);
 fsdp_status fsdp_comm_ireduce_scatter(fsdp_comm_t *c, const void *send, void *recv, size_t count,
                                       fsdp_dtype t, fsdp_reduce_op op, fsdp_comm_req_t **req);
+fsdp_status fsdp_comm_iall_reduce(fsdp_comm_t *c, const void *send, void *recv, size_t count, fsdp_dtype t,
+                                  fsdp_reduce_op op, fsdp_comm_req_t **req);
 fsdp_status fsdp_comm_test(fsdp_comm_req_t *req, int *done);
 fsdp_status fsdp_comm_wait(fsdp_comm_req_t *req);
+/* Advances every started request as far as it can without waiting (Open MPI and the shared-memory
+ * transport move data only inside library calls): call it between kernels to overlap communication
+ * with compute. A failure is reported by that request's own test/wait. */
+void fsdp_comm_progress(fsdp_comm_t *c);
+/* After a collective returned FSDP_ETIMEOUT: buf (from fsdp_mem_alloc) may still be written by that
+ * call, so it must be neither freed nor reused; the communicator takes it and frees it once the call
+ * completes (in fsdp_comm_free's grace period), or never. NULL is a no-op; with no timed-out call,
+ * buf is freed at once. */
+void fsdp_comm_adopt_buffer(fsdp_comm_t *c, void *buf);
 
 /* ---------------------------------------------------------------- shard: flat parameters, units */
 
@@ -262,6 +277,10 @@ typedef struct {
     fsdp_accum_mode accum;           /* ACCUM_SHARDED */
     uint64_t seed;                   /* parameter initialisation */
     size_t align;                    /* tensor alignment in the flat buffer, elements (default 16) */
+    int max_inflight; /* overlap (default 2): from the second step on, up to this many units' all-gathers
+                         run ahead of their hooks (prefetch in the recorded forward and backward order)
+                         and each reduction runs during the previous unit's backward; 0: every
+                         collective completes inside its hook (no overlap, least memory) */
 } fsdp_engine_config;
 
 typedef struct {
@@ -328,6 +347,17 @@ fsdp_status fsdp_unit_pre_backward(fsdp_unit_t *u);
 fsdp_status fsdp_unit_post_backward(fsdp_unit_t *u);
 /* Frees every unit's full parameters (after evaluation-only forwards). */
 fsdp_status fsdp_engine_reshard_all(fsdp_engine_t *e);
+/* Completes every collective the overlap left running (the pending reduction, prefetched gathers) and
+ * drops prefetched parameters no hook has used. Clip, AdamW, begin_step, zero_grad, gather/load
+ * tensor, fsdp_unit_shard, reshard_all and engine_free call it themselves; call it before reading
+ * gradient shards any other way. Collective (every rank). */
+fsdp_status fsdp_engine_drain(fsdp_engine_t *e);
+/* Gives started collectives a turn of progress without waiting; a model calls it between kernels so
+ * that prefetches and reductions move while it computes (see fsdp_comm_progress). */
+void fsdp_engine_progress(fsdp_engine_t *e);
+/* Hook calls that did not follow the order recorded in the first step (prefetch then pauses until
+ * the next pass starts again at its first unit). */
+long fsdp_engine_order_mismatches(const fsdp_engine_t *e);
 
 /* View of tensor t of the unsharded parameters, in the compute dtype (float* or fsdp_bf16*).
  * FSDP_ESTATE when the unit is not unsharded. */
@@ -432,7 +462,11 @@ typedef struct {
     int world;                   /* ranks, >= 1 (default 1) */
     fsdp_engine_config engine;   /* strategy, compute/reduce dtype, main_grad policy, accum, align */
     fsdp_comm_backend backend;   /* staging of the reduction; AUTO: MPI if world > 1, else SELF */
+    int shm;                     /* MPI backend: 1 (default) if the ranks share one host and the
+                                    shared-memory transport reduces (no staging); 0: Open MPI's paths */
     int n_micro;                 /* micro-batches per step, >= 1 (default 1) */
+    int steps;                   /* steps replayed: 2 (default) for any run of 2+ steps, 1 for a one-step
+                                    run (the first step records the hook order; prefetch starts after) */
     fsdp_plan_schedule schedule; /* default ROOT_WRAPS */
     size_t activation_bytes;     /* the model's activation estimate (e.g. gpt_activation_bytes), bytes */
     size_t other_bytes;          /* anything else the program holds in category other, bytes */

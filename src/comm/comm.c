@@ -14,7 +14,7 @@
 /* ------------------------------------------------------------------------------------------ config */
 
 fsdp_comm_config fsdp_comm_config_default(void) {
-    fsdp_comm_config c = {.version = 1, .backend = FSDP_COMM_AUTO, .timeout_s = 0.0};
+    fsdp_comm_config c = {.version = 1, .backend = FSDP_COMM_AUTO, .timeout_s = 0.0, .shm = 1};
     return c;
 }
 
@@ -36,7 +36,8 @@ static int launched_by_mpi(void) {
 }
 
 /* FSDP_TEST_SKIP_COLLECTIVE=<rank>:<n>[:stall]: that rank returns FSDP_OK from its n-th collective
- * (0-based) without communicating, so the other ranks' timeout path can be tested. With ":stall" the
+ * (0-based) without communicating, so the other ranks' timeout path can be tested. <rank>:@TEXT[:stall]
+ * skips instead the first collective whose label contains TEXT (e.g. "@(prefetch)"). With ":stall" the
  * rank then posts no further collective either: each later one waits until its own timeout, as a rank
  * that went astray would (without it, the rank's next collective is mismatched against the others'
  * and MPI may fail the job first with a truncation error). Malformed values are an error rather than
@@ -51,8 +52,26 @@ static fsdp_status parse_skip(fsdp_comm_t *c) {
         return FSDP_ERR(FSDP_EINVAL, "FSDP_TEST_SKIP_COLLECTIVE=\"%s\" is malformed; use <rank>:<n>[:stall]",
                         v);
     const char *p = end + 1;
-    unsigned long long n = strtoull(p, &end, 10);
     c->skip_stall = 0;
+    c->skip_label[0] = '\0';
+    if (*p == '@') { /* by label: the text up to an optional ":stall" */
+        size_t len = strlen(p + 1);
+        if (len >= 6 && strcmp(p + 1 + len - 6, ":stall") == 0) {
+            c->skip_stall = 1;
+            len -= 6;
+        }
+        if (len == 0 || len >= sizeof c->skip_label)
+            return FSDP_ERR(FSDP_EINVAL,
+                            "FSDP_TEST_SKIP_COLLECTIVE=\"%s\": the label text after '@' must have 1..%zu "
+                            "characters",
+                            v, sizeof c->skip_label - 1);
+        memcpy(c->skip_label, p + 1, len);
+        c->skip_label[len] = '\0';
+        c->skip_rank = (int)r;
+        c->skip_seq = UINT64_MAX; /* set when a label matches */
+        return FSDP_OK;
+    }
+    unsigned long long n = strtoull(p, &end, 10);
     if (end != p && strcmp(end, ":stall") == 0) {
         c->skip_stall = 1;
         end += strlen(end);
@@ -83,6 +102,8 @@ fsdp_status fsdp_comm_init(fsdp_comm_t **out, const fsdp_comm_config *cfg, int *
     c->backend = cfg->backend;
     if (c->backend == FSDP_COMM_AUTO) c->backend = launched_by_mpi() ? FSDP_COMM_MPI : FSDP_COMM_SELF;
     c->timeout_s = cfg->timeout_s;
+    c->shm_allowed = cfg->shm != 0;
+    c->shm_win = MPI_WIN_NULL;
     c->int_limit = INT_MAX;
     c->rank = 0;
     c->size = 1;
@@ -109,6 +130,7 @@ void fsdp_comm_free(fsdp_comm_t *c) {
 int fsdp_comm_rank(const fsdp_comm_t *c) { return c ? c->rank : 0; }
 int fsdp_comm_size(const fsdp_comm_t *c) { return c ? c->size : 1; }
 int fsdp_comm_local_size(const fsdp_comm_t *c) { return c ? c->local_size : 1; }
+int fsdp_comm_shm_active(const fsdp_comm_t *c) { return c ? c->shm_on : 0; }
 const char *fsdp_comm_backend_name(const fsdp_comm_t *c) {
     if (c == NULL) return "none";
     return c->backend == FSDP_COMM_MPI ? "mpi" : "self";
@@ -238,31 +260,33 @@ static void self_run(fsdp_comm_req_t *r) {
 
 /* --------------------------------------------------------------------------------- reduction helper */
 
-void comm_reduce_blocks(void *dst, const void *src, size_t stride, int world, size_t n, fsdp_dtype t,
-                        fsdp_reduce_op op) {
+/* Contribution s is src[s] when src != NULL, else base + s*stride (elements). */
+static void reduce_impl(void *dst, const void *const *src, const void *base, size_t stride, int world,
+                        size_t n, fsdp_dtype t, fsdp_reduce_op op) {
     /* Tiles keep the fp32 accumulator in L1 while the contributions stream past in rank order. The
      * bulk bf16 helpers are bit-identical to the scalar conversions (one fp32 add per element). */
     enum { TILE = 2048 };
     float acc[TILE]; /* fp32 partial results of one tile */
-    const float *sf = src;
-    const fsdp_bf16 *sb = src;
+    size_t es = fsdp_dtype_size(t);
     for (size_t i0 = 0; i0 < n; i0 += TILE) {
         size_t m = n - i0 < TILE ? n - i0 : TILE;
-        /* start from rank 0's value: keeps -0.0 and adds nothing to it */
-        if (t == FSDP_BF16)
-            fsdp_bf16_to_f32_n(acc, sb + i0, m);
-        else
-            memcpy(acc, sf + i0, m * sizeof(float));
-        for (int s = 1; s < world; s++) {
-            size_t base = (size_t)s * stride + i0;
-            if (op != FSDP_MAX && t == FSDP_BF16) {
-                fsdp_bf16_add_f32_n(acc, sb + base, m);
+        for (int s = 0; s < world; s++) {
+            const char *p = src ? (const char *)src[s] : (const char *)base + (size_t)s * stride * es;
+            const float *sf = (const float *)p + i0;
+            const fsdp_bf16 *sb = (const fsdp_bf16 *)p + i0;
+            if (s == 0) { /* start from rank 0's value: keeps -0.0 and adds nothing to it */
+                if (t == FSDP_BF16)
+                    fsdp_bf16_to_f32_n(acc, sb, m);
+                else
+                    memcpy(acc, sf, m * sizeof(float));
+            } else if (op != FSDP_MAX && t == FSDP_BF16) {
+                fsdp_bf16_add_f32_n(acc, sb, m);
             } else if (op != FSDP_MAX) {
                 for (size_t i = 0; i < m; i++)
-                    acc[i] += sf[base + i];
+                    acc[i] += sf[i];
             } else {
                 for (size_t i = 0; i < m; i++) { /* a NaN anywhere makes the result NaN */
-                    float v = t == FSDP_BF16 ? fsdp_bf16_to_f32(sb[base + i]) : sf[base + i];
+                    float v = t == FSDP_BF16 ? fsdp_bf16_to_f32(sb[i]) : sf[i];
                     acc[i] = (v > acc[i] || v != v) && acc[i] == acc[i] ? v : acc[i];
                 }
             }
@@ -277,16 +301,38 @@ void comm_reduce_blocks(void *dst, const void *src, size_t stride, int world, si
     }
 }
 
+void comm_reduce_blocks(void *dst, const void *src, size_t stride, int world, size_t n, fsdp_dtype t,
+                        fsdp_reduce_op op) {
+    reduce_impl(dst, NULL, src, stride, world, n, t, op);
+}
+
+void comm_reduce_ptrs(void *dst, const void *const *src, int world, size_t n, fsdp_dtype t,
+                      fsdp_reduce_op op) {
+    reduce_impl(dst, src, NULL, 0, world, n, t, op);
+}
+
 /* ----------------------------------------------------------------------------- requests and waiting */
+
+static void inflight_unlink(fsdp_comm_req_t *r) {
+    for (fsdp_comm_req_t **p = &r->c->inflight; *p != NULL; p = &(*p)->next_inflight)
+        if (*p == r) {
+            *p = r->next_inflight;
+            break;
+        }
+    r->next_inflight = NULL;
+}
 
 static void req_free(fsdp_comm_req_t *r) {
     if (r == NULL) return;
+    inflight_unlink(r);
     if (r->c->backend == FSDP_COMM_MPI) comm_mpi_req_release(r);
+    for (int k = 0; k < 2; k++)
+        fsdp_mem_free(r->adopted[k]);
     free(r);
 }
 
 /* Validates, then starts the collective. A count-0 call, the self backend and a fault-injected skip
- * give a request that is already done. */
+ * give a request that is already done. Others join the communicator's in-flight list (start order). */
 static fsdp_status start(fsdp_comm_t *c, comm_coll k, const void *send, void *recv, size_t count,
                          fsdp_dtype t, fsdp_reduce_op op, int root, fsdp_comm_req_t **out) {
     fsdp_comm_req_t tmp = {0};
@@ -295,6 +341,7 @@ static fsdp_status start(fsdp_comm_t *c, comm_coll k, const void *send, void *re
     if (r == NULL) return FSDP_ERR(FSDP_ENOMEM, "%s: cannot allocate a request", comm_coll_name(k));
     *r = tmp;
     r->t0 = fsdp_time_s();
+    snprintf(r->label, sizeof r->label, "%s", c->label);
     if (count == 0 && k != COLL_BARRIER) {
         r->done = 1;
     } else if (c->backend == FSDP_COMM_SELF) {
@@ -302,10 +349,15 @@ static fsdp_status start(fsdp_comm_t *c, comm_coll k, const void *send, void *re
         r->done = 1;
     } else {
         uint64_t seq = c->seq++;
+        if (c->skip_rank == c->rank && c->skip_label[0] && c->skip_seq == UINT64_MAX &&
+            strstr(c->label, c->skip_label) != NULL)
+            c->skip_seq = seq;
         if (c->skip_rank == c->rank && c->skip_seq == seq) {
             r->done = 1; /* test fault: this rank pretends the collective happened */
         } else if (c->skip_rank == c->rank && c->skip_stall && seq > c->skip_seq) {
             r->stalled = 1; /* test fault: never posted, so it can only time out */
+        } else if (comm_shm_eligible(r)) {
+            comm_shm_start(r);
         } else {
             fsdp_status s = comm_mpi_start(r);
             if (s != FSDP_OK) {
@@ -314,8 +366,31 @@ static fsdp_status start(fsdp_comm_t *c, comm_coll k, const void *send, void *re
             }
         }
     }
+    if (!r->done) { /* append: the list stays in start order */
+        fsdp_comm_req_t **p = &c->inflight;
+        while (*p != NULL)
+            p = &(*p)->next_inflight;
+        *p = r;
+    }
     *out = r;
     return FSDP_OK;
+}
+
+/* Shared-memory requests advance in start order (their rounds must): every earlier one first. */
+static void shm_progress_upto(fsdp_comm_req_t *r) {
+    for (fsdp_comm_req_t *q = r->c->inflight; q != NULL; q = q->next_inflight) {
+        if (q->shm && !q->done && !q->failed) {
+            int d = 0;
+            fsdp_status s = comm_shm_progress(q, &d);
+            if (s != FSDP_OK) { /* reported by the request's own test/wait */
+                q->failed = s;
+                snprintf(q->errmsg, sizeof q->errmsg, "%s", fsdp_last_error());
+            } else if (d) {
+                q->done = 1;
+            }
+        }
+        if (q == r) break;
+    }
 }
 
 static fsdp_status progress(fsdp_comm_req_t *r, int *done) {
@@ -327,13 +402,25 @@ static fsdp_status progress(fsdp_comm_req_t *r, int *done) {
         *done = 0;
         return FSDP_OK;
     }
+    if (r->shm) {
+        if (r->is_stale) { /* off the list: runs alone (the communicator is broken anyway) */
+            FSDP_TRY(comm_shm_progress(r, done));
+            if (*done) r->done = 1;
+        } else {
+            shm_progress_upto(r);
+            if (r->failed) return fsdp_set_error(r->failed, "%s", r->errmsg);
+        }
+        *done = r->done;
+        return FSDP_OK;
+    }
     fsdp_status s = comm_mpi_progress(r, done);
     if (s == FSDP_OK && *done) r->done = 1;
     return s;
 }
 
-/* Past its deadline: the request stays with the communicator (MPI may still write its buffers; a
- * non-blocking collective cannot be cancelled), the communicator is marked broken. */
+/* Past its deadline: the request stays with the communicator (MPI, or a late peer through the
+ * shared-memory segment, may still write its buffers; a collective cannot be cancelled), the
+ * communicator is marked broken. The message names this request's own label. */
 static fsdp_status timed_out(fsdp_comm_req_t *r, double elapsed) {
     fsdp_comm_t *c = r->c;
     c->broken = 1;
@@ -342,15 +429,30 @@ static fsdp_status timed_out(fsdp_comm_req_t *r, double elapsed) {
                  "rank %d of %d: %s (label \"%s\", %zu x %s) not complete after %.3f s (timeout_s %.3f); "
                  "another rank likely failed, stopped or called a different collective; end the job with "
                  "fsdp_comm_abort (the buffers of this call must stay valid until then)",
-                 c->rank, c->size, comm_coll_name(r->coll), c->label, r->count, fsdp_dtype_name(r->t),
+                 c->rank, c->size, comm_coll_name(r->coll), r->label, r->count, fsdp_dtype_name(r->t),
                  elapsed, c->timeout_s);
-    if (r->stalled) { /* nothing was posted: MPI owns nothing of it */
+    inflight_unlink(r);
+    r->is_stale = 1;
+    if (r->stalled) { /* nothing was posted: nothing else owns any of it */
         req_free(r);
     } else {
         r->next_stale = c->stale;
         c->stale = r;
     }
     return s;
+}
+
+void fsdp_comm_adopt_buffer(fsdp_comm_t *c, void *buf) {
+    if (buf == NULL) return;
+    if (c != NULL && c->stale != NULL) {
+        for (int k = 0; k < 2; k++)
+            if (c->stale->adopted[k] == NULL) {
+                c->stale->adopted[k] = buf;
+                return;
+            }
+        return; /* no room: kept for the life of the process, never reused */
+    }
+    fsdp_mem_free(buf); /* no timed-out call holds it */
 }
 
 static int past_deadline(const fsdp_comm_req_t *r, double *elapsed) {
@@ -362,7 +464,7 @@ fsdp_status fsdp_comm_test(fsdp_comm_req_t *req, int *done) {
     if (done == NULL) return FSDP_ERR(FSDP_EINVAL, "done is NULL");
     *done = 0;
     if (req == NULL) return FSDP_ERR(FSDP_EINVAL, "request is NULL");
-    fsdp_status s = progress(req, done);
+    fsdp_status s = req->failed ? fsdp_set_error(req->failed, "%s", req->errmsg) : progress(req, done);
     if (s != FSDP_OK) {
         *done = 1;
         req_free(req);
@@ -378,6 +480,27 @@ fsdp_status fsdp_comm_test(fsdp_comm_req_t *req, int *done) {
     return FSDP_OK;
 }
 
+/* Progress for every in-flight request, without waiting: what a program calls between kernels so
+ * that started collectives move while it computes. MPI failures are left for the owner's test/wait. */
+void fsdp_comm_progress(fsdp_comm_t *c) {
+    if (c == NULL || c->inflight == NULL) return;
+    fsdp_comm_req_t *last = c->inflight;
+    while (last->next_inflight != NULL)
+        last = last->next_inflight;
+    shm_progress_upto(last);
+    for (fsdp_comm_req_t *q = c->inflight; q != NULL; q = q->next_inflight) {
+        if (q->shm || q->done || q->stalled || q->failed) continue;
+        int d = 0;
+        fsdp_status s = comm_mpi_progress(q, &d);
+        if (s != FSDP_OK) {
+            q->failed = s;
+            snprintf(q->errmsg, sizeof q->errmsg, "%s", fsdp_last_error());
+        } else if (d) {
+            q->done = 1;
+        }
+    }
+}
+
 /* Polls MPI_Test (Open MPI progresses non-blocking collectives only inside MPI calls, so the poll
  * rate is the progress rate). For the first 50 ms it yields the core between polls — cheap for
  * oversubscribed ranks and no added latency; a longer wait (a straggler rank) backs off to sleeps
@@ -388,7 +511,7 @@ fsdp_status fsdp_comm_wait(fsdp_comm_req_t *req) {
     double waited0 = fsdp_time_s() - req->t0; /* age of the request when this wait began */
     for (;;) {
         int done = 0;
-        fsdp_status s = progress(req, &done);
+        fsdp_status s = req->failed ? fsdp_set_error(req->failed, "%s", req->errmsg) : progress(req, &done);
         if (s != FSDP_OK) {
             req_free(req);
             return s;
@@ -464,6 +587,13 @@ fsdp_status fsdp_comm_iall_gather(fsdp_comm_t *c, const void *send, void *recv, 
     if (req == NULL) return FSDP_ERR(FSDP_EINVAL, "all-gather: req is NULL; pass the address of a request");
     *req = NULL;
     return start(c, COLL_ALL_GATHER, send, recv, count, t, FSDP_SUM, 0, req);
+}
+
+fsdp_status fsdp_comm_iall_reduce(fsdp_comm_t *c, const void *send, void *recv, size_t count, fsdp_dtype t,
+                                  fsdp_reduce_op op, fsdp_comm_req_t **req) {
+    if (req == NULL) return FSDP_ERR(FSDP_EINVAL, "all-reduce: req is NULL; pass the address of a request");
+    *req = NULL;
+    return start(c, COLL_ALL_REDUCE, send, recv, count, t, op, 0, req);
 }
 
 fsdp_status fsdp_comm_ireduce_scatter(fsdp_comm_t *c, const void *send, void *recv, size_t count,

@@ -7,6 +7,7 @@
 #include "core/core.h"
 
 #include <mpi.h>
+#include <stdint.h>
 
 typedef enum {
     COLL_ALL_GATHER = 0,
@@ -30,23 +31,38 @@ typedef enum {
 struct fsdp_comm {
     fsdp_comm_backend backend; /* SELF or MPI (AUTO resolved at init) */
     int rank, size, local_size;
-    double timeout_s;            /* <= 0: wait forever */
-    char label[128];             /* fsdp_comm_set_label; "" if none */
-    int broken;                  /* a collective timed out: later collectives are refused */
-    uint64_t seq;                /* collectives started on this communicator (for fault injection) */
-    int skip_rank;               /* FSDP_TEST_SKIP_COLLECTIVE=<rank>:<n>; -1 when unset */
-    uint64_t skip_seq;           /* that rank skips its collective number skip_seq (0-based) */
-    int skip_stall;              /* ":stall": after the skip, post nothing more (a rank stuck elsewhere) */
-    size_t int_limit;            /* largest count handed to MPI as an int (INT_MAX; tests lower it) */
-    struct fsdp_comm_req *stale; /* timed-out requests MPI still owns (list via next_stale) */
-    int mpi_inited_here;         /* fsdp_comm_init called MPI_Init_thread: free finalises */
-    MPI_Comm comm;               /* MPI backend: a duplicate of MPI_COMM_WORLD with MPI_ERRORS_RETURN */
+    double timeout_s;               /* <= 0: wait forever */
+    char label[128];                /* fsdp_comm_set_label; "" if none */
+    int broken;                     /* a collective timed out: later collectives are refused */
+    uint64_t seq;                   /* collectives started on this communicator (for fault injection) */
+    int skip_rank;                  /* FSDP_TEST_SKIP_COLLECTIVE=<rank>:<n>; -1 when unset */
+    uint64_t skip_seq;              /* that rank skips its collective number skip_seq (0-based) */
+    int skip_stall;                 /* ":stall": after the skip, post nothing more (a rank stuck elsewhere) */
+    char skip_label[64];            /* "<rank>:@TEXT": skip the first collective whose label contains TEXT */
+    size_t int_limit;               /* largest count handed to MPI as an int (INT_MAX; tests lower it) */
+    struct fsdp_comm_req *stale;    /* timed-out requests MPI still owns (list via next_stale) */
+    int mpi_inited_here;            /* fsdp_comm_init called MPI_Init_thread: free finalises */
+    MPI_Comm comm;                  /* MPI backend: a duplicate of MPI_COMM_WORLD with MPI_ERRORS_RETURN */
+    struct fsdp_comm_req *inflight; /* started, not yet complete, in start order (via next_inflight) */
+    /* Shared-memory transport (comm_shm.c), when every rank is on this host. */
+    int shm_allowed;      /* from the config */
+    int shm_on;           /* set up and in use */
+    MPI_Win shm_win;      /* the window holding every rank's segment */
+    char **shm_seg;       /* (size) each rank's segment as mapped here */
+    const void **shm_src; /* (size) scratch: one round's contributions */
+    size_t shm_slot;      /* bytes per slot (two per rank) */
+    uint64_t shm_round;   /* rounds handed out so far */
+    int shm_cma;          /* peers' memory readable with process_vm_readv (single-copy path) */
+    size_t shm_cma_min;   /* bytes per rank block from which the single-copy path is used */
+    int *shm_pid;         /* (size) each rank's process id */
+    char *shm_tile;       /* (size x SHM_TILE bytes) reduce-scatter: one tile of every rank's block */
 };
 
 struct fsdp_comm_req {
     fsdp_comm_t *c;
     comm_coll coll;
-    double t0; /* fsdp_time_s() when started: timeouts are measured from here */
+    double t0;       /* fsdp_time_s() when started: timeouts are measured from here */
+    char label[128]; /* the communicator's label when this request started (named on timeout) */
     int done;
     int stalled; /* test fault (":stall"): never posted, never completes */
     /* The call's arguments. Element counts; recv/send as given by the caller. */
@@ -66,7 +82,20 @@ struct fsdp_comm_req {
     MPI_Datatype blk_type; /* a derived "count elements" type for counts > int_limit */
     int blk_type_owned;
     int *counts; /* BF16 all-reduce: 4*world ints: scount, sdispl, rcount, rdispl */
+    /* Shared-memory transport state. */
+    int shm;                   /* runs on comm_shm.c */
+    uint64_t shm_round0;       /* its first round */
+    size_t shm_chunk;          /* elements per round (reduce-scatter: per rank block) */
+    size_t shm_nchunks, shm_k; /* rounds in all, rounds read */
+    int shm_wrote;             /* round shm_k published, not yet read */
+    int shm_cma;               /* single copy: one round, peers read this rank's buffer directly */
+    int shm_read;              /* single copy: this rank has read every peer's part */
+    void *adopted[2];          /* buffers of a timed-out call, freed once the call completes */
+    int is_stale;              /* timed out: on c->stale, off the in-flight list */
+    fsdp_status failed;        /* an MPI failure seen by fsdp_comm_progress, reported by test/wait */
+    char errmsg[256];          /* its message */
     struct fsdp_comm_req *next_stale;
+    struct fsdp_comm_req *next_inflight;
 };
 
 /* Backend entry points (comm_mpi.c). */
@@ -82,6 +111,14 @@ void comm_mpi_req_release(fsdp_comm_req_t *req);
 
 const char *comm_coll_name(comm_coll k);
 
+/* Shared-memory transport (comm_shm.c). init: after the MPI communicator exists; leaves shm_on 0
+ * where it does not apply (several hosts, one rank, FSDP_COMM_SHM=0, or the window was refused). */
+fsdp_status comm_shm_init(fsdp_comm_t *c, MPI_Comm node, int node_size);
+void comm_shm_free(fsdp_comm_t *c);
+int comm_shm_eligible(const fsdp_comm_req_t *r);
+void comm_shm_start(fsdp_comm_req_t *r);
+fsdp_status comm_shm_progress(fsdp_comm_req_t *r, int *done);
+
 /* Waits up to grace seconds for requests abandoned by timeouts (comm.c); 1 if none is left. */
 int comm_drain_stale(fsdp_comm_t *c, double grace);
 
@@ -90,6 +127,10 @@ int comm_drain_stale(fsdp_comm_t *c, double grace);
  * propagates NaN. dst must not overlap src. */
 void comm_reduce_blocks(void *dst, const void *src, size_t stride, int world, size_t n, fsdp_dtype t,
                         fsdp_reduce_op op);
+/* The same reduction with contribution s at src[s] (n elements each); dst may equal src[0] only if
+ * nothing else aliases it. */
+void comm_reduce_ptrs(void *dst, const void *const *src, int world, size_t n, fsdp_dtype t,
+                      fsdp_reduce_op op);
 
 /* Test-only: lowers the largest count passed to MPI as an int, so the chunked and derived-datatype
  * paths for counts above INT_MAX run with small buffers. limit 0 restores INT_MAX. */

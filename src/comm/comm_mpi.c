@@ -49,11 +49,14 @@ fsdp_status comm_mpi_init(fsdp_comm_t *c, int *argc, char ***argv) {
     MPI_Comm node = MPI_COMM_NULL;
     rc = MPI_Comm_split_type(c->comm, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &node);
     if (rc == MPI_SUCCESS) rc = MPI_Comm_size(node, &c->local_size);
-    if (node != MPI_COMM_NULL) MPI_Comm_free(&node);
     if (rc != MPI_SUCCESS) {
+        if (node != MPI_COMM_NULL) MPI_Comm_free(&node);
         s = mpi_fail(c, rc, "MPI_Comm_split_type", "fsdp_comm_init");
         goto fail_dup;
     }
+    s = comm_shm_init(c, node, c->local_size);
+    MPI_Comm_free(&node);
+    if (s != FSDP_OK) goto fail_dup;
     return FSDP_OK;
 fail_dup:
     MPI_Comm_free(&c->comm);
@@ -77,6 +80,7 @@ void comm_mpi_free(fsdp_comm_t *c) {
             return;
         }
     }
+    comm_shm_free(c);
     if (c->comm != MPI_COMM_NULL) MPI_Comm_free(&c->comm);
     if (c->mpi_inited_here) {
         int fin = 0;
@@ -282,9 +286,10 @@ fsdp_status comm_mpi_progress(fsdp_comm_req_t *r, int *done) {
             r->phase = PH_NONE;
             break;
         case PH_RS_A2A:
+            /* the staging stays until the request is released (test/wait): its lifetime then
+             * depends on the caller's calls only, not on when progress happened to complete it,
+             * which keeps the memory plan exact */
             comm_reduce_blocks(r->recv, r->stage, r->count, c->size, r->count, r->t, r->op);
-            fsdp_mem_free(r->stage);
-            r->stage = NULL;
             r->phase = PH_NONE;
             break;
         case PH_AR_F32:

@@ -1,6 +1,6 @@
 /* alloc.c — the tracked allocator: every big buffer in fsdp.c comes from here with a category, so the
  * current and peak bytes of master weights, optimizer state, main_grad, ... are always known exactly
- * (DESIGN.md section 5), and an optional timeline of (time, category, delta) feeds memory traces. */
+ * (docs/DESIGN.md section 5), and an optional timeline of (time, category, delta) feeds memory traces. */
 #include "core/core.h"
 
 #include <pthread.h>

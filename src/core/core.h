@@ -13,6 +13,12 @@
 fsdp_status fsdp_set_error_at(fsdp_status s, const char *where, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* Keep the failure's own message and put "where: context: " in front of it (the inner message is
+ * copied first, so it may come from fsdp_last_error()). Evaluates to s. */
+#define FSDP_WRAP(s, ...) fsdp_wrap_error_at((s), __func__, __VA_ARGS__)
+fsdp_status fsdp_wrap_error_at(fsdp_status s, const char *where, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
 #define FSDP_TRY(expr)                                                                                       \
     do {                                                                                                     \
         fsdp_status fsdp_try_s_ = (expr);                                                                    \

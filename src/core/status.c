@@ -45,6 +45,19 @@ fsdp_status fsdp_set_error_at(fsdp_status s, const char *where, const char *fmt,
     return s;
 }
 
+fsdp_status fsdp_wrap_error_at(fsdp_status s, const char *where, const char *fmt, ...) {
+    /* The inner message lives in last_error: copy it out before formatting over it. */
+    char inner[sizeof last_error];
+    memcpy(inner, last_error, sizeof inner);
+    char ctx[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(ctx, sizeof ctx, fmt, ap);
+    va_end(ap);
+    snprintf(last_error, sizeof last_error, "%s: %s: %s", where, ctx, inner);
+    return s;
+}
+
 void fsdp_invariant_failed(const char *cond, const char *file, int line) {
     fprintf(stderr, "fsdp: internal invariant failed: %s (%s:%d)\n", cond, file, line);
     abort();

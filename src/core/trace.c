@@ -1,6 +1,6 @@
 /* trace.c — Chrome-trace JSON (Perfetto, chrome://tracing): duration events recorded cheaply while
  * enabled (one flag test when not), the allocator's timeline turned into per-category memory counters,
- * and one file written by rank 0 with every rank's events (pid = rank). DESIGN.md section 5. */
+ * and one file written by rank 0 with every rank's events (pid = rank). docs/DESIGN.md section 5. */
 #include "core/core.h"
 
 #include <errno.h>

@@ -419,6 +419,10 @@ static fsdp_status grad_pair(fsdp_unit_t *u, int t0, int t1, float **g0, float *
 
 /* Block l's forward from x (N, C) into the activations a. out (N, C) receives the block output, or
  * NULL during recompute: the backward needs nothing after the GELU, so the last GEMM is skipped. */
+/* Gives the collectives started by the hooks (prefetched gathers, the previous unit's reduction) a
+ * turn between kernels, so that they move while this unit computes (fsdp_engine_progress). */
+static void progress(gpt_model_t *m) { fsdp_engine_progress(m->eng); }
+
 static fsdp_status block_forward(gpt_model_t *m, int l, const float *x, block_acts *a, float *out) {
     const int B = m->act_B, T = m->act_T, N = B * T, C = m->cfg.n_embd, NH = m->cfg.n_head;
     const fsdp_dtype pdt = m->pdt;
@@ -427,15 +431,20 @@ static fsdp_status block_forward(gpt_model_t *m, int l, const float *x, block_ac
     FSDP_TRY(
         fsdp_layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, w[GPT_LN1_W], w[GPT_LN1_B], pdt, N, C));
     FSDP_TRY(fsdp_matmul_forward(a->qkv, a->ln1, w[GPT_QKV_W], w[GPT_QKV_B], pdt, N, C, 3 * C));
+    progress(m);
     FSDP_TRY(fsdp_attention_forward(a->atty, NULL, a->att, a->qkv, B, T, C, NH));
+    progress(m);
     FSDP_TRY(fsdp_matmul_forward(m->tmpC, a->atty, w[GPT_ATTPROJ_W], w[GPT_ATTPROJ_B], pdt, N, C, C));
+    progress(m);
     FSDP_TRY(fsdp_residual_forward(a->res2, x, m->tmpC, (size_t)N * C));
     FSDP_TRY(fsdp_layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w[GPT_LN2_W], w[GPT_LN2_B],
                                     pdt, N, C));
     FSDP_TRY(fsdp_matmul_forward(a->fch, a->ln2, w[GPT_FC_W], w[GPT_FC_B], pdt, N, C, 4 * C));
+    progress(m);
     FSDP_TRY(fsdp_gelu_forward(a->fch_gelu, a->fch, (size_t)N * 4 * C));
     if (out == NULL) return FSDP_OK;
     FSDP_TRY(fsdp_matmul_forward(m->tmpC, a->fch_gelu, w[GPT_FCPROJ_W], w[GPT_FCPROJ_B], pdt, N, 4 * C, C));
+    progress(m);
     return fsdp_residual_forward(out, a->res2, m->tmpC, (size_t)N * C);
 }
 
@@ -452,13 +461,16 @@ static fsdp_status block_backward(gpt_model_t *m, int l, const float *x, const b
     /* MLP: out = res2 + fcproj(gelu(fc(ln2(res2)))); the residual passes dres through unchanged. */
     FSDP_TRY(fsdp_unit_main_grad(u, GPT_FCPROJ_W, &gw, &aw));
     FSDP_TRY(fsdp_unit_main_grad(u, GPT_FCPROJ_B, &gb, &ab));
+    progress(m);
     FSDP_TRY(fsdp_matmul_backward(m->d4C, 0, gw, aw, gb, ab, m->dres, a->fch_gelu, w[GPT_FCPROJ_W], pdt, N,
                                   4 * C, C));
+    progress(m);
     FSDP_TRY(fsdp_gelu_backward(m->d4C, a->fch, m->d4C, (size_t)N * 4 * C));
     FSDP_TRY(fsdp_unit_main_grad(u, GPT_FC_W, &gw, &aw));
     FSDP_TRY(fsdp_unit_main_grad(u, GPT_FC_B, &gb, &ab));
     FSDP_TRY(
         fsdp_matmul_backward(m->dtmpC, 0, gw, aw, gb, ab, m->d4C, a->ln2, w[GPT_FC_W], pdt, N, C, 4 * C));
+    progress(m);
     FSDP_TRY(grad_pair(u, GPT_LN2_W, GPT_LN2_B, &gw, &gb, &acc));
     FSDP_TRY(fsdp_layernorm_backward(m->dres, 1, gw, gb, acc, m->dtmpC, a->res2, w[GPT_LN2_W], pdt,
                                      a->ln2_mean, a->ln2_rstd, N, C));
@@ -467,11 +479,14 @@ static fsdp_status block_backward(gpt_model_t *m, int l, const float *x, const b
     FSDP_TRY(fsdp_unit_main_grad(u, GPT_ATTPROJ_B, &gb, &ab));
     FSDP_TRY(
         fsdp_matmul_backward(m->dtmpC, 0, gw, aw, gb, ab, m->dres, a->atty, w[GPT_ATTPROJ_W], pdt, N, C, C));
+    progress(m);
     FSDP_TRY(fsdp_attention_backward(m->dqkv, m->dtmpC, a->qkv, a->att, B, T, C, NH));
+    progress(m);
     FSDP_TRY(fsdp_unit_main_grad(u, GPT_QKV_W, &gw, &aw));
     FSDP_TRY(fsdp_unit_main_grad(u, GPT_QKV_B, &gb, &ab));
     FSDP_TRY(
         fsdp_matmul_backward(m->dtmpC, 0, gw, aw, gb, ab, m->dqkv, a->ln1, w[GPT_QKV_W], pdt, N, C, 3 * C));
+    progress(m);
     FSDP_TRY(grad_pair(u, GPT_LN1_W, GPT_LN1_B, &gw, &gb, &acc));
     return fsdp_layernorm_backward(m->dres, 1, gw, gb, acc, m->dtmpC, x, w[GPT_LN1_W], pdt, a->ln1_mean,
                                    a->ln1_rstd, N, C);
@@ -572,6 +587,7 @@ fsdp_status gpt_backward(gpt_model_t *m, float loss_scale) {
     FSDP_TRY(fsdp_unit_main_grad(m->root, GPT_LM_HEAD, &gw, &aw));
     FSDP_TRY(
         fsdp_matmul_backward(m->dtmpC, 0, gw, aw, NULL, 0, m->logits, m->lnf, r[GPT_WTE], pdt, N, C, Vp));
+    progress(m);
     FSDP_TRY(grad_pair(m->root, GPT_LNF_W, GPT_LNF_B, &gw, &gb, &acc));
     FSDP_TRY(fsdp_layernorm_backward(m->dres, 0, gw, gb, acc, m->dtmpC, res_at(m, L), r[GPT_LNF_W], pdt,
                                      m->lnf_mean, m->lnf_rstd, N, C));

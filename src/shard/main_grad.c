@@ -1,4 +1,4 @@
-/* main_grad.c — the fp32 main_grad protocol of DESIGN.md section 4: per-unit flat buffer allocated
+/* main_grad.c — the fp32 main_grad protocol of docs/DESIGN.md section 4: per-unit flat buffer allocated
  * uninitialised (LAZY in pre_backward, EAGER in pre_forward), a host bitmask of touched tensors that
  * drives first-touch overwrite/accumulate and the zero-fill before reduction, the reduction into the
  * fp32 sharded gradient (the one place averaging happens), and the step / micro-batch structure. */
@@ -40,9 +40,7 @@ static void clear_bits(fsdp_unit_t *u) {
 fsdp_status shard_main_grad_alloc(fsdp_unit_t *u) {
     if (u->main_grad != NULL) return FSDP_OK;
     fsdp_status st = fsdp_mem_alloc((void **)&u->main_grad, u->padded * sizeof(float), FSDP_MEM_MAIN_GRAD);
-    if (st != FSDP_OK)
-        return FSDP_ERR(st, "unit '%s': main_grad of %zu fp32 elements: %s", u->name, u->padded,
-                        fsdp_last_error());
+    if (st != FSDP_OK) return FSDP_WRAP(st, "unit '%s': main_grad of %zu fp32 elements", u->name, u->padded);
     poison(u->main_grad, u->padded);
     clear_bits(u);
     for (int t = 0; t < u->n_tensors; t++)
@@ -57,6 +55,7 @@ void shard_main_grad_release(fsdp_unit_t *u) {
     poison(u->main_grad, u->padded);
     fsdp_mem_free(u->main_grad);
     u->main_grad = NULL;
+    u->life.mg = 0;
     clear_bits(u);
 }
 
@@ -64,9 +63,9 @@ void shard_main_grad_release(fsdp_unit_t *u) {
  * also from pre_forward (the buffer exists from then). Checked in every build, not only debug. */
 static int in_window(const fsdp_unit_t *u) {
     if (u->main_grad == NULL) return 0;
-    if (u->state == UNIT_BACKWARD || u->state == UNIT_RECOMPUTE) return 1;
+    if (u->life.state == UNIT_BACKWARD || u->life.state == UNIT_RECOMPUTE) return 1;
     return u->eng->cfg.main_grad == FSDP_MAIN_GRAD_EAGER &&
-           (u->state == UNIT_FORWARD || u->state == UNIT_FORWARD_DONE);
+           (u->life.state == UNIT_FORWARD || u->life.state == UNIT_FORWARD_DONE);
 }
 
 static fsdp_status get_view(fsdp_unit_t *u, int t, float **view, int *accumulate, const char *call) {
@@ -79,7 +78,7 @@ static fsdp_status get_view(fsdp_unit_t *u, int t, float **view, int *accumulate
             FSDP_ESTATE,
             "%s: unit '%s' tensor '%s': main_grad is only available between pre_backward and "
             "post_backward (EAGER: from pre_forward); the unit is in state %s",
-            call, u->name, u->tensors[t].name, shard_state_name(u->state));
+            call, u->name, u->tensors[t].name, shard_state_name(u->life.state));
     int k = u->tensors[t].alias_of >= 0 ? u->tensors[t].alias_of : t;
     *accumulate = bit_get(u->touched, k);
     bit_set(u->touched, k);
@@ -131,20 +130,24 @@ int fsdp_unit_grad_touched(const fsdp_unit_t *u, int t) {
 
 /* ---------------------------------------------------------------- reduction */
 
-/* post_backward's reduction. Runs when this micro-batch reduces (ACCUM_SHARDED: every one;
- * ACCUM_NO_SYNC: the last of the step), otherwise keeps main_grad and its bitmask for the next one.
+/* post_backward's reduction, in two halves so that it can run while the previous unit's backward
+ * computes (lifecycle.c decides when each half runs). It happens when this micro-batch reduces
+ * (ACCUM_SHARDED: every one; ACCUM_NO_SYNC: the last of the step); otherwise lifecycle.c keeps
+ * main_grad and its bitmask for the next one.
+ * start:
  *  1. zero-fill, decided from the bitmask and the layout only: untouched non-alias tensors, the
  *     alignment gaps and the tail padding (never reading the buffer: no sync, a real zero stays right);
- *  2. reduce-scatter (SUM) the whole flat buffer (NO_SHARD: all-reduce), fp32 or bf16 on the wire;
- *  3. grad_shard += reduced * 1 / (world * n_micro). This is the ONE place averaging happens: the
+ *  2. start the reduce-scatter (SUM) of the whole flat buffer (NO_SHARD: all-reduce), in place on
+ *     main_grad for fp32, or from one cast into a bf16 wire buffer.
+ * finish:
+ *  3. wait for it; bf16: upcast the result back into main_grad;
+ *  4. grad_shard += reduced * 1 / (world * n_micro). This is the ONE place averaging happens: the
  *     model's loss is a mean over its own micro-batch on its own rank, so the sum over ranks and
  *     micro-batches divided by world * n_micro is the mean over the global batch of the step;
- *  4. free main_grad (poisoned first in debug builds). */
-fsdp_status shard_reduce(fsdp_unit_t *u) {
+ *  5. free main_grad (poisoned first in debug builds) and the wire buffer. */
+fsdp_status shard_reduce_start(fsdp_unit_t *u) {
     fsdp_engine_t *e = u->eng;
-    FSDP_INVARIANT(u->main_grad != NULL);
-    if (e->cfg.accum == FSDP_ACCUM_NO_SYNC && e->micro != e->n_micro - 1) return FSDP_OK;
-
+    FSDP_INVARIANT(u->main_grad != NULL && u->reduce == NULL);
     float *mg = u->main_grad;
     for (int t = 0; t < u->n_tensors; t++)
         if (u->tensors[t].alias_of < 0 && !bit_get(u->touched, t))
@@ -153,30 +156,59 @@ fsdp_status shard_reduce(fsdp_unit_t *u) {
         memset(mg + u->gaps[g].offset, 0, u->gaps[g].len * sizeof(float));
 
     int no_shard = e->cfg.strategy == FSDP_NO_SHARD;
-    size_t n_out = u->shard_len; /* NO_SHARD: padded (everything) */
-    const float scale = 1.0f / (float)((double)e->world * (double)e->n_micro);
-    fsdp_status st = FSDP_OK;
-    const char *phase = no_shard ? "all-reduce" : "reduce-scatter";
-    fsdp_trace_unit_begin(u->name, phase);
+    fsdp_status st;
     if (e->cfg.reduce_dtype == FSDP_F32) {
         shard_set_label(u, no_shard ? "all-reduce grads" : "reduce-scatter grads");
-        st = no_shard ? fsdp_comm_all_reduce(e->comm, mg, mg, u->padded, FSDP_F32, FSDP_SUM)
-                      : fsdp_comm_reduce_scatter(e->comm, mg, mg, u->shard_len, FSDP_F32, FSDP_SUM);
-    } else {
-        /* bf16 wire: one cast into a comm buffer, reduce in place, upcast the result back into mg. */
-        fsdp_bf16 *wire;
-        st = fsdp_mem_alloc((void **)&wire, u->padded * sizeof(fsdp_bf16), FSDP_MEM_COMM);
-        if (st == FSDP_OK) {
-            fsdp_f32_to_bf16_n(wire, mg, u->padded);
-            shard_set_label(u, no_shard ? "all-reduce grads (bf16)" : "reduce-scatter grads (bf16)");
-            st = no_shard ? fsdp_comm_all_reduce(e->comm, wire, wire, u->padded, FSDP_BF16, FSDP_SUM)
-                          : fsdp_comm_reduce_scatter(e->comm, wire, wire, u->shard_len, FSDP_BF16, FSDP_SUM);
-            if (st == FSDP_OK) fsdp_bf16_to_f32_n(mg, wire, n_out);
-            fsdp_mem_free(wire);
-        }
+        st = no_shard
+                 ? fsdp_comm_iall_reduce(e->comm, mg, mg, u->padded, FSDP_F32, FSDP_SUM, &u->reduce)
+                 : fsdp_comm_ireduce_scatter(e->comm, mg, mg, u->shard_len, FSDP_F32, FSDP_SUM, &u->reduce);
+        return st;
     }
-    fsdp_trace_unit_end(u->name, phase);
-    if (st != FSDP_OK) return st;
+    /* bf16 wire: one cast into a comm buffer, reduced in place; finish upcasts the result into mg. */
+    FSDP_TRY(fsdp_mem_alloc((void **)&u->wire, u->padded * sizeof(fsdp_bf16), FSDP_MEM_COMM));
+    fsdp_f32_to_bf16_n(u->wire, mg, u->padded);
+    shard_set_label(u, no_shard ? "all-reduce grads (bf16)" : "reduce-scatter grads (bf16)");
+    st = no_shard
+             ? fsdp_comm_iall_reduce(e->comm, u->wire, u->wire, u->padded, FSDP_BF16, FSDP_SUM, &u->reduce)
+             : fsdp_comm_ireduce_scatter(e->comm, u->wire, u->wire, u->shard_len, FSDP_BF16, FSDP_SUM,
+                                         &u->reduce);
+    if (st != FSDP_OK) { /* refused before anything was posted */
+        fsdp_mem_free(u->wire);
+        u->wire = NULL;
+    }
+    return st;
+}
+
+fsdp_status shard_reduce_finish(fsdp_unit_t *u) {
+    fsdp_engine_t *e = u->eng;
+    int no_shard = e->cfg.strategy == FSDP_NO_SHARD;
+    const char *phase = no_shard ? "all-reduce" : "reduce-scatter";
+    fsdp_status st = FSDP_OK;
+    if (u->reduce != NULL) { /* the exposed part: the trace span covers only the wait */
+        fsdp_trace_unit_begin(u->name, phase);
+        st = fsdp_comm_wait(u->reduce);
+        fsdp_trace_unit_end(u->name, phase);
+        u->reduce = NULL;
+    }
+    float *mg = u->main_grad;
+    if (st != FSDP_OK) {
+        /* main_grad (fp32: the buffer reduced in place) and the wire may still be written */
+        for (int t = 0; t < u->n_tensors; t++)
+            u->tensors[t].grad_view = NULL;
+        shard_drop(e, st, u->wire);
+        shard_drop(e, st, mg);
+        u->wire = NULL;
+        u->main_grad = NULL;
+        memset(u->touched, 0, ((size_t)u->n_tensors + 63) / 64 * sizeof(uint64_t));
+        return st;
+    }
+    size_t n_out = u->shard_len; /* NO_SHARD: padded (everything) */
+    if (u->wire != NULL) {
+        fsdp_bf16_to_f32_n(mg, u->wire, n_out);
+        fsdp_mem_free(u->wire);
+        u->wire = NULL;
+    }
+    const float scale = 1.0f / (float)((double)e->world * (double)e->n_micro);
     float *g = u->grad;
 #pragma omp parallel for schedule(static) if (n_out > SHARD_OMP_MIN)
     for (size_t i = 0; i < n_out; i++)
@@ -189,6 +221,7 @@ fsdp_status shard_reduce(fsdp_unit_t *u) {
 
 fsdp_status fsdp_engine_zero_grad(fsdp_engine_t *e) {
     if (e == NULL) return FSDP_ERR(FSDP_EINVAL, "engine must not be NULL");
+    FSDP_TRY(shard_drain(e));
     for (int i = 0; i < e->n_units; i++) {
         float *g = e->units[i]->grad;
         const size_t n = e->units[i]->shard_len, ch = SHARD_OMP_MIN, nc = (n + ch - 1) / ch;
@@ -202,12 +235,14 @@ fsdp_status fsdp_engine_zero_grad(fsdp_engine_t *e) {
 fsdp_status fsdp_engine_begin_step(fsdp_engine_t *e, int n_micro) {
     if (e == NULL) return FSDP_ERR(FSDP_EINVAL, "engine must not be NULL");
     if (n_micro < 1) return FSDP_ERR(FSDP_EINVAL, "n_micro must be >= 1 (got %d)", n_micro);
+    FSDP_TRY(shard_drain(e));
     for (int i = 0; i < e->n_units; i++) {
         fsdp_unit_t *u = e->units[i];
-        if (u->state == UNIT_FORWARD || u->state == UNIT_BACKWARD || u->state == UNIT_RECOMPUTE)
+        if (u->life.state == UNIT_FORWARD || u->life.state == UNIT_BACKWARD ||
+            u->life.state == UNIT_RECOMPUTE)
             return fsdp_set_error(FSDP_ESTATE,
                                   "fsdp_engine_begin_step: unit '%s' is in state %s; finish its pass first",
-                                  u->name, shard_state_name(u->state));
+                                  u->name, shard_state_name(u->life.state));
         if (u->main_grad != NULL && shard_touched_any(u))
             return fsdp_set_error(
                 FSDP_ESTATE,
@@ -218,6 +253,7 @@ fsdp_status fsdp_engine_begin_step(fsdp_engine_t *e, int n_micro) {
     }
     e->n_micro = n_micro;
     e->micro = 0;
+    life_begin_step(&e->sched, n_micro);
     return fsdp_engine_zero_grad(e);
 }
 
@@ -227,5 +263,6 @@ fsdp_status fsdp_engine_begin_micro(fsdp_engine_t *e, int m) {
         return FSDP_ERR(FSDP_EINVAL, "micro-batch %d outside 0..%d (begin_step fixed n_micro = %d)", m,
                         e->n_micro - 1, e->n_micro);
     e->micro = m;
+    e->sched.micro = m;
     return FSDP_OK;
 }

@@ -108,6 +108,7 @@ fsdp_status fsdp_engine_clip_grad_norm(fsdp_engine_t *e, float max_norm, float *
     if (e == NULL || norm == NULL) return FSDP_ERR(FSDP_EINVAL, "engine and norm must not be NULL");
     if (isnan(max_norm))
         return FSDP_ERR(FSDP_EINVAL, "max_norm is NaN; pass > 0 to clip, <= 0 to only measure");
+    FSDP_TRY(shard_drain(e)); /* every pending reduction is in the gradient shards */
     const int path = simd_path();
     double local = 0.0;
     for (int i = 0; i < e->n_units; i++) {
@@ -293,6 +294,7 @@ fsdp_status fsdp_engine_adamw_step(fsdp_engine_t *e, const fsdp_adamw_config *cf
             "[0,1), eps > 0, weight_decay >= 0",
             (double)cfg->lr, (double)cfg->beta1, (double)cfg->beta2, (double)cfg->eps,
             (double)cfg->weight_decay);
+    FSDP_TRY(shard_drain(e)); /* gradients complete; prefetched parameters would go stale */
     e->step++;
     double lr = decimal_double(cfg->lr), b1 = decimal_double(cfg->beta1), b2 = decimal_double(cfg->beta2);
     double wd = decimal_double(cfg->weight_decay), t = (double)e->step;

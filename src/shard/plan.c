@@ -13,67 +13,46 @@
 fsdp_status core_trace_serialise(char **text, size_t *len);
 fsdp_status core_trace_write_file(const char *path, const char *body, size_t len);
 
-/* ---------------------------------------------------------------- layout (the engine's arithmetic) */
+/* ---------------------------------------------------------------- layout (the engine's own) */
 
-static size_t round_up(size_t x, size_t m) { return (x + m - 1) / m * m; }
-
-/* Mirrors unit_read_specs + unit_layout in unit.c (validation included, so a plan never accepts what
- * fsdp_engine_add_unit refuses): non-alias tensors in declaration order, each at a multiple of align;
- * aliases take no space; the total padded to a multiple of world. *psi: non-alias elements. The
- * agreement with the engine is tested tensor by tensor in tests/shard/mpi_plan.c. */
-static fsdp_status plan_layout(const fsdp_plan_unit *u, int ui, size_t align, int world, size_t *numel,
-                               size_t *padded, size_t *psi) {
-    const char *un = u->name ? u->name : "";
-    if (u->specs == NULL || u->n_specs < 1)
-        return FSDP_ERR(FSDP_EINVAL, "unit %d ('%s'): needs specs and n_specs >= 1 (got %d)", ui, un,
-                        u->n_specs);
-    if (align == 0 || align > 4096)
-        return FSDP_ERR(FSDP_EINVAL, "align must be 1..4096 elements (got %zu), as fsdp_engine_init requires",
-                        align);
-    size_t cur = 0, params = 0;
-    for (int t = 0; t < u->n_specs; t++) {
-        const fsdp_tensor_spec *s = &u->specs[t];
-        if (s->name == NULL || s->name[0] == '\0')
-            return FSDP_ERR(FSDP_EINVAL, "unit '%s': tensor %d has no name", un, t);
-        if (s->ndim < 1 || s->ndim > FSDP_MAX_DIMS)
-            return FSDP_ERR(FSDP_EINVAL, "unit '%s' tensor '%s': ndim %d outside 1..%d", un, s->name, s->ndim,
-                            FSDP_MAX_DIMS);
-        size_t n = 1;
-        for (int d = 0; d < s->ndim; d++) {
-            if (s->shape[d] < 1)
-                return FSDP_ERR(FSDP_EINVAL,
-                                "unit '%s' tensor '%s': shape[%d] = %lld; dimensions must be >= 1", un,
-                                s->name, d, (long long)s->shape[d]);
-            if (!fsdp_mul_ok(n, (size_t)s->shape[d], &n))
-                return FSDP_ERR(FSDP_EINVAL, "unit '%s' tensor '%s': element count overflows", un, s->name);
-        }
-        if (s->alias_of != NULL) {
-            /* An alias of an earlier tensor of this unit ("t" or "<unit>.t") takes no space. */
-            size_t nl = strlen(un);
-            const char *bare = s->alias_of;
-            if (nl > 0 && strncmp(bare, un, nl) == 0 && bare[nl] == '.') bare += nl + 1;
-            int target = -1;
-            for (int k = 0; k < t; k++)
-                if (strcmp(u->specs[k].name, s->alias_of) == 0 || strcmp(u->specs[k].name, bare) == 0)
-                    target = k;
-            if (target < 0)
-                return FSDP_ERR(FSDP_EINVAL,
-                                "unit '%s' tensor '%s': alias_of '%s' names no earlier tensor of this unit "
-                                "(ties across units are refused by the engine too)",
-                                un, s->name, s->alias_of);
-            continue;
-        }
-        size_t off = round_up(cur, align);
-        if (off < cur || off + n < off) return FSDP_ERR(FSDP_EINVAL, "unit '%s': flat size overflows", un);
-        cur = off + n;
-        params += n;
+/* The units planned before the current one, for the layout's cross-unit tie check. */
+typedef struct {
+    const fsdp_plan_unit *units;
+    int n;
+} plan_before;
+static const char *plan_unit_named(void *ctx, const char *name, size_t len) {
+    const plan_before *b = ctx;
+    for (int i = 0; i < b->n; i++) {
+        const char *un = b->units[i].name ? b->units[i].name : "";
+        if (strlen(un) == len && strncmp(un, name, len) == 0) return un;
     }
-    size_t pad = round_up(cur, (size_t)world);
-    if (pad < cur) return FSDP_ERR(FSDP_EINVAL, "unit '%s': flat size overflows", un);
-    if (numel) *numel = cur;
-    if (padded) *padded = pad;
-    if (psi) *psi = params;
-    return FSDP_OK;
+    return NULL;
+}
+static const char *plan_unit_with_tensor(void *ctx, const char *tensor) {
+    const plan_before *b = ctx;
+    for (int i = 0; i < b->n; i++)
+        for (int t = 0; t < b->units[i].n_specs; t++)
+            if (b->units[i].specs[t].name && strcmp(b->units[i].specs[t].name, tensor) == 0)
+                return b->units[i].name ? b->units[i].name : "";
+    return NULL;
+}
+
+/* Unit ui of units[0..ui] laid out exactly as fsdp_engine_add_unit would (layout.c, the same
+ * validation and messages). *psi: non-alias elements. */
+static fsdp_status plan_layout(const fsdp_plan_unit *units, int ui, size_t align, int world, size_t *numel,
+                               size_t *padded, size_t *psi) {
+    const fsdp_plan_unit *u = &units[ui];
+    if (u->specs == NULL || u->n_specs < 1)
+        return FSDP_ERR(FSDP_EINVAL, "unit %d ('%s'): needs specs and n_specs >= 1 (got %d)", ui,
+                        u->name ? u->name : "", u->n_specs);
+    layout_tensor *lt = calloc((size_t)u->n_specs, sizeof *lt);
+    if (lt == NULL) return FSDP_ERR(FSDP_ENOMEM, "plan: tensor table of %d", u->n_specs);
+    plan_before before = {units, ui};
+    layout_others others = {&before, plan_unit_named, plan_unit_with_tensor};
+    fsdp_status st = shard_layout(u->name, u->specs, u->n_specs, align, world, &others, lt, NULL, NULL, numel,
+                                  padded, psi);
+    free(lt);
+    return st;
 }
 
 fsdp_status fsdp_plan_unit_layout(const fsdp_plan_unit *u, size_t align, int world, size_t *numel,
@@ -103,50 +82,32 @@ static void sim_sub(sim_mem *m, fsdp_mem_cat c, size_t bytes) {
     m->cur_total -= bytes;
 }
 
-/* One unit as the engine holds it. */
+/* One unit as the engine holds it: its lifecycle state (lifecycle.c) and its sizes. */
 typedef struct {
+    life_unit life;
     size_t padded, shard_len; /* elements */
     size_t full_bytes;        /* param_full buffer while unsharded */
-    int reshard_after_forward;
-    int full, mg; /* whether the full parameters / main_grad are allocated now */
+    size_t stage_bytes;       /* comm staging of its reduction */
 } sim_unit;
 
 typedef struct {
     sim_mem mem;
     sim_unit *u;
-    int n, world, micro, n_micro;
+    int world;
     fsdp_strategy strategy;
     fsdp_dtype reduce;
-    fsdp_main_grad_policy policy;
-    fsdp_accum_mode accum;
     fsdp_comm_backend backend;
+    int shm;
 } sim;
 
-/* unit_unshard: one param_full buffer; the all-gather is in place (no staging). */
-static void sim_unshard(sim *s, sim_unit *u) {
-    if (u->full) return;
-    sim_add(&s->mem, FSDP_MEM_PARAM_FULL, u->full_bytes);
-    u->full = 1;
-}
-
-static void sim_reshard(sim *s, sim_unit *u) {
-    if (!u->full) return;
-    sim_sub(&s->mem, FSDP_MEM_PARAM_FULL, u->full_bytes);
-    u->full = 0;
-}
-
-static void sim_mg_alloc(sim *s, sim_unit *u) {
-    if (u->mg) return;
-    sim_add(&s->mem, FSDP_MEM_MAIN_GRAD, u->padded * sizeof(float));
-    u->mg = 1;
-}
-
-/* Staging the MPI backend allocates (category comm) for the gradient reduction of one unit; comm_mpi.c:
- * reduce-scatter natively for F32 up to INT_MAX elements per rank, else an all-to-all into
- * world*count elements; all-reduce natively for F32, for BF16 an all-to-all into world*ceil(len/world)
- * elements of the first (largest) chunk, len <= INT_MAX - world. The self backend copies nothing. */
+/* Staging the MPI backend allocates (category comm) for the gradient reduction of one unit, from the
+ * reduction's start to its wait (none when the shared-memory transport runs it: ranks of one host
+ * reduce straight from its slots); comm_mpi.c: reduce-scatter natively for F32 up to INT_MAX
+ * elements per rank, else an all-to-all into world*count elements; all-reduce natively for F32, for
+ * BF16 an all-to-all into world*ceil(len/world) elements of the first (largest) chunk,
+ * len <= INT_MAX - world. The self backend copies nothing. */
 static size_t sim_stage_bytes(const sim *s, const sim_unit *u) {
-    if (s->backend != FSDP_COMM_MPI) return 0;
+    if (s->backend != FSDP_COMM_MPI || (s->shm && s->world > 1)) return 0;
     size_t w = (size_t)s->world, es = fsdp_dtype_size(s->reduce);
     if (s->strategy == FSDP_NO_SHARD) {
         if (s->reduce == FSDP_F32) return 0;
@@ -157,56 +118,76 @@ static size_t sim_stage_bytes(const sim *s, const sim_unit *u) {
     return w * u->shard_len * es;
 }
 
-/* shard_reduce: on the reducing micro-batch, the bf16 wire buffer (padded, comm) and the backend's
- * staging live together for the collective; then main_grad is freed. */
-static void sim_reduce(sim *s, sim_unit *u) {
-    if (s->accum == FSDP_ACCUM_NO_SYNC && s->micro != s->n_micro - 1) return;
-    size_t wire = s->reduce == FSDP_BF16 ? u->padded * sizeof(fsdp_bf16) : 0;
-    size_t stage = sim_stage_bytes(s, u);
-    sim_add(&s->mem, FSDP_MEM_COMM, wire);
-    sim_add(&s->mem, FSDP_MEM_COMM, stage);
-    sim_sub(&s->mem, FSDP_MEM_COMM, stage);
-    sim_sub(&s->mem, FSDP_MEM_COMM, wire);
-    sim_sub(&s->mem, FSDP_MEM_MAIN_GRAD, u->padded * sizeof(float));
-    u->mg = 0;
+/* The lifecycle's operations, counting bytes in the order unit.c / main_grad.c / the comm backend
+ * allocate and free them. */
+static fsdp_status sim_unshard_start(void *ctx, int i, int prefetch) {
+    sim *s = ctx;
+    (void)prefetch;
+    sim_add(&s->mem, FSDP_MEM_PARAM_FULL, s->u[i].full_bytes); /* the all-gather is in place */
+    return FSDP_OK;
 }
+static fsdp_status sim_unshard_wait(void *ctx, int i) {
+    (void)ctx;
+    (void)i;
+    return FSDP_OK;
+}
+static void sim_reshard(void *ctx, int i) {
+    sim *s = ctx;
+    sim_sub(&s->mem, FSDP_MEM_PARAM_FULL, s->u[i].full_bytes);
+}
+static fsdp_status sim_mg_alloc(void *ctx, int i) {
+    sim *s = ctx;
+    sim_add(&s->mem, FSDP_MEM_MAIN_GRAD, s->u[i].padded * sizeof(float));
+    return FSDP_OK;
+}
+static size_t sim_wire_bytes(const sim *s, const sim_unit *u) {
+    return s->reduce == FSDP_BF16 ? u->padded * sizeof(fsdp_bf16) : 0;
+}
+static fsdp_status sim_reduce_start(void *ctx, int i) {
+    sim *s = ctx;
+    sim_add(&s->mem, FSDP_MEM_COMM, sim_wire_bytes(s, &s->u[i]));
+    sim_add(&s->mem, FSDP_MEM_COMM, s->u[i].stage_bytes);
+    return FSDP_OK;
+}
+static fsdp_status sim_reduce_finish(void *ctx, int i) {
+    sim *s = ctx;
+    sim_sub(&s->mem, FSDP_MEM_COMM, s->u[i].stage_bytes);
+    sim_sub(&s->mem, FSDP_MEM_COMM, sim_wire_bytes(s, &s->u[i]));
+    sim_sub(&s->mem, FSDP_MEM_MAIN_GRAD, s->u[i].padded * sizeof(float));
+    return FSDP_OK;
+}
+static const life_ops sim_ops = {sim_unshard_start, sim_unshard_wait, sim_reshard,
+                                 sim_mg_alloc,      sim_reduce_start, sim_reduce_finish};
 
-/* The hooks, with the allocation behaviour of unit.c (states are not needed: the schedule is valid). */
-static void sim_pre_forward(sim *s, sim_unit *u, int in_backward) {
-    if (in_backward) return; /* recompute: parameters already there, nothing allocated */
-    sim_unshard(s, u);
-    if (s->policy == FSDP_MAIN_GRAD_EAGER) sim_mg_alloc(s, u);
-}
-static void sim_post_forward(sim *s, sim_unit *u) {
-    if (u->reshard_after_forward) sim_reshard(s, u);
-}
-static void sim_pre_backward(sim *s, sim_unit *u) {
-    sim_unshard(s, u);
-    sim_mg_alloc(s, u);
-}
-static void sim_post_backward(sim *s, sim_unit *u) {
-    sim_reduce(s, u);
-    sim_reshard(s, u);
-}
-
-static void sim_step(sim *s, fsdp_plan_schedule sched) {
-    int n = s->n, wrap = sched == FSDP_PLAN_ROOT_WRAPS && n > 1;
-    for (s->micro = 0; s->micro < s->n_micro; s->micro++) {
-        if (wrap) sim_pre_forward(s, &s->u[0], 0);
-        for (int i = wrap; i < n; i++) {
-            sim_pre_forward(s, &s->u[i], 0);
-            sim_post_forward(s, &s->u[i]);
+/* `steps` training steps in the hook order of `sched`, each as the trainer runs it: begin_step (a
+ * drain), the micro-batches, then clip + AdamW (a drain). The first step records the order; prefetch
+ * starts with the second. */
+static fsdp_status sim_steps(life_sched *ls, int n, fsdp_plan_schedule sched, int n_micro, int steps) {
+    life_unit **L = ls->units;
+    int wrap = sched == FSDP_PLAN_ROOT_WRAPS && n > 1;
+    for (int st = 0; st < steps; st++) {
+        FSDP_TRY(life_drain(ls));
+        life_begin_step(ls, n_micro);
+        for (int m = 0; m < n_micro; m++) {
+            ls->micro = m;
+            if (wrap) FSDP_TRY(life_pre_forward(ls, L[0]));
+            for (int i = wrap; i < n; i++) {
+                FSDP_TRY(life_pre_forward(ls, L[i]));
+                FSDP_TRY(life_post_forward(ls, L[i]));
+            }
+            if (wrap) {
+                FSDP_TRY(life_post_forward(ls, L[0]));
+                FSDP_TRY(life_pre_backward(ls, L[0]));
+            }
+            for (int i = n - 1; i >= wrap; i--) {
+                FSDP_TRY(life_pre_backward(ls, L[i]));
+                FSDP_TRY(life_post_backward(ls, L[i]));
+            }
+            if (wrap) FSDP_TRY(life_post_backward(ls, L[0]));
         }
-        if (wrap) {
-            sim_post_forward(s, &s->u[0]);
-            sim_pre_backward(s, &s->u[0]);
-        }
-        for (int i = n - 1; i >= wrap; i--) {
-            sim_pre_backward(s, &s->u[i]);
-            sim_post_backward(s, &s->u[i]);
-        }
-        if (wrap) sim_post_backward(s, &s->u[0]);
+        FSDP_TRY(life_drain(ls));
     }
+    return FSDP_OK;
 }
 
 /* Predicts the peaks of one configuration. layouts: padded elements per unit (computed for cfg->world). */
@@ -215,15 +196,17 @@ static fsdp_status plan_run(const fsdp_plan_unit *units, const size_t *padded, i
     sim s;
     memset(&s, 0, sizeof s);
     s.u = calloc((size_t)n, sizeof *s.u);
-    if (s.u == NULL) return FSDP_ERR(FSDP_ENOMEM, "plan: table of %d units", n);
-    s.n = n;
+    life_unit **lives = calloc((size_t)n, sizeof *lives);
+    if (s.u == NULL || lives == NULL) {
+        free(s.u);
+        free(lives);
+        return FSDP_ERR(FSDP_ENOMEM, "plan: table of %d units", n);
+    }
     s.world = cfg->world;
-    s.n_micro = cfg->n_micro;
     s.strategy = strategy;
     s.reduce = cfg->engine.reduce_dtype;
-    s.policy = cfg->engine.main_grad;
-    s.accum = cfg->engine.accum;
     s.backend = cfg->backend;
+    s.shm = cfg->shm;
     size_t esz = fsdp_dtype_size(cfg->engine.compute_dtype);
     for (int i = 0; i < n; i++) {
         sim_unit *u = &s.u[i];
@@ -235,8 +218,11 @@ static fsdp_status plan_run(const fsdp_plan_unit *units, const size_t *padded, i
             fsdp_shard_range(u->padded, 0, cfg->world, &off, &u->shard_len); /* equal on every rank */
         }
         u->full_bytes = units[i].param_full_bytes ? units[i].param_full_bytes : u->padded * esz;
+        u->stage_bytes = sim_stage_bytes(&s, u);
         int raf = units[i].cfg ? units[i].cfg->reshard_after_forward : -1;
-        u->reshard_after_forward = raf >= 0 ? raf : strategy == FSDP_FULL_SHARD;
+        u->life.index = i;
+        u->life.reshard_after_forward = raf >= 0 ? raf : strategy == FSDP_FULL_SHARD;
+        lives[i] = &u->life;
         /* fsdp_engine_add_unit: master, grad_shard, then the two AdamW moments, kept for good. */
         sim_add(&s.mem, FSDP_MEM_MASTER, u->shard_len * sizeof(float));
         sim_add(&s.mem, FSDP_MEM_GRAD_SHARD, u->shard_len * sizeof(float));
@@ -245,10 +231,16 @@ static fsdp_status plan_run(const fsdp_plan_unit *units, const size_t *padded, i
     /* The model's activations and the program's other buffers: held across the step. */
     sim_add(&s.mem, FSDP_MEM_ACTIVATION, cfg->activation_bytes);
     sim_add(&s.mem, FSDP_MEM_OTHER, cfg->other_bytes);
-    sim_step(&s, cfg->schedule);
+    life_sched ls;
+    life_init(&ls, &sim_ops, &s, lives, n, cfg->engine.max_inflight);
+    ls.policy = cfg->engine.main_grad;
+    ls.accum = cfg->engine.accum;
+    fsdp_status st = sim_steps(&ls, n, cfg->schedule, cfg->n_micro, cfg->steps);
+    life_free(&ls);
     *out = s.mem.pk;
+    free(lives);
     free(s.u);
-    return FSDP_OK;
+    return st;
 }
 
 /* ---------------------------------------------------------------- public entry points */
@@ -260,7 +252,9 @@ fsdp_plan_config fsdp_plan_config_default(void) {
     c.world = 1;
     c.engine = fsdp_engine_config_default();
     c.backend = FSDP_COMM_AUTO;
+    c.shm = 1;
     c.n_micro = 1;
+    c.steps = 2;
     c.schedule = FSDP_PLAN_ROOT_WRAPS;
     return c;
 }
@@ -278,6 +272,11 @@ fsdp_status fsdp_plan_compute(const fsdp_plan_unit *units, int n_units, const fs
                         c.version);
     if (c.world < 1) return FSDP_ERR(FSDP_EINVAL, "world must be >= 1 (got %d)", c.world);
     if (c.n_micro < 1) return FSDP_ERR(FSDP_EINVAL, "n_micro must be >= 1 (got %d)", c.n_micro);
+    if (c.steps < 1 || c.steps > 2)
+        return FSDP_ERR(FSDP_EINVAL, "steps must be 1 (a one-step run) or 2 (any longer run; got %d)",
+                        c.steps);
+    if (c.engine.max_inflight < 0 || c.engine.max_inflight > 64)
+        return FSDP_ERR(FSDP_EINVAL, "engine max_inflight must be 0..64 (got %d)", c.engine.max_inflight);
     if ((unsigned)c.schedule > FSDP_PLAN_SEQUENTIAL)
         return FSDP_ERR(FSDP_EINVAL, "unknown schedule %d", (int)c.schedule);
     const fsdp_engine_config *ec = &c.engine;
@@ -316,7 +315,7 @@ fsdp_status fsdp_plan_compute(const fsdp_plan_unit *units, int n_units, const fs
             goto done;
         }
         size_t p = 0;
-        if ((st = plan_layout(u, i, ec->align, c.world, NULL, &padded[i], &p)) != FSDP_OK) goto done;
+        if ((st = plan_layout(units, i, ec->align, c.world, NULL, &padded[i], &p)) != FSDP_OK) goto done;
         psi += p;
         padded_sum += padded[i];
     }

@@ -25,6 +25,68 @@ typedef enum { UNIT_IDLE = 0, UNIT_FORWARD, UNIT_FORWARD_DONE, UNIT_BACKWARD, UN
 
 const char *shard_state_name(unit_state s);
 
+/* ---- lifecycle.c: the hook logic the engine runs for real and the memory plan replays ---- */
+
+/* Where a unit's parameters are. */
+typedef enum { LIFE_SHARDED = 0, LIFE_GATHERING, LIFE_UNSHARDED } life_res;
+const char *life_res_name(life_res r);
+
+/* The lifecycle state of one unit (embedded in fsdp_unit and in the plan's simulated unit). */
+typedef struct {
+    int index;                 /* unit index: what the ops receive */
+    unit_state state;          /* the hook state machine (checked by unit.c's public hooks) */
+    life_res res;              /* residency of the unsharded parameters */
+    int prefetched;            /* gathered ahead of its own hook, not yet used */
+    int mg;                    /* main_grad allocated */
+    int reducing;              /* reduction started, not finished */
+    int reshard_after_forward; /* resolved from the unit config and the strategy */
+} life_unit;
+
+/* What the lifecycle does to one unit's buffers. Engine: allocate, communicate, free; plan: count. */
+typedef struct {
+    fsdp_status (*unshard_start)(void *ctx, int unit, int prefetch); /* allocate full params, start
+                                                                         the all-gather */
+    fsdp_status (*unshard_wait)(void *ctx, int unit);  /* complete it (on failure: buffer given up) */
+    void (*reshard)(void *ctx, int unit);              /* free the full params */
+    fsdp_status (*mg_alloc)(void *ctx, int unit);      /* allocate main_grad, uninitialised */
+    fsdp_status (*reduce_start)(void *ctx, int unit);  /* zero-fill untouched, start the reduction */
+    fsdp_status (*reduce_finish)(void *ctx, int unit); /* complete it, add into grad, free main_grad */
+} life_ops;
+
+/* A recorded execution order (unit indices), 0: pre_forward calls, 1: pre_backward calls. */
+typedef struct {
+    int *idx;
+    int n, cap;
+    int next;        /* position expected next */
+    int closed;      /* recording saw a unit twice: the order is complete */
+    long mismatches; /* calls that did not follow the order (after recording) */
+} life_order;
+
+typedef struct {
+    const life_ops *ops;
+    void *ctx;
+    life_unit **units; /* (n) by index */
+    int n;
+    int max_inflight; /* prefetched gathers at most; 0: synchronous */
+    fsdp_main_grad_policy policy;
+    fsdp_accum_mode accum;
+    int n_micro, micro;
+    long steps;    /* begin_step calls */
+    int recording; /* orders are recorded (before the second begin_step) */
+    life_order order[2];
+    int pending; /* unit whose reduction is in flight, or -1 */
+} life_sched;
+
+void life_init(life_sched *s, const life_ops *ops, void *ctx, life_unit **units, int n, int max_inflight);
+void life_set_units(life_sched *s, life_unit **units, int n);
+void life_free(life_sched *s);
+void life_begin_step(life_sched *s, int n_micro);
+fsdp_status life_pre_forward(life_sched *s, life_unit *u);
+fsdp_status life_post_forward(life_sched *s, life_unit *u);
+fsdp_status life_pre_backward(life_sched *s, life_unit *u);
+fsdp_status life_post_backward(life_sched *s, life_unit *u);
+fsdp_status life_drain(life_sched *s);
+
 typedef struct {
     char *name; /* copied from the spec */
     int ndim;
@@ -52,9 +114,9 @@ struct fsdp_unit {
     shard_tensor *tensors; /* (n_tensors) */
     shard_gap *gaps;       /* (n_gaps) sorted by offset */
     int n_gaps;
-    size_t numel;              /* end of the last non-alias tensor (incl. alignment gaps) */
-    size_t padded;             /* flat length: numel rounded up to a multiple of world */
-    int reshard_after_forward; /* resolved from the unit config and the strategy */
+    size_t numel;   /* end of the last non-alias tensor (incl. alignment gaps) */
+    size_t padded;  /* flat length: numel rounded up to a multiple of world */
+    life_unit life; /* state, residency, main_grad and reduction flags (lifecycle.c) */
 
     /* This rank's shard [shard_off, shard_off + shard_len) of the flat buffer; under NO_SHARD the
      * whole buffer (shard_off 0, shard_len padded). All four are fp32, shard_len elements. */
@@ -63,11 +125,13 @@ struct fsdp_unit {
     float *grad;            /* category grad_shard */
     float *adam_m, *adam_v; /* category optim */
 
-    unit_state state;
-    void *full; /* (padded) compute dtype, category param_full; NULL when sharded */
+    void *full;              /* (padded) compute dtype, category param_full; NULL when sharded */
+    fsdp_comm_req_t *gather; /* the all-gather into full while life.res is GATHERING */
 
-    float *main_grad;  /* (padded) fp32, category main_grad; NULL when not allocated */
-    uint64_t *touched; /* bitmask over tensors (non-alias indices), ceil(n/64) words */
+    float *main_grad;        /* (padded) fp32, category main_grad; NULL when not allocated */
+    uint64_t *touched;       /* bitmask over tensors (non-alias indices), ceil(n/64) words */
+    fsdp_comm_req_t *reduce; /* the reduction of main_grad while life.reducing */
+    fsdp_bf16 *wire;         /* (padded) its bf16 wire buffer (reduce dtype BF16), category comm */
 };
 
 struct fsdp_engine {
@@ -76,18 +140,47 @@ struct fsdp_engine {
     int rank, world;
     fsdp_unit_t **units; /* (n_units) registration order */
     int n_units, cap_units;
-    int64_t step; /* AdamW steps taken */
-    int n_micro;  /* micro-batches in this step (begin_step), default 1 */
-    int micro;    /* current micro-batch (begin_micro), default 0 */
+    int64_t step;      /* AdamW steps taken */
+    int n_micro;       /* micro-batches in this step (begin_step), default 1 */
+    int micro;         /* current micro-batch (begin_micro), default 0 */
+    life_unit **lives; /* (cap_units) &units[i]->life */
+    life_sched sched;  /* the lifecycle: order, prefetch, pending reduction */
 };
+
+/* layout.c: one unit's specs validated and laid out flat (the engine and the plan both call it). */
+typedef struct {
+    size_t numel;  /* elements */
+    size_t offset; /* in the flat buffer; an alias: its target's */
+    int alias_of;  /* target index (a non-alias tensor), or -1 */
+} layout_tensor;
+
+/* What layout needs to know of the units before this one (ties across units are refused, naming
+ * both). Either callback may be NULL. */
+typedef struct {
+    void *ctx;
+    const char *(*unit_named)(void *ctx, const char *name, size_t len); /* that unit's name, or NULL */
+    const char *(*unit_with_tensor)(void *ctx, const char *tensor);     /* a unit holding it, or NULL */
+} layout_others;
+
+/* lt: (n) out; gaps: (n + 1) out or NULL. numel: end of the last non-alias tensor; padded: numel
+ * rounded up to a multiple of world; psi: non-alias elements. */
+fsdp_status shard_layout(const char *unit, const fsdp_tensor_spec *specs, int n, size_t align, int world,
+                         const layout_others *others, layout_tensor *lt, shard_gap *gaps, int *n_gaps,
+                         size_t *numel, size_t *padded, size_t *psi);
 
 /* main_grad.c */
 fsdp_status shard_main_grad_alloc(fsdp_unit_t *u); /* no-op if already allocated */
 void shard_main_grad_release(fsdp_unit_t *u);      /* poison (debug builds), free, clear views/bits */
-fsdp_status shard_reduce(fsdp_unit_t *u);          /* post_backward's reduction if this micro reduces */
+fsdp_status shard_reduce_start(fsdp_unit_t *u);    /* zero-fill untouched slices, start the reduction */
+fsdp_status shard_reduce_finish(fsdp_unit_t *u);   /* wait, add into the grad shard, free main_grad */
 int shard_touched_any(const fsdp_unit_t *u);
 
 /* unit.c */
 void shard_set_label(fsdp_unit_t *u, const char *phase);
+/* Gives up a buffer after its collective failed: adopted by the communicator after a timeout (the
+ * collective may still write it), else freed. */
+void shard_drop(fsdp_engine_t *e, fsdp_status st, void *buf);
+/* life_drain on the engine's units (every call that reads or writes shards starts with it). */
+fsdp_status shard_drain(fsdp_engine_t *e);
 
 #endif

@@ -42,9 +42,9 @@ static char *dup_str(const char *s) {
     return d;
 }
 
-static size_t round_up(size_t x, size_t m) { return (x + m - 1) / m * m; }
-
 /* ---------------------------------------------------------------- configs, engine */
+
+static const life_ops engine_ops; /* the engine's lifecycle operations, defined with the hooks */
 
 fsdp_engine_config fsdp_engine_config_default(void) {
     fsdp_engine_config c;
@@ -57,6 +57,7 @@ fsdp_engine_config fsdp_engine_config_default(void) {
     c.accum = FSDP_ACCUM_SHARDED;
     c.seed = 1234;
     c.align = 16;
+    c.max_inflight = 2;
     return c;
 }
 
@@ -86,6 +87,9 @@ fsdp_status fsdp_engine_init(fsdp_engine_t **out, fsdp_comm_t *comm, const fsdp_
         return FSDP_ERR(FSDP_EINVAL, "unknown main_grad policy %d", (int)c.main_grad);
     if ((unsigned)c.accum > FSDP_ACCUM_NO_SYNC)
         return FSDP_ERR(FSDP_EINVAL, "unknown accum mode %d", (int)c.accum);
+    if (c.max_inflight < 0 || c.max_inflight > 64)
+        return FSDP_ERR(FSDP_EINVAL, "max_inflight must be 0..64 (got %d); 0 turns overlap off",
+                        c.max_inflight);
     if (c.align == 0 || c.align > 4096)
         return FSDP_ERR(FSDP_EINVAL, "align must be 1..4096 elements (got %zu); 16 suits AVX-512", c.align);
 
@@ -96,6 +100,9 @@ fsdp_status fsdp_engine_init(fsdp_engine_t **out, fsdp_comm_t *comm, const fsdp_
     e->rank = fsdp_comm_rank(comm);
     e->world = fsdp_comm_size(comm);
     e->n_micro = 1;
+    life_init(&e->sched, &engine_ops, e, NULL, 0, c.max_inflight);
+    e->sched.policy = c.main_grad;
+    e->sched.accum = c.accum;
     *out = e;
     return FSDP_OK;
 }
@@ -103,6 +110,7 @@ fsdp_status fsdp_engine_init(fsdp_engine_t **out, fsdp_comm_t *comm, const fsdp_
 static void unit_free(fsdp_unit_t *u) {
     if (u == NULL) return;
     shard_main_grad_release(u);
+    fsdp_mem_free(u->wire);
     fsdp_mem_free(u->full);
     fsdp_mem_free(u->adam_v);
     fsdp_mem_free(u->adam_m);
@@ -119,8 +127,11 @@ static void unit_free(fsdp_unit_t *u) {
 
 void fsdp_engine_free(fsdp_engine_t *e) {
     if (e == NULL) return;
+    (void)shard_drain(e); /* nothing may be in flight when the buffers go (failures leave them adopted) */
     for (int i = e->n_units - 1; i >= 0; i--)
         unit_free(e->units[i]);
+    life_free(&e->sched);
+    free(e->lives);
     free(e->units);
     free(e);
 }
@@ -141,115 +152,49 @@ static fsdp_unit_t *engine_find_unit(fsdp_engine_t *e, const char *name, size_t 
     return NULL;
 }
 
-/* Validates the specs and fills u->tensors (names, shapes, alias targets). */
+/* What the layout needs of the units registered before this one (ties across units are refused). */
+static const char *engine_unit_named(void *ctx, const char *name, size_t len) {
+    fsdp_unit_t *u = engine_find_unit(ctx, name, len);
+    return u ? u->name : NULL;
+}
+static const char *engine_unit_with_tensor(void *ctx, const char *tensor) {
+    fsdp_engine_t *e = ctx;
+    for (int i = 0; i < e->n_units; i++)
+        if (fsdp_unit_find(e->units[i], tensor) >= 0) return e->units[i]->name;
+    return NULL;
+}
+
+/* Validates and lays out the specs (layout.c, the plan's arithmetic too), then fills u->tensors. */
 static fsdp_status unit_read_specs(fsdp_engine_t *e, fsdp_unit_t *u, const fsdp_tensor_spec *specs, int n) {
-    for (int t = 0; t < n; t++) {
+    layout_tensor *lt = calloc((size_t)n, sizeof *lt);
+    u->gaps = calloc((size_t)n + 1, sizeof *u->gaps);
+    if (lt == NULL || u->gaps == NULL) {
+        free(lt);
+        return FSDP_ERR(FSDP_ENOMEM, "unit '%s' tensor tables", u->name);
+    }
+    layout_others others = {e, engine_unit_named, engine_unit_with_tensor};
+    fsdp_status st = shard_layout(u->name, specs, n, e->cfg.align, e->world, &others, lt, u->gaps, &u->n_gaps,
+                                  &u->numel, &u->padded, NULL);
+    for (int t = 0; st == FSDP_OK && t < n; t++) {
         const fsdp_tensor_spec *s = &specs[t];
         shard_tensor *ts = &u->tensors[t];
-        ts->alias_of = -1;
-        if (s->name == NULL || s->name[0] == '\0')
-            return FSDP_ERR(FSDP_EINVAL, "unit '%s': tensor %d has no name; every tensor needs a unique name",
-                            u->name, t);
-        for (int k = 0; k < t; k++)
-            if (strcmp(u->tensors[k].name, s->name) == 0)
-                return FSDP_ERR(FSDP_EINVAL, "unit '%s': tensor name '%s' used twice (tensors %d and %d)",
-                                u->name, s->name, k, t);
-        if ((ts->name = dup_str(s->name)) == NULL) return FSDP_ERR(FSDP_ENOMEM, "tensor name");
-        if (s->ndim < 1 || s->ndim > FSDP_MAX_DIMS)
-            return FSDP_ERR(FSDP_EINVAL, "unit '%s' tensor '%s': ndim %d outside 1..%d", u->name, s->name,
-                            s->ndim, FSDP_MAX_DIMS);
-        size_t numel = 1;
-        for (int d = 0; d < s->ndim; d++) {
-            if (s->shape[d] < 1)
-                return FSDP_ERR(FSDP_EINVAL,
-                                "unit '%s' tensor '%s': shape[%d] = %lld; dimensions must be >= 1", u->name,
-                                s->name, d, (long long)s->shape[d]);
-            if (!fsdp_mul_ok(numel, (size_t)s->shape[d], &numel))
-                return FSDP_ERR(FSDP_EINVAL, "unit '%s' tensor '%s': element count overflows", u->name,
-                                s->name);
+        if ((ts->name = dup_str(s->name)) == NULL) {
+            st = FSDP_ERR(FSDP_ENOMEM, "tensor name");
+            break;
         }
         ts->ndim = s->ndim;
         memcpy(ts->shape, s->shape, sizeof ts->shape);
         for (int d = s->ndim; d < FSDP_MAX_DIMS; d++)
             ts->shape[d] = 0;
-        ts->numel = numel;
+        ts->numel = lt[t].numel;
+        ts->offset = lt[t].offset;
+        ts->alias_of = lt[t].alias_of;
         ts->no_decay = s->no_decay ? 1 : 0;
         ts->init = s->init;
         ts->std = s->std;
-        if ((unsigned)s->init > FSDP_INIT_NORMAL)
-            return FSDP_ERR(FSDP_EINVAL, "unit '%s' tensor '%s': unknown init kind %d", u->name, s->name,
-                            (int)s->init);
-        if (s->init == FSDP_INIT_NORMAL && !(s->std >= 0.0f && isfinite(s->std)))
-            return FSDP_ERR(FSDP_EINVAL, "unit '%s' tensor '%s': std %g must be finite and >= 0", u->name,
-                            s->name, (double)s->std);
-        if (s->alias_of == NULL) continue;
-
-        /* A tie: first an earlier tensor of this unit (names may contain dots), else "unit.tensor". */
-        int target = -1;
-        for (int k = 0; k < t; k++)
-            if (strcmp(u->tensors[k].name, s->alias_of) == 0) target = k;
-        if (target < 0) {
-            const char *dot = strchr(s->alias_of, '.');
-            if (dot != NULL) {
-                fsdp_unit_t *other = engine_find_unit(e, s->alias_of, (size_t)(dot - s->alias_of));
-                if (other != NULL || strncmp(s->alias_of, u->name, (size_t)(dot - s->alias_of)) != 0 ||
-                    strlen(u->name) != (size_t)(dot - s->alias_of))
-                    return FSDP_ERR(
-                        FSDP_EINVAL,
-                        "tensor '%s' of unit '%s' is tied to '%s' in unit '%.*s': a tensor cannot be "
-                        "tied across units '%s' and '%.*s'; put both uses in one unit (declare the "
-                        "tensor once there and the tie as an alias in the same unit)",
-                        s->name, u->name, dot + 1, (int)(dot - s->alias_of), s->alias_of, u->name,
-                        (int)(dot - s->alias_of), s->alias_of);
-                for (int k = 0; k < t; k++) /* "thisunit.tensor" */
-                    if (strcmp(u->tensors[k].name, dot + 1) == 0) target = k;
-            }
-        }
-        for (int i = 0; target < 0 && i < e->n_units; i++) /* a bare name that lives in another unit */
-            if (fsdp_unit_find(e->units[i], s->alias_of) >= 0)
-                return FSDP_ERR(
-                    FSDP_EINVAL,
-                    "tensor '%s' of unit '%s' is tied to '%s' in unit '%s': a tensor cannot be tied "
-                    "across units '%s' and '%s'; put both uses in one unit (declare the tensor once "
-                    "there and the tie as an alias in the same unit)",
-                    s->name, u->name, s->alias_of, e->units[i]->name, u->name, e->units[i]->name);
-        if (target < 0)
-            return FSDP_ERR(
-                FSDP_EINVAL,
-                "unit '%s' tensor '%s': alias_of '%s' names no earlier tensor of this unit; declare "
-                "the target before its alias",
-                u->name, s->name, s->alias_of);
-        if (u->tensors[target].alias_of >= 0) target = u->tensors[target].alias_of;
-        if (u->tensors[target].numel != numel)
-            return FSDP_ERR(FSDP_EINVAL, "unit '%s': alias '%s' has %zu elements but its target '%s' has %zu",
-                            u->name, s->name, numel, u->tensors[target].name, u->tensors[target].numel);
-        ts->alias_of = target;
     }
-    return FSDP_OK;
-}
-
-/* The flat layout, computed once: non-alias tensors in declaration order, each at a multiple of align;
- * aliases share their target's offset; total padded to a multiple of world. Gaps are recorded so the
- * zero-fill before reduction never has to look at the buffer. */
-static fsdp_status unit_layout(fsdp_engine_t *e, fsdp_unit_t *u) {
-    size_t cur = 0;
-    u->gaps = calloc((size_t)u->n_tensors + 1, sizeof *u->gaps);
-    if (u->gaps == NULL) return FSDP_ERR(FSDP_ENOMEM, "unit '%s' gap table", u->name);
-    for (int t = 0; t < u->n_tensors; t++) {
-        shard_tensor *ts = &u->tensors[t];
-        if (ts->alias_of >= 0) continue;
-        size_t off = round_up(cur, e->cfg.align);
-        if (off < cur || off + ts->numel < off)
-            return FSDP_ERR(FSDP_EINVAL, "unit '%s': flat size overflows", u->name);
-        if (off > cur) u->gaps[u->n_gaps++] = (shard_gap){cur, off - cur};
-        ts->offset = off;
-        cur = off + ts->numel;
-    }
-    for (int t = 0; t < u->n_tensors; t++)
-        if (u->tensors[t].alias_of >= 0) u->tensors[t].offset = u->tensors[u->tensors[t].alias_of].offset;
-    u->numel = cur;
-    u->padded = round_up(cur, (size_t)e->world);
-    if (u->padded > cur) u->gaps[u->n_gaps++] = (shard_gap){cur, u->padded - cur};
+    free(lt);
+    if (st != FSDP_OK) return st;
     if (e->cfg.strategy == FSDP_NO_SHARD) {
         u->shard_off = 0;
         u->shard_len = u->padded;
@@ -282,13 +227,18 @@ fsdp_status fsdp_engine_add_unit(fsdp_engine_t *e, const char *name, const fsdp_
         fsdp_unit_t **nu = realloc(e->units, (size_t)cap * sizeof *nu);
         if (nu == NULL) return FSDP_ERR(FSDP_ENOMEM, "unit table");
         e->units = nu;
+        life_unit **nl = realloc(e->lives, (size_t)cap * sizeof *nl);
+        if (nl == NULL) return FSDP_ERR(FSDP_ENOMEM, "unit table");
+        e->lives = nl;
         e->cap_units = cap;
     }
     fsdp_unit_t *u = calloc(1, sizeof *u);
     if (u == NULL) return FSDP_ERR(FSDP_ENOMEM, "unit struct");
     u->eng = e;
     u->index = e->n_units;
-    u->state = UNIT_IDLE;
+    u->life.index = u->index;
+    u->life.state = UNIT_IDLE;
+    u->life.res = LIFE_SHARDED;
     if ((u->name = dup_str(name)) == NULL) {
         st = FSDP_ERR(FSDP_ENOMEM, "unit name");
         goto fail;
@@ -301,8 +251,7 @@ fsdp_status fsdp_engine_add_unit(fsdp_engine_t *e, const char *name, const fsdp_
     }
     u->n_tensors = n;
     if ((st = unit_read_specs(e, u, specs, n)) != FSDP_OK) goto fail;
-    if ((st = unit_layout(e, u)) != FSDP_OK) goto fail;
-    u->reshard_after_forward =
+    u->life.reshard_after_forward =
         uc.reshard_after_forward >= 0 ? uc.reshard_after_forward : (e->cfg.strategy == FSDP_FULL_SHARD);
 
     size_t bytes;
@@ -315,7 +264,10 @@ fsdp_status fsdp_engine_add_unit(fsdp_engine_t *e, const char *name, const fsdp_
     if ((st = fsdp_mem_calloc((void **)&u->adam_m, bytes, FSDP_MEM_OPTIM)) != FSDP_OK) goto fail;
     if ((st = fsdp_mem_calloc((void **)&u->adam_v, bytes, FSDP_MEM_OPTIM)) != FSDP_OK) goto fail;
 
-    e->units[e->n_units++] = u;
+    e->units[e->n_units] = u;
+    e->lives[e->n_units] = &u->life;
+    e->n_units++;
+    life_set_units(&e->sched, e->lives, e->n_units);
     if (out) *out = u;
     return FSDP_OK;
 fail:
@@ -413,6 +365,7 @@ fsdp_status fsdp_unit_tensor_info(const fsdp_unit_t *u, int t, fsdp_tensor_info 
 
 fsdp_status fsdp_unit_shard(fsdp_unit_t *u, fsdp_shard_view *out) {
     if (u == NULL || out == NULL) return FSDP_ERR(FSDP_EINVAL, "unit and out must not be NULL");
+    FSDP_TRY(shard_drain(u->eng)); /* the caller reads (or writes) the shards next */
     out->master = u->master;
     out->grad = u->grad;
     out->adam_m = u->adam_m;
@@ -424,11 +377,19 @@ fsdp_status fsdp_unit_shard(fsdp_unit_t *u, fsdp_shard_view *out) {
 
 /* ---------------------------------------------------------------- unshard / reshard */
 
+void shard_drop(fsdp_engine_t *e, fsdp_status st, void *buf) {
+    if (st == FSDP_ETIMEOUT)
+        fsdp_comm_adopt_buffer(e->comm, buf);
+    else
+        fsdp_mem_free(buf);
+}
+
 /* Cast the fp32 shard to the compute dtype straight into this rank's slot of the full buffer, then
- * all-gather in place. NO_SHARD: every rank has everything, so the cast is the whole unshard. */
-static fsdp_status unit_unshard(fsdp_unit_t *u) {
-    if (u->full != NULL) return FSDP_OK;
-    fsdp_engine_t *e = u->eng;
+ * start the in-place all-gather. NO_SHARD: every rank has everything, so the cast is the whole
+ * unshard. */
+static fsdp_status op_unshard_start(void *ctx, int i, int prefetch) {
+    fsdp_engine_t *e = ctx;
+    fsdp_unit_t *u = e->units[i];
     fsdp_dtype dt = e->cfg.compute_dtype;
     size_t esz = fsdp_dtype_size(dt);
     FSDP_TRY(fsdp_mem_alloc(&u->full, u->padded * esz, FSDP_MEM_PARAM_FULL));
@@ -442,109 +403,146 @@ static fsdp_status unit_unshard(fsdp_unit_t *u) {
                                u->shard_len - c * ch < ch ? u->shard_len - c * ch : ch);
     } else
         memcpy(slot, u->master, u->shard_len * sizeof(float));
+    u->gather = NULL;
     if (e->cfg.strategy != FSDP_NO_SHARD) {
-        shard_set_label(u, "all-gather params");
-        fsdp_trace_unit_begin(u->name, "all-gather");
-        fsdp_status st = fsdp_comm_all_gather(e->comm, slot, u->full, u->shard_len, dt);
-        fsdp_trace_unit_end(u->name, "all-gather");
-        if (st != FSDP_OK) {
+        shard_set_label(u, prefetch ? "all-gather params (prefetch)" : "all-gather params");
+        fsdp_status st = fsdp_comm_iall_gather(e->comm, slot, u->full, u->shard_len, dt, &u->gather);
+        if (st != FSDP_OK) { /* refused before anything was posted */
             fsdp_mem_free(u->full);
             u->full = NULL;
             return st;
         }
     }
+    return FSDP_OK;
+}
+
+/* The exposed part of the all-gather: the trace span covers only the wait. */
+static fsdp_status op_unshard_wait(void *ctx, int i) {
+    fsdp_engine_t *e = ctx;
+    fsdp_unit_t *u = e->units[i];
+    if (u->gather != NULL) {
+        fsdp_trace_unit_begin(u->name, "all-gather");
+        fsdp_status st = fsdp_comm_wait(u->gather);
+        fsdp_trace_unit_end(u->name, "all-gather");
+        u->gather = NULL;
+        if (st != FSDP_OK) {
+            shard_drop(e, st, u->full);
+            u->full = NULL;
+            return st;
+        }
+    }
+    size_t esz = fsdp_dtype_size(e->cfg.compute_dtype);
     for (int t = 0; t < u->n_tensors; t++)
         u->tensors[t].param_view = (char *)u->full + u->tensors[t].offset * esz;
     return FSDP_OK;
 }
 
-static void unit_reshard(fsdp_unit_t *u) {
+static void op_reshard(void *ctx, int i) {
+    fsdp_engine_t *e = ctx;
+    fsdp_unit_t *u = e->units[i];
     for (int t = 0; t < u->n_tensors; t++)
         u->tensors[t].param_view = NULL;
     fsdp_mem_free(u->full);
     u->full = NULL;
 }
 
-static fsdp_status bad_state(const fsdp_unit_t *u, const char *call, const char *hint) {
-    return fsdp_set_error(FSDP_ESTATE, "%s: unit '%s' is in state %s; %s", call, u->name,
-                          shard_state_name(u->state), hint);
+static fsdp_status op_mg_alloc(void *ctx, int i) {
+    return shard_main_grad_alloc(((fsdp_engine_t *)ctx)->units[i]);
+}
+static fsdp_status op_reduce_start(void *ctx, int i) {
+    return shard_reduce_start(((fsdp_engine_t *)ctx)->units[i]);
+}
+static fsdp_status op_reduce_finish(void *ctx, int i) {
+    return shard_reduce_finish(((fsdp_engine_t *)ctx)->units[i]);
 }
 
+static const life_ops engine_ops = {op_unshard_start, op_unshard_wait, op_reshard,
+                                    op_mg_alloc,      op_reduce_start, op_reduce_finish};
+
+fsdp_status shard_drain(fsdp_engine_t *e) { return life_drain(&e->sched); }
+
+fsdp_status fsdp_engine_drain(fsdp_engine_t *e) {
+    if (e == NULL) return FSDP_ERR(FSDP_EINVAL, "engine must not be NULL");
+    return shard_drain(e);
+}
+
+long fsdp_engine_order_mismatches(const fsdp_engine_t *e) {
+    return e ? e->sched.order[0].mismatches + e->sched.order[1].mismatches : 0;
+}
+
+static fsdp_status bad_state(const fsdp_unit_t *u, const char *call, const char *hint) {
+    return fsdp_set_error(FSDP_ESTATE, "%s: unit '%s' is in state %s; %s", call, u->name,
+                          shard_state_name(u->life.state), hint);
+}
+
+/* The public hooks check the state machine, then run the lifecycle (lifecycle.c). Each also gives
+ * started collectives a turn of progress. */
 fsdp_status fsdp_unit_pre_forward(fsdp_unit_t *u) {
     if (u == NULL) return FSDP_ERR(FSDP_EINVAL, "unit must not be NULL");
-    switch (u->state) {
-    case UNIT_IDLE:
-    case UNIT_FORWARD_DONE: /* FORWARD_DONE: evaluation, the earlier forward is abandoned */
-        FSDP_TRY(unit_unshard(u));
-        if (u->eng->cfg.main_grad == FSDP_MAIN_GRAD_EAGER) FSDP_TRY(shard_main_grad_alloc(u));
-        u->state = UNIT_FORWARD;
-        fsdp_trace_unit_begin(u->name, "forward");
-        return FSDP_OK;
-    case UNIT_BACKWARD: /* activation recompute: parameters are already unsharded */
-        u->state = UNIT_RECOMPUTE;
-        fsdp_trace_unit_begin(u->name, "forward");
-        return FSDP_OK;
-    default: return bad_state(u, "fsdp_unit_pre_forward", "call post_forward before the next pre_forward");
-    }
+    unit_state st = u->life.state;
+    if (st != UNIT_IDLE && st != UNIT_FORWARD_DONE && st != UNIT_BACKWARD)
+        return bad_state(u, "fsdp_unit_pre_forward", "call post_forward before the next pre_forward");
+    /* FORWARD_DONE: evaluation, the earlier forward is abandoned; BACKWARD: activation recompute */
+    fsdp_comm_progress(u->eng->comm);
+    FSDP_TRY(life_pre_forward(&u->eng->sched, &u->life));
+    fsdp_trace_unit_begin(u->name, "forward");
+    return FSDP_OK;
 }
 
 fsdp_status fsdp_unit_post_forward(fsdp_unit_t *u) {
     if (u == NULL) return FSDP_ERR(FSDP_EINVAL, "unit must not be NULL");
-    switch (u->state) {
-    case UNIT_FORWARD:
-        fsdp_trace_unit_end(u->name, "forward");
-        if (u->reshard_after_forward) unit_reshard(u);
-        u->state = UNIT_FORWARD_DONE;
-        return FSDP_OK;
-    case UNIT_RECOMPUTE: /* backward needs the parameters next: keep them */
-        fsdp_trace_unit_end(u->name, "forward");
-        u->state = UNIT_BACKWARD;
-        return FSDP_OK;
-    default: return bad_state(u, "fsdp_unit_post_forward", "post_forward must follow pre_forward");
-    }
+    if (u->life.state != UNIT_FORWARD && u->life.state != UNIT_RECOMPUTE)
+        return bad_state(u, "fsdp_unit_post_forward", "post_forward must follow pre_forward");
+    fsdp_trace_unit_end(u->name, "forward");
+    fsdp_comm_progress(u->eng->comm);
+    return life_post_forward(&u->eng->sched, &u->life);
 }
 
 fsdp_status fsdp_unit_pre_backward(fsdp_unit_t *u) {
     if (u == NULL) return FSDP_ERR(FSDP_EINVAL, "unit must not be NULL");
-    if (u->state != UNIT_FORWARD_DONE)
+    if (u->life.state != UNIT_FORWARD_DONE)
         return bad_state(u, "fsdp_unit_pre_backward",
                          "pre_backward must follow post_forward (and come once per backward)");
-    FSDP_TRY(unit_unshard(u));
-    FSDP_TRY(shard_main_grad_alloc(u));
-    u->state = UNIT_BACKWARD;
+    fsdp_comm_progress(u->eng->comm);
+    FSDP_TRY(life_pre_backward(&u->eng->sched, &u->life));
     fsdp_trace_unit_begin(u->name, "backward");
     return FSDP_OK;
 }
 
 fsdp_status fsdp_unit_post_backward(fsdp_unit_t *u) {
     if (u == NULL) return FSDP_ERR(FSDP_EINVAL, "unit must not be NULL");
-    if (u->state != UNIT_BACKWARD)
+    if (u->life.state != UNIT_BACKWARD)
         return bad_state(u, "fsdp_unit_post_backward",
-                         u->state == UNIT_RECOMPUTE
+                         u->life.state == UNIT_RECOMPUTE
                              ? "finish the recompute forward with post_forward first"
                              : "post_backward must follow pre_backward, once per backward");
     fsdp_trace_unit_end(u->name, "backward");
-    FSDP_TRY(shard_reduce(u));
-    unit_reshard(u);
-    u->state = UNIT_IDLE;
-    return FSDP_OK;
+    return life_post_backward(&u->eng->sched, &u->life);
 }
 
 fsdp_status fsdp_engine_reshard_all(fsdp_engine_t *e) {
     if (e == NULL) return FSDP_ERR(FSDP_EINVAL, "engine must not be NULL");
     for (int i = 0; i < e->n_units; i++) {
         fsdp_unit_t *u = e->units[i];
-        if (u->state != UNIT_IDLE && u->state != UNIT_FORWARD_DONE)
+        if (u->life.state != UNIT_IDLE && u->life.state != UNIT_FORWARD_DONE)
             return bad_state(u, "fsdp_engine_reshard_all", "finish the unit's forward or backward first");
     }
+    for (int i = 0; i < e->n_units; i++)
+        if (e->units[i]->life.state == UNIT_FORWARD_DONE) e->units[i]->life.state = UNIT_IDLE;
+    FSDP_TRY(shard_drain(e)); /* drops every idle unit's parameters */
     for (int i = 0; i < e->n_units; i++) {
         fsdp_unit_t *u = e->units[i];
-        unit_reshard(u);
-        u->state = UNIT_IDLE;
         /* EAGER buffers from evaluation forwards hold nothing; NO_SYNC accumulations are kept. */
-        if (u->main_grad != NULL && !shard_touched_any(u)) shard_main_grad_release(u);
+        if (u->main_grad != NULL && !shard_touched_any(u)) {
+            shard_main_grad_release(u);
+            u->life.mg = 0;
+        }
     }
     return FSDP_OK;
+}
+
+void fsdp_engine_progress(fsdp_engine_t *e) {
+    if (e != NULL) fsdp_comm_progress(e->comm);
 }
 
 fsdp_status fsdp_unit_param(fsdp_unit_t *u, int t, void **view) {
@@ -553,12 +551,12 @@ fsdp_status fsdp_unit_param(fsdp_unit_t *u, int t, void **view) {
     if (t < 0 || t >= u->n_tensors)
         return FSDP_ERR(FSDP_EINVAL, "unit '%s': tensor index %d outside 0..%d", u->name, t,
                         u->n_tensors - 1);
-    if (u->full == NULL)
+    if (u->life.res != LIFE_UNSHARDED)
         return fsdp_set_error(
             FSDP_ESTATE,
             "fsdp_unit_param: unit '%s' tensor '%s': parameters are sharded (state %s); call "
             "pre_forward or pre_backward first",
-            u->name, u->tensors[t].name, shard_state_name(u->state));
+            u->name, u->tensors[t].name, shard_state_name(u->life.state));
     *view = u->tensors[t].param_view;
     return FSDP_OK;
 }
@@ -576,6 +574,7 @@ static fsdp_status check_tensor_arg(const fsdp_unit_t *u, int t, const char *cal
 fsdp_status fsdp_unit_gather_tensor(fsdp_unit_t *u, int t, float *out, int root) {
     FSDP_TRY(check_tensor_arg(u, t, "fsdp_unit_gather_tensor"));
     fsdp_engine_t *e = u->eng;
+    FSDP_TRY(shard_drain(e));
     if (root >= e->world)
         return FSDP_ERR(FSDP_EINVAL, "unit '%s': root %d outside 0..%d (or < 0 for all ranks)", u->name, root,
                         e->world - 1);
@@ -595,13 +594,14 @@ fsdp_status fsdp_unit_gather_tensor(fsdp_unit_t *u, int t, float *out, int root)
     shard_set_label(u, "gather tensor");
     fsdp_status st = fsdp_comm_all_gather(e->comm, flat + u->shard_off, flat, u->shard_len, FSDP_F32);
     if (st == FSDP_OK && want) memcpy(out, flat + ts->offset, ts->numel * sizeof(float));
-    fsdp_mem_free(flat);
+    shard_drop(e, st, flat);
     return st;
 }
 
 fsdp_status fsdp_unit_load_tensor(fsdp_unit_t *u, int t, const float *full, int root) {
     FSDP_TRY(check_tensor_arg(u, t, "fsdp_unit_load_tensor"));
     fsdp_engine_t *e = u->eng;
+    FSDP_TRY(shard_drain(e));
     if (root >= e->world)
         return FSDP_ERR(FSDP_EINVAL, "unit '%s': root %d outside 0..%d (or < 0: every rank passes the data)",
                         u->name, root, e->world - 1);
@@ -617,7 +617,7 @@ fsdp_status fsdp_unit_load_tensor(fsdp_unit_t *u, int t, const float *full, int 
         shard_set_label(u, "load tensor broadcast");
         fsdp_status st = fsdp_comm_broadcast(e->comm, tmp, ts->numel, FSDP_F32, root);
         if (st != FSDP_OK) {
-            fsdp_mem_free(tmp);
+            shard_drop(e, st, tmp);
             return st;
         }
         src = tmp;

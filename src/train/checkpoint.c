@@ -8,11 +8,13 @@
 #include "train/io.h"
 
 #include <cjson/cJSON.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -252,7 +254,7 @@ fsdp_status fsdp_ckpt_write_manifest(const char *path, int world, const cJSON *c
     if (!text) {
         s = FSDP_ERR(FSDP_ENOMEM, "no memory to print %s", path);
     } else {
-        s = fsdp_io_write_file_atomic(path, text, strlen(text));
+        s = fsdp_io_write_file_atomic(path, text, strlen(text), 0);
     }
     free(text);
     cJSON_Delete(j);
@@ -261,16 +263,85 @@ fsdp_status fsdp_ckpt_write_manifest(const char *path, int world, const cJSON *c
 
 /* ---------------------------------------------------------------- save protocol */
 
+/* The lowest failing rank of the last agreement that found a failure; -1 after one that found none. */
+static int agreed_failed_rank = -1;
+
 fsdp_status fsdp_ckpt_agree(fsdp_comm_t *comm, fsdp_status s, const char *what) {
     if (!comm || fsdp_comm_size(comm) == 1) return s;
     int world = fsdp_comm_size(comm), rank = fsdp_comm_rank(comm);
-    /* MAX of -(rank if failed, else world) = -(lowest failing rank); small integers are exact in f32. */
-    float mine = s == FSDP_OK ? (float)-world : (float)-rank, r = 0;
+    /* MAX of (world - rank) * 16 + status over the failing ranks (0 where none failed): the lowest
+     * failing rank and its status, exact in f32 for world < 2^20. */
+    FSDP_INVARIANT((int)FSDP_EINTERNAL < 16);
+    if (world >= (1 << 20)) return FSDP_ERR(FSDP_EUNSUPPORTED, "agreement on %d ranks (at most 2^20)", world);
+    float mine = s == FSDP_OK ? 0.0f : (float)((world - rank) * 16 + (int)s), r = 0;
     fsdp_status cs = fsdp_comm_all_reduce(comm, &mine, &r, 1, FSDP_F32, FSDP_MAX);
-    if (cs != FSDP_OK) return cs;
-    int failed = (int)-r;
-    if (failed >= world || s != FSDP_OK) return s;
-    return fsdp_set_error(FSDP_EIO, "%s failed on rank %d (its message says why)", what, failed);
+    if (cs != FSDP_OK) {
+        agreed_failed_rank = -1; /* nothing was agreed: the communicator itself failed */
+        return cs;
+    }
+    int v = (int)r;
+    if (v == 0) {
+        agreed_failed_rank = -1;
+        return s;
+    }
+    int failed = world - v / 16;
+    agreed_failed_rank = failed;
+    if (s != FSDP_OK) return s;
+    return fsdp_set_error((fsdp_status)(v % 16), "%s failed on rank %d (its message says why)", what, failed);
+}
+
+int fsdp_ckpt_agreed_failure(void) { return agreed_failed_rank; }
+
+fsdp_status fsdp_ckpt_lock(const char *ckpt_dir, int rank, int *fd_out) {
+    *fd_out = -1;
+    char *path = fsdp_strdupf("%s/.lock.rank_%05d", ckpt_dir, rank);
+    if (!path) return FSDP_ERR(FSDP_ENOMEM, "no memory for a path");
+    fsdp_status s = FSDP_OK;
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY, 0644);
+    struct stat st;
+    if (fd < 0) {
+        s = fsdp_set_error(FSDP_EIO, "cannot open the lock file %s: %s", path, strerror(errno));
+    } else if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        s = fsdp_set_error(FSDP_EIO, "lock file %s is not a regular file: remove it", path);
+    } else if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        int err = errno;
+        if (err == EWOULDBLOCK) {
+            char who[256] = "";
+            ssize_t n = pread(fd, who, sizeof who - 1, 0);
+            who[n > 0 ? n : 0] = '\0';
+            for (char *p = who; *p; p++)
+                if (*p == '\n') *p = *(p + 1) ? ';' : '\0';
+            s = fsdp_set_error(FSDP_EIO,
+                               "checkpoint folder %s is in use by another run (%s holds %s): one run per "
+                               "--checkpoint-dir; wait for it to end or choose another folder",
+                               ckpt_dir, who[0] ? who : "a process that has not yet written its pid", path);
+        } else {
+            s = fsdp_set_error(FSDP_EIO,
+                               "cannot lock %s: %s (the file system must support flock, which keeps two "
+                               "runs out of one --checkpoint-dir)",
+                               path, strerror(err));
+        }
+    }
+    if (s != FSDP_OK) {
+        if (fd >= 0) close(fd);
+        free(path);
+        return s;
+    }
+    /* Who holds it, for the message of a run that finds it taken (best effort: the lock is what counts). */
+    char host[128] = "?", line[256];
+    gethostname(host, sizeof host - 1);
+    host[sizeof host - 1] = '\0';
+    int n = snprintf(line, sizeof line, "pid %d on host %s (rank %d)\n", (int)getpid(), host, rank);
+    if (ftruncate(fd, 0) == 0 && n > 0) (void)!pwrite(fd, line, (size_t)n, 0);
+    free(path);
+    *fd_out = fd;
+    return FSDP_OK;
+}
+
+void fsdp_ckpt_unlock(int fd) {
+    if (fd < 0) return;
+    (void)!ftruncate(fd, 0); /* an unheld lock file names nobody */
+    close(fd);               /* releases the flock */
 }
 
 /* `fin` (ckpt_dir/name) exists. If `latest` names it, it is a committed checkpoint and is never
@@ -315,6 +386,25 @@ done:
     return s;
 }
 
+/* Removes every .tmp_step_* folder and latest.tmp.* file of ckpt_dir: what saves killed before their
+ * rename left. Only safe under the folder's lock (fsdp_ckpt_lock), which the trainer holds for the
+ * whole run. */
+static void remove_stale_temps(const char *ckpt_dir) {
+    DIR *d = opendir(ckpt_dir);
+    if (!d) return;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        int folder = strncmp(e->d_name, ".tmp_step_", 10) == 0,
+            file = strncmp(e->d_name, "latest.tmp.", 11) == 0;
+        if (!folder && !file) continue;
+        char *p = fsdp_strdupf("%s/%s", ckpt_dir, e->d_name);
+        if (p && folder) fsdp_rm_tree1(p);
+        if (p && file) unlink(p);
+        free(p);
+    }
+    closedir(d);
+}
+
 fsdp_status fsdp_ckpt_save_parts(fsdp_comm_t *comm, const char *ckpt_dir, const cJSON *config, int n_units,
                                  const fsdp_ckpt_unit *units, const fsdp_ckpt_part *parts,
                                  const fsdp_ckpt_state *st, char **final_dir) {
@@ -337,7 +427,7 @@ fsdp_status fsdp_ckpt_save_parts(fsdp_comm_t *comm, const char *ckpt_dir, const 
         s = fsdp_mkdirs(ckpt_dir);
         if (s == FSDP_OK && access(fin, F_OK) == 0) s = set_aside_uncommitted(ckpt_dir, name, fin);
         if (s == FSDP_OK) {
-            fsdp_rm_tree1(tmp); /* debris of an earlier crashed save of this step */
+            remove_stale_temps(ckpt_dir); /* debris of earlier killed saves, of any step */
             if (mkdir(tmp, 0755) != 0)
                 s = fsdp_set_error(FSDP_EIO, "cannot create %s: %s", tmp, strerror(errno));
             else
@@ -381,7 +471,7 @@ fsdp_status fsdp_ckpt_save_parts(fsdp_comm_t *comm, const char *ckpt_dir, const 
         if (s == FSDP_OK) {
             char line[48];
             snprintf(line, sizeof line, "%s\n", name);
-            s = fsdp_io_write_file_atomic(latest, line, strlen(line));
+            s = fsdp_io_write_file_atomic(latest, line, strlen(line), FSDP_OUT_MAY_REPLACE_INPUT);
         }
     }
     s = fsdp_ckpt_agree(comm, s, "committing the checkpoint");
@@ -540,11 +630,12 @@ static fsdp_status open_shard(fsdp_ckpt_reader *r, int q, const cJSON *entry) {
         return fsdp_set_error(FSDP_EFORMAT,
                               "%s: shard entry %d is malformed (want file \"%s\", bytes, crc32c)",
                               r->manifest_path, q, name);
-    f->fd = open(f->path, O_RDONLY | O_CLOEXEC);
-    if (f->fd < 0)
+    if (fsdp_io_open_input(f->path, &f->fd) != FSDP_OK) {
+        if (errno != ENOENT) return FSDP_EIO; /* its message names the file and what it is */
         return fsdp_set_error(FSDP_EIO,
                               "missing shard file %s (%s): the checkpoint is incomplete; use an earlier one",
-                              f->path, strerror(errno));
+                              f->path, strerror(ENOENT));
+    }
     struct stat st;
     if (fstat(f->fd, &st) != 0)
         return fsdp_set_error(FSDP_EIO, "cannot stat %s: %s", f->path, strerror(errno));

@@ -1,4 +1,4 @@
-/* checkpoint.h — sharded, crash-safe, reshardable checkpoints (DESIGN §8).
+/* checkpoint.h — sharded, crash-safe, reshardable checkpoints (docs/DESIGN.md section 8).
  *
  * On disk, one folder per step under the checkpoint folder:
  *   CKPT/step_000100/manifest.json      config, world size, step, every unit's tensors (name, shape,
@@ -11,9 +11,10 @@
  *                                         per unit: fp32 master[numel], adam_m[numel], adam_v[numel]
  *                                         trainer state: i64 step, u64 data pos, u64 data epoch, u64 rng[2]
  *   CKPT/latest                         the name of the newest complete step folder
- * A save writes CKPT/.tmp_step_000100/, fsyncs every file and the folder, renames it to its final
- * name and only then, after every rank has finished, replaces `latest` (temporary file + rename).
- * A crash or full disk at any point leaves the previous checkpoint and `latest` as they were.
+ * A save (under the run's lock, fsdp_ckpt_lock) first removes every leftover .tmp_step_* folder and
+ * latest.tmp.* file, then writes CKPT/.tmp_step_000100/, fsyncs every file and the folder, renames it
+ * to its final name and only then, after every rank has finished, replaces `latest` (temporary file
+ * + rename). A crash or full disk at any point leaves the previous checkpoint and `latest` as they were.
  * Loading re-slices by global offset within each unit's flat buffer, so any world size can read a
  * checkpoint written by any other. */
 #ifndef FSDP_TRAIN_CHECKPOINT_H
@@ -104,9 +105,23 @@ fsdp_status fsdp_ckpt_resolve(const char *dir, char **step_dir);
 /* 1 if ckpt_dir has a `latest` pointer. */
 int fsdp_ckpt_has_latest(const char *ckpt_dir);
 
-/* Every rank learns whether any rank failed: a rank that did not fail gets FSDP_EIO naming the
- * lowest failing rank ("<what> failed on rank r"). comm NULL or world 1: s unchanged. Collective. */
+/* Every rank learns whether any rank failed: a rank that did not fail gets the lowest failing rank's
+ * status with the message "<what> failed on rank r (its message says why)". comm NULL or world 1: s
+ * unchanged. Collective. */
 fsdp_status fsdp_ckpt_agree(fsdp_comm_t *comm, fsdp_status s, const char *what);
+
+/* After an fsdp_ckpt_agree that found a failure: the lowest failing rank (every rank has then
+ * returned an error and learned its status); -1 after one that found none, or before any. main()
+ * ends an agreed failure with MPI_Finalize on every rank, any other failure with an abort. */
+int fsdp_ckpt_agreed_failure(void);
+
+/* One run per checkpoint folder: an exclusive flock(2) on ckpt_dir/.lock.rank_NNNNN (created if
+ * need be), which the kernel releases when the process ends however it ends. Every rank that writes
+ * into the folder takes its own, for the whole run; the file then names the holder (pid, host,
+ * rank). Taken: FSDP_EIO naming the folder and the holder. *fd: pass it to fsdp_ckpt_unlock. */
+fsdp_status fsdp_ckpt_lock(const char *ckpt_dir, int rank, int *fd);
+/* Empties the lock file (it then names nobody) and releases the lock. fd -1: a no-op. */
+void fsdp_ckpt_unlock(int fd);
 
 /* ---- engine glue (ckpt_engine.c) */
 

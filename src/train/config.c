@@ -7,6 +7,7 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
@@ -78,6 +79,9 @@ static const opt_def opts[] = {
      "micro-batch accumulation: sharded (reduce each) or no-sync (reduce at the last)"},
     {"reduce-dtype", OPT_ENUM, F(reduce_dtype), 0, 0, dtype_names, C_TRAIN, "gradient dtype on the wire"},
     {"recompute", OPT_BOOL, F(recompute), 0, 1, NULL, C_TRAIN, "recompute activations in backward"},
+    {"max-inflight", OPT_INT, F(max_inflight), 0, 64, NULL, C_TRAIN,
+     "overlap: all-gathers prefetched ahead of their unit (from step 2) and each reduce-scatter run "
+     "during the next unit's backward; 0: every collective completes in its hook (least memory)"},
     {"threads", OPT_INT, F(threads), 0, 4096, NULL, C_TRAIN | C_SAMPLE | C_EXPORT,
      "OpenMP threads per rank; 0: cores / ranks on this node"},
     {"comm-timeout", OPT_DBL, F(comm_timeout), -1, 1e9, NULL, C_TRAIN,
@@ -87,7 +91,9 @@ static const opt_def opts[] = {
      "save every N steps (0: only at the end)"},
     {"resume", OPT_BOOL, F(resume), 0, 1, NULL, C_TRAIN,
      "continue from --checkpoint-dir's latest checkpoint"},
-    {"metrics", OPT_STR, F(metrics), 0, 0, NULL, C_TRAIN, "JSONL file: one object per step (appended)"},
+    {"metrics", OPT_STR, F(metrics), 0, 0, NULL, C_TRAIN,
+     "JSONL file: one object per step (appended); a write that fails (full disk) stops the run with an "
+     "error, never loses lines silently"},
     {"log-every", OPT_INT, F(log_every), 1, 1 << 30, NULL, C_TRAIN, "print a line every N steps"},
     {"sample-tokens", OPT_INT, F(sample_tokens), 0, 1 << 20, NULL, C_TRAIN,
      "tokens of text generated after training (0: none)"},
@@ -170,6 +176,7 @@ fsdp_train_config fsdp_train_config_default(void) {
     c.recompute = 0;
     c.threads = 0;
     c.comm_timeout = 600;
+    c.max_inflight = 2;
     c.checkpoint_dir = "checkpoints";
     c.checkpoint_every = 0;
     c.resume = 0;
@@ -209,8 +216,17 @@ static fsdp_status set_value(fsdp_train_config *cfg, const opt_def *o, const cha
     }
     case OPT_DBL: {
         double x = strtod(v, &end);
-        if (end == v || *end != '\0' || errno == ERANGE || !isfinite(x))
+        if (end == v || *end != '\0')
+            return fsdp_set_error(FSDP_EINVAL, "--%s: \"%s\" is not a number", o->name, v);
+        if (!isfinite(x) || (errno == ERANGE && fabs(x) > 1))
             return fsdp_set_error(FSDP_EINVAL, "--%s: \"%s\" is not a finite number", o->name, v);
+        /* The optimizer runs in float: a nonzero value below float's smallest normal (or one that
+         * underflows even a double) would silently become 0 or lose its precision. */
+        if (x != 0 ? fabs(x) < FLT_MIN : errno == ERANGE)
+            return fsdp_set_error(FSDP_EINVAL,
+                                  "--%s %s is too small: nonzero values must be at least %.3g in magnitude "
+                                  "(the smallest normal float); use 0 or a larger value",
+                                  o->name, v, (double)FLT_MIN);
         if (x < o->min || x > o->max)
             return fsdp_set_error(FSDP_EINVAL, "--%s %g is outside its range [%g, %g]", o->name, x, o->min,
                                   o->max);

@@ -50,6 +50,7 @@ typedef struct {
     int accum;        /* fsdp_accum_mode */
     int reduce_dtype; /* fsdp_dtype */
     int recompute;
+    int max_inflight;    /* prefetched gathers / overlap depth; 0: synchronous */
     int threads;         /* OpenMP threads per rank; 0: cores / ranks on the node */
     double comm_timeout; /* seconds; <= 0 waits forever */
 
@@ -61,7 +62,7 @@ typedef struct {
     int log_every;
     int sample_tokens; /* generated at the end of training (0: none) */
 
-    /* memory plan, report, trace (DESIGN.md section 5) */
+    /* memory plan, report, trace (docs/DESIGN.md section 5) */
     int plan;           /* --plan: print the predicted per-rank memory of these settings and stop */
     int world;          /* ranks --plan plans for; 0: the launcher's (1 without one) */
     const char *report; /* JSON file: predicted (and, after a run, measured) peak bytes per category */

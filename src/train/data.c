@@ -46,12 +46,13 @@ fsdp_status fsdp_tokens_open(fsdp_token_file *tf, const char *path, int vocab) {
     if (!tf->path) return FSDP_ERR(FSDP_ENOMEM, "no memory for a path");
     tf->vocab = vocab;
     fsdp_status s;
-    tf->fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (tf->fd < 0) {
-        s = fsdp_set_error(FSDP_EIO, "cannot open token file %s: %s%s", path, strerror(errno),
-                           errno == ENOENT ? " (run `fsdp-train prepare` or tools/setup.sh first, or "
-                                             "pass --data DIR)"
-                                           : "");
+    s = fsdp_io_open_input(path, &tf->fd);
+    if (s != FSDP_OK) {
+        if (errno == ENOENT)
+            s = fsdp_set_error(FSDP_EIO,
+                               "cannot open token file %s: %s (run `fsdp-train prepare` or tools/setup.sh "
+                               "first, or pass --data DIR)",
+                               path, strerror(ENOENT));
         goto fail;
     }
     struct stat st;
@@ -139,7 +140,7 @@ fsdp_status fsdp_tokens_write(const char *path, const uint16_t *tokens, size_t n
     int32_t hdr[FSDP_TOKENS_HEADER_INTS] = {FSDP_TOKENS_MAGIC, FSDP_TOKENS_VERSION, (int32_t)n};
     memcpy(buf, hdr, sizeof hdr);
     if (n) memcpy(buf + sizeof hdr, tokens, 2 * n);
-    fsdp_status s = fsdp_io_write_file_atomic(path, buf, bytes);
+    fsdp_status s = fsdp_io_write_file_atomic(path, buf, bytes, 0);
     fsdp_mem_free(buf);
     return s;
 }
@@ -235,6 +236,7 @@ fsdp_status fsdp_prepare(const fsdp_prepare_args *a, fsdp_prepare_stats *stats) 
     if (!(a->val_fraction >= 0.0 && a->val_fraction < 1.0))
         return fsdp_set_error(FSDP_EINVAL, "prepare: --val-fraction %g is outside [0, 1)", a->val_fraction);
     if (!a->out_dir) return fsdp_set_error(FSDP_EINVAL, "prepare: no output folder: pass --out DIR");
+    fsdp_io_inputs_reset();
     fsdp_status s = FSDP_OK;
     char **texts = calloc((size_t)a->n_texts, sizeof *texts);
     size_t *lens = calloc((size_t)a->n_texts, sizeof *lens);
@@ -296,6 +298,11 @@ fsdp_status fsdp_prepare(const fsdp_prepare_args *a, fsdp_prepare_stats *stats) 
         s = FSDP_ERR(FSDP_ENOMEM, "no memory for paths");
         goto done;
     }
+    /* All three destinations before writing any, so a refusal leaves the folder as it was. */
+    s = fsdp_out_check(train_path, "prepare --out");
+    if (s == FSDP_OK) s = fsdp_out_check(val_path, "prepare --out");
+    if (s == FSDP_OK) s = fsdp_out_check(meta_path, "prepare --out");
+    if (s != FSDP_OK) goto done;
     s = fsdp_tokens_write(train_path, x.train, x.nt);
     if (s != FSDP_OK) goto done;
     s = fsdp_tokens_write(val_path, x.val, x.nv);
@@ -313,7 +320,7 @@ fsdp_status fsdp_prepare(const fsdp_prepare_args *a, fsdp_prepare_stats *stats) 
                    ss.st_ino == sd.st_ino;
         s = tpath ? FSDP_OK : FSDP_ERR(FSDP_ENOMEM, "no memory for a path");
         if (s == FSDP_OK && !same) s = fsdp_io_read_file(a->tokenizer, &copy, &clen);
-        if (s == FSDP_OK && !same) s = fsdp_io_write_file_atomic(tpath, copy, clen);
+        if (s == FSDP_OK && !same) s = fsdp_io_write_file_atomic(tpath, copy, clen, 0);
         fsdp_mem_free(copy);
         free(tpath);
         if (s != FSDP_OK) goto done;
@@ -333,7 +340,7 @@ fsdp_status fsdp_prepare(const fsdp_prepare_args *a, fsdp_prepare_stats *stats) 
         s = FSDP_ERR(FSDP_ENOMEM, "no memory for meta.json");
         goto done;
     }
-    s = fsdp_io_write_file_atomic(meta_path, meta, strlen(meta));
+    s = fsdp_io_write_file_atomic(meta_path, meta, strlen(meta), 0);
     if (s != FSDP_OK) goto done;
     if (stats) {
         stats->n_docs = x.n_docs;
@@ -374,10 +381,16 @@ fsdp_status fsdp_data_meta_vocab(const char *dir, int *vocab) {
     if (s == FSDP_OK) {
         cJSON *j = cJSON_ParseWithLength(text, len);
         cJSON *v = j ? cJSON_GetObjectItemCaseSensitive(j, "vocab") : NULL;
-        if (!cJSON_IsNumber(v) || v->valuedouble < 1 || v->valuedouble > 65536)
-            s = fsdp_set_error(FSDP_EFORMAT, "%s: no valid \"vocab\" number (1..65536)", path);
+        /* A whole number: 300.9 is a damaged file, not a vocabulary of 300. */
+        if (!cJSON_IsNumber(v) || !(v->valuedouble >= 2 && v->valuedouble <= 65536) ||
+            v->valuedouble != floor(v->valuedouble))
+            s = fsdp_set_error(
+                FSDP_EFORMAT,
+                "%s: \"vocab\" must be a whole number from 2 to 65536 (a model needs at least 2 "
+                "tokens; token ids are uint16)%s",
+                path, j ? "" : ": the file is not valid JSON");
         else
-            *vocab = v->valueint;
+            *vocab = (int)v->valuedouble;
         cJSON_Delete(j);
     }
     fsdp_mem_free(text);

@@ -1,4 +1,4 @@
-/* data.h — token files (DESIGN §8, llm.c's layout), the byte-level tokenizer behind
+/* data.h — token files (docs/DESIGN.md section 8, llm.c's layout), the byte-level tokenizer behind
  * `fsdp-train prepare`, and the sharded data loader that gives every rank its own disjoint part of
  * each global batch at a position that checkpoints save and restore. */
 #ifndef FSDP_TRAIN_DATA_H

@@ -171,7 +171,7 @@ static fsdp_status write_config_json(const char *out, const fsdp_train_config *c
         s = FSDP_ERR(FSDP_ENOMEM, "no memory for config.json");
         goto done;
     }
-    s = fsdp_io_write_file_atomic(path, text, strlen(text));
+    s = fsdp_io_write_file_atomic(path, text, strlen(text), 0);
 done:
     free(text);
     cJSON_Delete(j);
@@ -202,13 +202,15 @@ fsdp_status fsdp_export_run(const fsdp_train_config *cfg, FILE *out) {
 }
 
 static fsdp_status export_checkpoint(const fsdp_train_config *cfg, FILE *out) {
-    char *step_dir = NULL, *hdr = NULL, *tmp = NULL;
+    char *step_dir = NULL, *hdr = NULL;
     fsdp_ckpt_reader *r = NULL;
     export_tensor *ts = NULL;
     float *flat = NULL, *buf = NULL;
-    int n = 0, fd = -1;
+    int n = 0;
+    fsdp_out o = {.fd = -1};
     fsdp_train_config c = fsdp_train_config_default();
     fsdp_ckpt_state st;
+    fsdp_io_inputs_reset();
     fsdp_status s = fsdp_ckpt_resolve(cfg->checkpoint, &step_dir);
     if (s == FSDP_OK) s = fsdp_ckpt_open(&r, step_dir);
     if (s == FSDP_OK) s = fsdp_train_config_from_json(&c, fsdp_ckpt_config(r), step_dir);
@@ -230,22 +232,25 @@ static fsdp_status export_checkpoint(const fsdp_train_config *cfg, FILE *out) {
     }
     if (s != FSDP_OK) goto done;
     hdr = header_json(ts, n, st.step);
-    tmp = fsdp_strdupf("%s.tmp", cfg->out);
-    if (!hdr || !tmp) {
+    if (!hdr) {
         s = FSDP_ERR(FSDP_ENOMEM, "no memory for the safetensors header");
         goto done;
     }
     char odir[4096];
     fsdp_path_dirname(cfg->out, odir, sizeof odir);
     s = fsdp_mkdirs(odir);
+    /* Every destination is checked before the work: the logits file, then the model file. */
+    if (s == FSDP_OK && cfg->logits) s = fsdp_out_check(cfg->logits, "--logits");
+    char *cfg_json = s == FSDP_OK ? fsdp_strdupf("%s/config.json", odir) : NULL;
+    if (s == FSDP_OK && !cfg_json) s = FSDP_ERR(FSDP_ENOMEM, "no memory for a path");
+    if (s == FSDP_OK) s = fsdp_out_check(cfg_json, "config.json beside --out");
+    free(cfg_json);
+    if (s == FSDP_OK) s = fsdp_out_begin(&o, cfg->out, "--out", 0);
     if (s != FSDP_OK) goto done;
+    const int fd = o.fd;
+    const char *tmp = o.tmp;
     /* safetensors: u64 little-endian header length, JSON header (space-padded to 8 bytes), data. */
     size_t hlen = strlen(hdr), padded = (hlen + 7) / 8 * 8;
-    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        s = fsdp_set_error(FSDP_EIO, "cannot create %s: %s", tmp, strerror(errno));
-        goto done;
-    }
     uint64_t hl = padded;
     s = fsdp_io_write_all(fd, &hl, 8, tmp);
     if (s == FSDP_OK) s = fsdp_io_write_all(fd, hdr, hlen, tmp);
@@ -274,12 +279,7 @@ static fsdp_status export_checkpoint(const fsdp_train_config *cfg, FILE *out) {
         }
         s = fsdp_io_write_all(fd, src, 4 * rows * cols, tmp);
     }
-    if (s == FSDP_OK) {
-        s = fsdp_io_close_sync(fd, tmp);
-        fd = -1;
-    }
-    if (s == FSDP_OK && rename(tmp, cfg->out) != 0)
-        s = fsdp_set_error(FSDP_EIO, "cannot rename %s to %s: %s", tmp, cfg->out, strerror(errno));
+    if (s == FSDP_OK) s = fsdp_out_commit(&o);
     /* The run's tokenizer.json goes beside the model, so AutoTokenizer loads the folder too. */
     if (s == FSDP_OK && tpath) {
         tdst = fsdp_strdupf("%s/tokenizer.json", odir);
@@ -288,7 +288,7 @@ static fsdp_status export_checkpoint(const fsdp_train_config *cfg, FILE *out) {
                    ss.st_ino == sd.st_ino;
         s = tdst ? FSDP_OK : FSDP_ERR(FSDP_ENOMEM, "no memory for a path");
         if (s == FSDP_OK && !same) s = fsdp_io_read_file(tpath, &tok, &tlen);
-        if (s == FSDP_OK && !same) s = fsdp_io_write_file_atomic(tdst, tok, tlen);
+        if (s == FSDP_OK && !same) s = fsdp_io_write_file_atomic(tdst, tok, tlen, 0);
     }
     if (s == FSDP_OK) s = write_config_json(cfg->out, &c, eot);
     if (s == FSDP_OK && out && tpath) fprintf(out, "copied %s beside it as tokenizer.json\n", tpath);
@@ -298,16 +298,12 @@ static fsdp_status export_checkpoint(const fsdp_train_config *cfg, FILE *out) {
                 "exported %s (step %lld, %d tensors, %llu bytes of fp32 data) and config.json beside it\n",
                 cfg->out, (long long)st.step, n, (unsigned long long)(n ? ts[n - 1].end : 0));
 done:
-    if (fd >= 0) {
-        close(fd);
-        unlink(tmp);
-    }
+    fsdp_out_abort(&o); /* a no-op once committed */
     fsdp_mem_free(tok);
     free(tdst);
     free(tpath);
     fsdp_mem_free(buf);
     fsdp_mem_free(flat);
-    free(tmp);
     free(hdr);
     free(ts);
     fsdp_ckpt_close(r);

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 static fsdp_status io_err(const char *what, const char *path, int err) {
@@ -52,11 +53,102 @@ fsdp_status fsdp_io_pread_all(int fd, void *buf, size_t n, uint64_t off, const c
     return FSDP_OK;
 }
 
+/* ---------------------------------------------------------------- inputs */
+
+/* The files this command reads (device, inode), so that none of its outputs replaces one. */
+typedef struct {
+    dev_t dev;
+    ino_t ino;
+} file_id;
+static file_id *inputs;
+static size_t n_inputs, cap_inputs;
+
+void fsdp_io_inputs_reset(void) {
+    free(inputs);
+    inputs = NULL;
+    n_inputs = cap_inputs = 0;
+}
+
+static void note_input(const struct stat *st) {
+    for (size_t i = 0; i < n_inputs; i++)
+        if (inputs[i].dev == st->st_dev && inputs[i].ino == st->st_ino) return;
+    if (n_inputs == cap_inputs) {
+        size_t cap = cap_inputs ? 2 * cap_inputs : 16;
+        file_id *p = realloc(inputs, cap * sizeof *p);
+        if (!p) return; /* out of memory: the set only protects, it never decides a read */
+        inputs = p;
+        cap_inputs = cap;
+    }
+    inputs[n_inputs++] = (file_id){st->st_dev, st->st_ino};
+}
+
+static int stat_is_input(const struct stat *st) {
+    for (size_t i = 0; i < n_inputs; i++)
+        if (inputs[i].dev == st->st_dev && inputs[i].ino == st->st_ino) return 1;
+    return 0;
+}
+
+void fsdp_io_note_input(const char *path) {
+    struct stat st;
+    if (stat(path, &st) == 0) note_input(&st);
+}
+
+int fsdp_io_is_input(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && stat_is_input(&st);
+}
+
+const char *fsdp_io_kind(unsigned mode) {
+    switch (mode & S_IFMT) {
+    case S_IFREG: return "a regular file";
+    case S_IFDIR: return "a folder";
+    case S_IFIFO: return "a FIFO (named pipe)";
+    case S_IFCHR: return "a character device";
+    case S_IFBLK: return "a block device";
+    case S_IFSOCK: return "a socket";
+    case S_IFLNK: return "a symbolic link";
+    default: return "not a regular file";
+    }
+}
+
+fsdp_status fsdp_io_open_input(const char *path, int *fd_out) {
+    *fd_out = -1;
+    /* O_NONBLOCK: opening a FIFO without a writer (or some devices) would block forever. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    if (fd < 0) {
+        int err = errno;
+        fsdp_status s = io_err("cannot open", path, err);
+        errno = err; /* callers may add advice for ENOENT */
+        return s;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        fsdp_status s = io_err("cannot stat", path, errno);
+        close(fd);
+        return s;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        errno = EINVAL;
+        return fsdp_set_error(FSDP_EIO, "%s is %s, not a regular file: only regular files are read", path,
+                              fsdp_io_kind(st.st_mode));
+    }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) {
+        fsdp_status s = io_err("cannot set the flags of", path, errno);
+        close(fd);
+        return s;
+    }
+    note_input(&st);
+    *fd_out = fd;
+    return FSDP_OK;
+}
+
 fsdp_status fsdp_io_read_file(const char *path, char **data, size_t *len) {
     *data = NULL;
     *len = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return io_err("cannot open", path, errno);
+    int fd;
+    FSDP_TRY(fsdp_io_open_input(path, &fd));
     struct stat st;
     if (fstat(fd, &st) != 0) {
         fsdp_status s = io_err("cannot stat", path, errno);
@@ -87,33 +179,131 @@ fsdp_status fsdp_io_close_sync(int fd, const char *path) {
     return s;
 }
 
-fsdp_status fsdp_io_write_file_atomic(const char *path, const void *data, size_t n) {
-    char *tmp = fsdp_strdupf("%s.tmp", path);
-    if (!tmp) return FSDP_ERR(FSDP_ENOMEM, "no memory for a path");
-    fsdp_status s = FSDP_OK;
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        s = io_err("cannot create", tmp, errno);
-        goto done;
+/* ---------------------------------------------------------------- outputs */
+
+/* Creates path.tmp.XXXXXX (O_EXCL, mode 0644 less the umask) beside path; *tmp malloc'd. */
+static fsdp_status create_temp(const char *path, char **tmp, int *fd) {
+    static unsigned counter;
+    *tmp = NULL;
+    *fd = -1;
+    for (int attempt = 0; attempt < 100; attempt++) {
+        unsigned x = (unsigned)getpid() * 2654435761u ^ (unsigned)time(NULL) ^ (++counter * 40503u);
+        char *t = fsdp_strdupf("%s.tmp.%06x", path, x & 0xffffffu);
+        if (!t) return FSDP_ERR(FSDP_ENOMEM, "no memory for a path");
+        int f = open(t, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOCTTY, 0644);
+        if (f >= 0) {
+            *tmp = t;
+            *fd = f;
+            return FSDP_OK;
+        }
+        int err = errno;
+        if (err != EEXIST) {
+            char dir[4096];
+            fsdp_path_dirname(path, dir, sizeof dir);
+            fsdp_status s = err == ENOENT ? fsdp_set_error(FSDP_EIO,
+                                                           "cannot create %s: folder %s does not exist: "
+                                                           "create it or choose another path",
+                                                           t, dir)
+                                          : io_err("cannot create", t, err);
+            free(t);
+            return s;
+        }
+        free(t);
     }
-    s = fsdp_io_write_all(fd, data, n, tmp);
+    return fsdp_set_error(FSDP_EIO, "cannot create a temporary file beside %s: 100 names taken", path);
+}
+
+/* The destination is a regular file or absent, and (unless allowed) none of this command's inputs. */
+static fsdp_status check_dest(const char *path, const char *what, unsigned flags) {
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        if (errno == ENOENT) return FSDP_OK;
+        return io_err(what ? what : "cannot stat output", path, errno);
+    }
+    if (!S_ISREG(st.st_mode))
+        return fsdp_set_error(FSDP_EIO, "%s%s%s is %s, not a regular file: refusing to replace it",
+                              what ? what : "", what ? " " : "", path, fsdp_io_kind(st.st_mode));
+    if (!(flags & FSDP_OUT_MAY_REPLACE_INPUT) && stat_is_input(&st))
+        return fsdp_set_error(FSDP_EIO,
+                              "%s%s%s is a file this command reads: writing it would replace its own input; "
+                              "choose another path",
+                              what ? what : "", what ? " " : "", path);
+    return FSDP_OK;
+}
+
+fsdp_status fsdp_out_check(const char *path, const char *what) {
+    if (!path || !*path) return fsdp_set_error(FSDP_EINVAL, "%s: empty path", what ? what : "output");
+    FSDP_TRY(check_dest(path, what, 0));
+    char *tmp = NULL;
+    int fd = -1;
+    FSDP_TRY(create_temp(path, &tmp, &fd));
+    fsdp_status s = fsdp_io_write_all(fd, "\n", 1, tmp);
     fsdp_status s2 = fsdp_io_close_sync(fd, tmp);
     if (s == FSDP_OK) s = s2;
-    if (s != FSDP_OK) {
-        unlink(tmp);
-        goto done;
-    }
-    if (rename(tmp, path) != 0) {
-        s = io_err("cannot rename to", path, errno);
-        unlink(tmp);
-        goto done;
-    }
-    char dir[4096];
-    fsdp_path_dirname(path, dir, sizeof dir);
-    s = fsdp_fsync_dir(dir);
-done:
+    unlink(tmp);
     free(tmp);
     return s;
+}
+
+fsdp_status fsdp_out_begin(fsdp_out *o, const char *path, const char *what, unsigned flags) {
+    memset(o, 0, sizeof *o);
+    o->fd = -1;
+    if (!path || !*path) return fsdp_set_error(FSDP_EINVAL, "%s: empty path", what ? what : "output");
+    FSDP_TRY(check_dest(path, what, flags));
+    o->path = fsdp_strdupf("%s", path);
+    if (!o->path) return FSDP_ERR(FSDP_ENOMEM, "no memory for a path");
+    o->flags = flags;
+    fsdp_status s = create_temp(path, &o->tmp, &o->fd);
+    if (s != FSDP_OK) fsdp_out_abort(o);
+    return s;
+}
+
+void fsdp_out_abort(fsdp_out *o) {
+    if (o->fd >= 0) close(o->fd);
+    if (o->tmp) unlink(o->tmp);
+    free(o->tmp);
+    free(o->path);
+    memset(o, 0, sizeof *o);
+    o->fd = -1;
+}
+
+fsdp_status fsdp_out_commit(fsdp_out *o) {
+    fsdp_status s = FSDP_OK;
+    if (!o->tmp) return FSDP_ERR(FSDP_ESTATE, "commit of an output that was not begun");
+    if (o->fd < 0) {
+        o->fd = open(o->tmp, O_RDONLY | O_CLOEXEC);
+        if (o->fd < 0) s = io_err("cannot reopen", o->tmp, errno);
+    }
+    if (s == FSDP_OK) {
+        s = fsdp_io_close_sync(o->fd, o->tmp);
+        o->fd = -1;
+    }
+    /* Again at the rename: the destination may have changed while the output was written. */
+    if (s == FSDP_OK) s = check_dest(o->path, NULL, o->flags);
+    if (s == FSDP_OK && rename(o->tmp, o->path) != 0) s = io_err("cannot rename to", o->path, errno);
+    if (s != FSDP_OK) {
+        fsdp_out_abort(o);
+        return s;
+    }
+    char dir[4096];
+    fsdp_path_dirname(o->path, dir, sizeof dir);
+    s = fsdp_fsync_dir(dir);
+    free(o->tmp);
+    free(o->path);
+    memset(o, 0, sizeof *o);
+    o->fd = -1;
+    return s;
+}
+
+fsdp_status fsdp_io_write_file_atomic(const char *path, const void *data, size_t n, unsigned flags) {
+    fsdp_out o;
+    FSDP_TRY(fsdp_out_begin(&o, path, NULL, flags));
+    fsdp_status s = fsdp_io_write_all(o.fd, data, n, o.tmp);
+    if (s != FSDP_OK) {
+        fsdp_out_abort(&o);
+        return s;
+    }
+    return fsdp_out_commit(&o);
 }
 
 fsdp_status fsdp_mkdirs(const char *path) {

@@ -1,6 +1,7 @@
 /* io.h — small POSIX file helpers for the trainer's files (token files, checkpoints, exports):
  * whole writes and positional reads that retry short transfers and report errno with the path,
- * mkdir -p, and directory fsync for crash-safe renames. */
+ * regular-file-only inputs and outputs (docs/DESIGN.md section 7), mkdir -p, and directory fsync for
+ * crash-safe renames. */
 #ifndef FSDP_TRAIN_IO_H
 #define FSDP_TRAIN_IO_H
 
@@ -14,10 +15,54 @@
 fsdp_status fsdp_io_write_all(int fd, const void *buf, size_t n, const char *path);
 /* pread(2) exactly n bytes at off; FSDP_EFORMAT if the file ends first ("truncated"), FSDP_EIO else. */
 fsdp_status fsdp_io_pread_all(int fd, void *buf, size_t n, uint64_t off, const char *path);
-/* Whole file into a fsdp_mem_alloc(OTHER) buffer with a NUL after it (*len excludes it). */
+
+/* ---- inputs: regular files only, and remembered so no output of the same command replaces them */
+
+/* Opens path for reading (*fd, O_CLOEXEC) only if it is a regular file. The open itself is
+ * non-blocking, so a FIFO or a device never blocks (it is refused: FSDP_EIO naming path and what it
+ * is); O_NONBLOCK is cleared again before returning. The file's identity joins this process's input
+ * set (fsdp_io_inputs_reset). */
+fsdp_status fsdp_io_open_input(const char *path, int *fd);
+/* Whole file (through fsdp_io_open_input) into a fsdp_mem_alloc(OTHER) buffer with a NUL after it
+ * (*len excludes it). */
 fsdp_status fsdp_io_read_file(const char *path, char **data, size_t *len);
-/* Writes data to path atomically: path.tmp, fsync, rename, fsync of the folder. */
-fsdp_status fsdp_io_write_file_atomic(const char *path, const void *data, size_t n);
+/* Adds path (when it exists) to the input set without reading it: a file of the command's input
+ * data set that this run happens not to read (val.bin without evaluation) is still not an output. */
+void fsdp_io_note_input(const char *path);
+/* Forgets the input set: every command calls it when it starts. (The set is process-wide and not
+ * locked: the trainer's file I/O runs on one thread.) */
+void fsdp_io_inputs_reset(void);
+/* 1 if path exists and is one of the input set's files (the same device and inode). */
+int fsdp_io_is_input(const char *path);
+
+/* ---- outputs: a temporary in the destination's folder, renamed over a regular file or nothing */
+
+typedef struct {
+    char *path; /* the destination */
+    char *tmp;  /* DIR/.NAME.XXXXXX, created by fsdp_out_begin */
+    int fd;     /* open on tmp (write only); -1 once closed */
+    unsigned flags;
+} fsdp_out;
+
+/* fsdp_out_begin flag: the destination may be one of the input set's files (only the checkpoint
+ * protocol's own `latest` pointer, which a resume reads and the next save replaces). */
+#define FSDP_OUT_MAY_REPLACE_INPUT 1u
+
+/* Checks, without writing anything at path, that an output can be written there: the destination is
+ * a regular file or absent, is not one of the input set's files, and its folder exists and takes a
+ * new file (one is created and removed). what ("--report") opens the messages; NULL: "output". */
+fsdp_status fsdp_out_check(const char *path, const char *what);
+/* fsdp_out_check, then creates the temporary (mode 0644) in path's folder; o->fd is open on it. */
+fsdp_status fsdp_out_begin(fsdp_out *o, const char *path, const char *what, unsigned flags);
+/* fsync + close of the temporary (if o->fd is still open; else it is reopened for the fsync), a
+ * recheck of the destination, rename over it, fsync of the folder. On any failure the temporary is
+ * removed. Always frees o's strings. */
+fsdp_status fsdp_out_commit(fsdp_out *o);
+/* Closes and removes the temporary and frees o (a no-op on a zeroed or finished o). */
+void fsdp_out_abort(fsdp_out *o);
+/* Writes data to path through fsdp_out_begin / fsdp_out_commit (flags as there). */
+fsdp_status fsdp_io_write_file_atomic(const char *path, const void *data, size_t n, unsigned flags);
+
 /* fsync + close; reports either failure (a full disk may only show up here). */
 fsdp_status fsdp_io_close_sync(int fd, const char *path);
 /* mkdir -p. */
@@ -30,5 +75,7 @@ void fsdp_path_dirname(const char *path, char *out, size_t cap);
 void fsdp_rm_tree1(const char *dir);
 /* malloc'd printf (small strings: paths, names); NULL on failure. */
 char *fsdp_strdupf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* What a stat mode is, for messages: "a FIFO", "a folder", "a character device", ... */
+const char *fsdp_io_kind(unsigned mode);
 
 #endif

@@ -15,12 +15,15 @@
 #include "train/io.h"
 
 #include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
 #include <omp.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* ---------------------------------------------------------------- small pieces */
@@ -102,6 +105,7 @@ static fsdp_engine_config engine_config_of(const fsdp_train_config *cfg) {
     ec.main_grad = (fsdp_main_grad_policy)cfg->main_grad;
     ec.accum = (fsdp_accum_mode)cfg->accum;
     ec.seed = (uint64_t)cfg->seed;
+    ec.max_inflight = cfg->max_inflight;
     return ec;
 }
 
@@ -169,7 +173,7 @@ static fsdp_status carry_init_from(const char *step_dir, cJSON *cj) {
 
 /* ---------------------------------------------------------------- memory plan */
 
-fsdp_status fsdp_train_plan_compute(const fsdp_train_config *c, int world, int threads, int have_val,
+fsdp_status fsdp_train_plan_compute(const fsdp_train_config *c, int world, int threads, int have_val, int shm,
                                     fsdp_plan *out) {
     if (c == NULL || out == NULL || world < 1 || threads < 1)
         return FSDP_ERR(FSDP_EINVAL, "plan: need a config, an output, world >= 1 and threads >= 1");
@@ -186,7 +190,9 @@ fsdp_status fsdp_train_plan_compute(const fsdp_train_config *c, int world, int t
     pc.world = world;
     pc.engine = engine_config_of(c);
     pc.backend = world > 1 ? FSDP_COMM_MPI : FSDP_COMM_SELF;
+    pc.shm = shm;
     pc.n_micro = c->micro_batches;
+    pc.steps = c->steps > 1 ? 2 : 1; /* prefetch starts with the second step */
     pc.schedule = FSDP_PLAN_ROOT_WRAPS; /* gpt's hook order */
     /* activation: the model's arena, the trainer's input and target tokens (int32 [b, T] each), and
      * attention backward's scratch (T floats per thread) that lives beside them during backward. */
@@ -200,7 +206,10 @@ fsdp_status fsdp_train_plan_compute(const fsdp_train_config *c, int world, int t
     return s;
 }
 
-fsdp_status fsdp_train_plan(const fsdp_train_config *cfg_in, fsdp_comm_t *comm, FILE *out) {
+static fsdp_status write_report(const char *path, const fsdp_plan *plan, const fsdp_mem_peaks *meas);
+
+/* --plan on this rank (no collective: every rank computes the same, rank 0 prints and writes). */
+static fsdp_status plan_local(const fsdp_train_config *cfg_in, fsdp_comm_t *comm, FILE *out) {
     fsdp_train_config cfg = *cfg_in;
     fsdp_train_config *c = &cfg;
     const int world = c->world > 0 ? c->world : fsdp_comm_size(comm);
@@ -221,7 +230,7 @@ fsdp_status fsdp_train_plan(const fsdp_train_config *cfg_in, fsdp_comm_t *comm, 
         if (threads < 1) threads = 1;
     }
     fsdp_plan plan;
-    FSDP_TRY(fsdp_train_plan_compute(c, world, threads, c->eval_every > 0, &plan));
+    FSDP_TRY(fsdp_train_plan_compute(c, world, threads, c->eval_every > 0, 1, &plan));
     if (!rank0) return FSDP_OK;
     if (out) {
         fprintf(
@@ -234,8 +243,13 @@ fsdp_status fsdp_train_plan(const fsdp_train_config *cfg_in, fsdp_comm_t *comm, 
         fprintf(out, "activation and other are estimates (other excludes oneDNN's GEMM scratchpad); the "
                      "rest is exact\n");
     }
-    if (c->report) FSDP_TRY(fsdp_plan_write_json(c->report, &plan, NULL));
+    if (c->report) FSDP_TRY(write_report(c->report, &plan, NULL));
     return FSDP_OK;
+}
+
+fsdp_status fsdp_train_plan(const fsdp_train_config *cfg, fsdp_comm_t *comm, FILE *out) {
+    fsdp_io_inputs_reset();
+    return fsdp_ckpt_agree(comm, plan_local(cfg, comm, out), "--plan");
 }
 
 /* ---------------------------------------------------------------- sampling */
@@ -457,6 +471,90 @@ static fsdp_status evaluate(run_model *rm, fsdp_loader *val, const fsdp_train_co
     return FSDP_OK;
 }
 
+/* ---------------------------------------------------------------- output files */
+
+/* Every rank can create, write, fsync and remove a small file in dir (a read-only or full file
+ * system, a folder without write permission: found before the run, not at its first save). */
+static fsdp_status probe_folder(const char *dir, int rank) {
+    char *p = fsdp_strdupf("%s/.write-test.rank_%05d", dir, rank);
+    if (!p) return FSDP_ERR(FSDP_ENOMEM, "no memory for a path");
+    fsdp_status s = fsdp_out_check(p, "--checkpoint-dir");
+    free(p);
+    return s;
+}
+
+/* --metrics: appended to, so not replaced through a temporary; still a regular file or nothing,
+ * never one of the run's inputs, and opened without blocking (a FIFO with no reader is refused). */
+static fsdp_status open_metrics(const char *path, int *fd_out) {
+    struct stat st;
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
+        return fsdp_set_error(FSDP_EIO, "--metrics %s is %s, not a regular file: refusing to write to it",
+                              path, fsdp_io_kind(st.st_mode));
+    if (fsdp_io_is_input(path))
+        return fsdp_set_error(FSDP_EIO, "--metrics %s is a file this run reads: choose another path", path);
+    int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NONBLOCK | O_NOCTTY, 0644);
+    if (fd < 0)
+        return fsdp_set_error(FSDP_EIO, "cannot open --metrics %s for appending: %s", path, strerror(errno));
+    int fl = fcntl(fd, F_GETFL);
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) {
+        close(fd);
+        return fsdp_set_error(FSDP_EIO, "--metrics %s is not a regular file: refusing to write to it", path);
+    }
+    *fd_out = fd;
+    return FSDP_OK;
+}
+
+/* One metrics line; a failure (a full disk) is an error of the run, never a lost line. */
+static fsdp_status write_metrics(int fd, const char *path, const char *line, int n) {
+    if (n < 0) return FSDP_ERR(FSDP_EINTERNAL, "metrics line did not format");
+    off_t before = lseek(fd, 0, SEEK_END);
+    fsdp_status s = fsdp_io_write_all(fd, line, (size_t)n, path);
+    if (s != FSDP_OK) {
+        /* No half line at the end of a JSONL file (a full disk writes short first). */
+        if (before >= 0) (void)!ftruncate(fd, before);
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", fsdp_last_error());
+        return fsdp_set_error(s,
+                              "--metrics: %s; the run stops rather than lose metrics (the last checkpoint "
+                              "is intact: free space and --resume)",
+                              msg);
+    }
+    return FSDP_OK;
+}
+
+/* --report through a temporary beside it, renamed over a regular file or nothing. */
+static fsdp_status write_report(const char *path, const fsdp_plan *plan, const fsdp_mem_peaks *meas) {
+    fsdp_out out;
+    FSDP_TRY(fsdp_out_begin(&out, path, "--report", 0));
+    close(out.fd); /* fsdp_plan_write_json writes by name */
+    out.fd = -1;
+    fsdp_status s = fsdp_plan_write_json(out.tmp, plan, meas);
+    if (s != FSDP_OK) {
+        fsdp_out_abort(&out);
+        return s;
+    }
+    return fsdp_out_commit(&out);
+}
+
+/* --trace the same way. Collective: every rank's events go to rank 0, which writes. */
+static fsdp_status write_trace(const char *path, fsdp_comm_t *comm) {
+    fsdp_out out = {.fd = -1};
+    fsdp_status s = FSDP_OK;
+    const int rank0 = fsdp_comm_rank(comm) == 0;
+    if (rank0) {
+        s = fsdp_out_begin(&out, path, "--trace", 0);
+        if (s == FSDP_OK) {
+            close(out.fd);
+            out.fd = -1;
+        }
+    }
+    s = fsdp_ckpt_agree(comm, s, "creating the --trace file");
+    if (s == FSDP_OK) s = fsdp_trace_write(rank0 ? out.tmp : path, comm); /* only rank 0 writes */
+    if (rank0 && s == FSDP_OK) s = fsdp_out_commit(&out);
+    fsdp_out_abort(&out);
+    return fsdp_ckpt_agree(comm, s, "writing the --trace file");
+}
+
 /* ---------------------------------------------------------------- the loop */
 
 fsdp_status fsdp_train_run(const fsdp_train_config *cfg_in, fsdp_comm_t *comm, FILE *out,
@@ -472,15 +570,30 @@ fsdp_status fsdp_train_run(const fsdp_train_config *cfg_in, fsdp_comm_t *comm, F
     int have_val = 0;
     int32_t *in = NULL, *tg = NULL;
     char *train_path = NULL, *val_path = NULL, *step_dir = NULL, *saved = NULL;
-    FILE *metrics = NULL;
+    int metrics = -1, lock = -1;
     cJSON *cj = NULL;
     fsdp_ckpt_state st = {0, 0, 0, {0, 0}};
     fsdp_plan plan;
     memset(&plan, 0, sizeof plan);
+    fsdp_io_inputs_reset();
     fsdp_status s = resolve_config(c, world);
     char init_abs[PATH_MAX]; /* the manifest records where the run started: an absolute path */
     if (s == FSDP_OK && c->init_from && realpath(c->init_from, init_abs)) c->init_from = init_abs;
     s = fsdp_ckpt_agree(comm, s, "checking the settings");
+    if (s != FSDP_OK) goto done;
+    if (!c->resume && c->steps == 0) {
+        if (o)
+            fprintf(o, "nothing to do: --steps 0 trains no step (no checkpoint, metrics, report or trace is "
+                       "written)\n");
+        goto done;
+    }
+    /* The checkpoint folder first: it exists, this run alone uses it (every rank's lock, held to the
+     * end), and every rank can write a file into it — found now, not at the first save. */
+    if (rank0) s = fsdp_mkdirs(c->checkpoint_dir);
+    s = fsdp_ckpt_agree(comm, s, "creating the checkpoint folder");
+    if (s == FSDP_OK) s = fsdp_ckpt_lock(c->checkpoint_dir, rank, &lock);
+    if (s == FSDP_OK) s = probe_folder(c->checkpoint_dir, rank);
+    s = fsdp_ckpt_agree(comm, s, "locking the checkpoint folder");
     if (s != FSDP_OK) goto done;
 
     int threads = fsdp_train_threads(c, comm);
@@ -500,6 +613,11 @@ fsdp_status fsdp_train_run(const fsdp_train_config *cfg_in, fsdp_comm_t *comm, F
         s = FSDP_ERR(FSDP_ENOMEM, "no memory for paths");
         goto done;
     }
+    /* The data set's files are never outputs, read by this run or not. */
+    fsdp_io_note_input(val_path);
+    char *meta_path = fsdp_strdupf("%s/meta.json", c->data);
+    if (meta_path) fsdp_io_note_input(meta_path);
+    free(meta_path);
     s = fsdp_loader_init(&train, train_path, c->vocab, c->batch, c->seq_len, c->micro_batches, rank, world);
     if (s == FSDP_OK && c->eval_every > 0 && access(val_path, F_OK) == 0) {
         /* val.bin too small for one batch only turns evaluation off; a corrupt one is an error */
@@ -531,7 +649,7 @@ fsdp_status fsdp_train_run(const fsdp_train_config *cfg_in, fsdp_comm_t *comm, F
     if (s == FSDP_OK) s = fsdp_mem_alloc((void **)&tg, sizeof(int32_t) * bt, FSDP_MEM_ACTIVATION);
     if (s == FSDP_OK) s = model_build(c, comm, &rm);
     /* The prediction the end-of-run report compares against (the same arithmetic as --plan). */
-    if (s == FSDP_OK) s = fsdp_train_plan_compute(c, world, threads, have_val, &plan);
+    if (s == FSDP_OK) s = fsdp_train_plan_compute(c, world, threads, have_val, fsdp_comm_shm_active(comm), &plan);
     s = fsdp_ckpt_agree(comm, s, "building the model");
     if (s != FSDP_OK) goto done;
     if (o) {
@@ -586,11 +704,22 @@ fsdp_status fsdp_train_run(const fsdp_train_config *cfg_in, fsdp_comm_t *comm, F
                     c->init_from, 100.0 * mx, 100.0 * sum);
         rng_seed(st.rng, (uint64_t)c->seed ^ 0x5A4D504C45ull);
     }
-    if (rank0 && c->metrics) {
-        metrics = fopen(c->metrics, "a");
-        if (!metrics) s = fsdp_set_error(FSDP_EIO, "cannot open --metrics %s for appending", c->metrics);
+    const int last = c->stop_at > 0 && c->stop_at < c->steps ? c->stop_at : c->steps;
+    if ((int)st.step + 1 > last) {
+        if (o)
+            fprintf(
+                o,
+                "nothing to do: the checkpoint is at step %lld and this run ends at step %d (--steps %d%s): "
+                "nothing was trained or written; raise --steps to train on\n",
+                (long long)st.step, last, c->steps, c->stop_at > 0 ? ", --stop-at" : "");
+        goto done;
     }
-    s = fsdp_ckpt_agree(comm, s, "opening the metrics file");
+    /* Every other output, before the first step (rank 0 writes them): --metrics is opened now, and
+     * --report and --trace must be creatable where they go. */
+    if (rank0 && c->metrics) s = open_metrics(c->metrics, &metrics);
+    if (s == FSDP_OK && rank0 && c->report) s = fsdp_out_check(c->report, "--report");
+    if (s == FSDP_OK && rank0 && c->trace) s = fsdp_out_check(c->trace, "--trace");
+    s = fsdp_ckpt_agree(comm, s, "checking the output files");
     if (s != FSDP_OK) goto done;
 
     if (c->trace) { /* after a barrier, so the ranks' time origins roughly agree */
@@ -606,7 +735,6 @@ fsdp_status fsdp_train_run(const fsdp_train_config *cfg_in, fsdp_comm_t *comm, F
     rr.first_step = first;
     rr.last_step = first - 1;
     fsdp_mem_reset_peaks();
-    const int last = c->stop_at > 0 && c->stop_at < c->steps ? c->stop_at : c->steps;
     char span[32];
     for (int step = first; step <= last; step++) {
         double t0 = fsdp_time_s();
@@ -646,13 +774,17 @@ fsdp_status fsdp_train_run(const fsdp_train_config *cfg_in, fsdp_comm_t *comm, F
         rr.last_step = step;
         rr.last_loss = gloss;
         rr.tokens_per_s = steps_timed ? tokens_per_step / avg : tps;
-        if (metrics) {
-            fprintf(
-                metrics,
-                "{\"step\": %d, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, \"tokens_per_s\": %.1f, "
-                "\"step_s\": %.6f, \"peak_mem_bytes\": %zu}\n",
-                step, gloss, lr, norm, tps, dt, fsdp_mem_total_peak());
-            fflush(metrics);
+        if (c->metrics) {
+            if (metrics >= 0) {
+                char line[512];
+                int n = snprintf(line, sizeof line,
+                                 "{\"step\": %d, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, "
+                                 "\"tokens_per_s\": %.1f, \"step_s\": %.6f, \"peak_mem_bytes\": %zu}\n",
+                                 step, gloss, lr, norm, tps, dt, fsdp_mem_total_peak());
+                s = write_metrics(metrics, c->metrics, line, n);
+            }
+            s = fsdp_ckpt_agree(comm, s, "writing --metrics"); /* rank 0 writes: the others must learn */
+            if (s != FSDP_OK) goto done;
         }
         if (o) {
             char eta[32], peak[32];
@@ -676,9 +808,14 @@ fsdp_status fsdp_train_run(const fsdp_train_config *cfg_in, fsdp_comm_t *comm, F
             fsdp_trace_end("eval", "eval");
             rr.last_val_loss = vl;
             if (o) fprintf(o, "%sstep %d: val loss %.4f\n", tty ? "\n" : "", step, vl);
-            if (metrics) {
-                fprintf(metrics, "{\"step\": %d, \"val_loss\": %.9g}\n", step, vl);
-                fflush(metrics);
+            if (c->metrics) {
+                if (metrics >= 0) {
+                    char line[128];
+                    int n = snprintf(line, sizeof line, "{\"step\": %d, \"val_loss\": %.9g}\n", step, vl);
+                    s = write_metrics(metrics, c->metrics, line, n);
+                }
+                s = fsdp_ckpt_agree(comm, s, "writing --metrics");
+                if (s != FSDP_OK) goto done;
             }
         }
         if ((c->checkpoint_every > 0 && step % c->checkpoint_every == 0) || step == last) {
@@ -699,6 +836,12 @@ fsdp_status fsdp_train_run(const fsdp_train_config *cfg_in, fsdp_comm_t *comm, F
     }
     fsdp_trace_disable();
     (void)last_saved;
+    if (metrics >= 0) { /* the last lines' fate is known only after fsync and close */
+        s = fsdp_io_close_sync(metrics, c->metrics);
+        metrics = -1;
+    }
+    s = fsdp_ckpt_agree(comm, s, "closing --metrics");
+    if (s != FSDP_OK) goto done;
     if (o && tty) fputc('\n', o);
     if (o && rr.last_step >= rr.first_step) {
         char peak[32];
@@ -721,10 +864,9 @@ fsdp_status fsdp_train_run(const fsdp_train_config *cfg_in, fsdp_comm_t *comm, F
         fprintf(o, "allocator cache (rank 0): up to %s of freed blocks kept for reuse, not counted above\n",
                 cached);
     }
-    if (rank0 && c->report) s = fsdp_plan_write_json(c->report, &plan, &meas);
+    if (rank0 && c->report) s = write_report(c->report, &plan, &meas);
     s = fsdp_ckpt_agree(comm, s, "writing the --report file");
-    if (s == FSDP_OK && c->trace) s = fsdp_trace_write(c->trace, comm); /* collective; rank 0 writes */
-    s = fsdp_ckpt_agree(comm, s, "writing the --trace file");
+    if (s == FSDP_OK && c->trace) s = write_trace(c->trace, comm);
     if (s != FSDP_OK) goto done;
     if (o && (c->report || c->trace))
         fprintf(o, "wrote%s%s%s%s\n", c->report ? " " : "", c->report ? c->report : "", c->trace ? " " : "",
@@ -747,7 +889,8 @@ fsdp_status fsdp_train_run(const fsdp_train_config *cfg_in, fsdp_comm_t *comm, F
 done:
     if (c->trace) fsdp_trace_free();
     if (res) *res = rr;
-    if (metrics) fclose(metrics);
+    if (metrics >= 0) close(metrics); /* only on a failure, which is already being reported */
+    fsdp_ckpt_unlock(lock);
     cJSON_Delete(cj);
     free(saved);
     free(step_dir);
@@ -832,6 +975,7 @@ fsdp_status fsdp_sample_run(const fsdp_train_config *cfg, fsdp_comm_t *comm, FIL
     fsdp_train_config c = *cfg;
     run_model rm = {0};
     fsdp_ckpt_state st;
+    fsdp_io_inputs_reset();
     omp_set_num_threads(fsdp_train_threads(&c, comm));
     fsdp_status s = cfg->init_from ? load_hf_model(cfg->init_from, comm, &c, &rm)
                                    : load_checkpoint_model(cfg->checkpoint, comm, &c, &rm, &st);
@@ -897,7 +1041,7 @@ static fsdp_status write_logits(run_model *rm, const fsdp_train_config *cfg, fsd
                                 const char *path) {
     fsdp_train_config c = *cfg;
     int *toks = NULL;
-    FILE *f = NULL;
+    fsdp_out o = {.fd = -1};
     fsdp_status s = FSDP_OK;
     const int rank0 = fsdp_comm_rank(comm) == 0;
     const int B = 2, T = c.seq_len < 16 ? c.seq_len : 16, V = c.vocab;
@@ -914,23 +1058,19 @@ static fsdp_status write_logits(run_model *rm, const fsdp_train_config *cfg, fsd
     if (s == FSDP_OK) s = gpt_logits(rm->model, &logits, NULL, NULL, &Vp);
     if (s == FSDP_OK) s = gpt_end_eval(rm->model);
     if (s != FSDP_OK || !rank0) goto done;
-    f = fopen(path, "wb");
-    if (!f) {
-        s = fsdp_set_error(FSDP_EIO, "cannot create %s", path);
-        goto done;
-    }
+    s = fsdp_out_begin(&o, path, "--logits", 0);
+    if (s != FSDP_OK) goto done;
     int32_t hdr[3] = {B, T, V};
-    fwrite(hdr, 4, 3, f);
-    for (int i = 0; i < B * T; i++) {
+    s = fsdp_io_write_all(o.fd, hdr, sizeof hdr, o.tmp);
+    for (int i = 0; i < B * T && s == FSDP_OK; i++) {
         int32_t t = toks[i];
-        fwrite(&t, 4, 1, f);
+        s = fsdp_io_write_all(o.fd, &t, 4, o.tmp);
     }
-    for (int i = 0; i < B * T; i++)
-        fwrite(logits + (size_t)i * (size_t)Vp, 4, (size_t)V, f);
-    if (fclose(f) != 0) s = fsdp_set_error(FSDP_EIO, "cannot write %s", path);
-    f = NULL;
+    for (int i = 0; i < B * T && s == FSDP_OK; i++)
+        s = fsdp_io_write_all(o.fd, logits + (size_t)i * (size_t)Vp, 4 * (size_t)V, o.tmp);
+    if (s == FSDP_OK) s = fsdp_out_commit(&o);
 done:
-    if (f) fclose(f);
+    fsdp_out_abort(&o);
     free(toks);
     return fsdp_ckpt_agree(comm, s, "writing --logits");
 }

@@ -2,7 +2,9 @@
  * of every rank from (rank, element index) and recomputes the expected result in float64 (rounded
  * once to the dtype), so no golden files: out of place and in place, F32 and BF16, SUM/AVG/MAX,
  * counts 1, small primes and a 16M-element one, non-blocking forms, the chunked / derived-datatype
- * paths for counts above INT_MAX (with the int limit lowered), and every FSDP_EINVAL case. */
+ * paths for counts above INT_MAX (with the int limit lowered), and every FSDP_EINVAL case. Run on the
+ * shared-memory transport (the default on one host), on Open MPI's collectives (shm 0), and on the
+ * shared-memory transport with tiny slots (many rounds per collective, partial last rounds). */
 #include "comm/comm_impl.h"
 #include "test_util.h"
 
@@ -243,6 +245,78 @@ static void test_einval(fsdp_comm_t *c) {
     test_all_reduce(c, 3, FSDP_F32, FSDP_SUM, vf, 0);
 }
 
+/* Three requests in flight, moved by fsdp_comm_progress alone, then waited for in reverse order. */
+static void test_progress(fsdp_comm_t *c) {
+    size_t n = 3001;
+    float *s = xalloc(n * 4), *ag = xalloc((size_t)W * n * 4), *rs_in = xalloc((size_t)W * n * 4);
+    float *rs_out = xalloc(n * 4), *ar = xalloc(n * 4);
+    for (size_t i = 0; i < n; i++)
+        s[i] = vf(R, i);
+    for (size_t j = 0; j < (size_t)W * n; j++)
+        rs_in[j] = vf(R, j);
+    fsdp_comm_req_t *q[3] = {NULL, NULL, NULL};
+    CHECK_OK(fsdp_comm_iall_gather(c, s, ag, n, FSDP_F32, &q[0]));
+    CHECK_OK(fsdp_comm_ireduce_scatter(c, rs_in, rs_out, n, FSDP_F32, FSDP_SUM, &q[1]));
+    CHECK_OK(fsdp_comm_iall_gather(c, s, ag, 0, FSDP_F32, &q[2])); /* count 0: done at once */
+    for (int k = 0; k < 1000; k++)
+        fsdp_comm_progress(c);
+    for (int k = 2; k >= 0; k--)
+        if (q[k]) CHECK_OK(fsdp_comm_wait(q[k]));
+    CHECK_OK(fsdp_comm_all_reduce(c, s, ar, n, FSDP_F32, FSDP_MAX));
+    size_t bad = 0;
+    for (int r = 0; r < W; r++)
+        for (size_t i = 0; i < n; i++)
+            bad += ag[(size_t)r * n + i] != vf(r, i);
+    for (size_t i = 0; i < n; i++) {
+        bad += rs_out[i] != expect(vf, (size_t)R * n + i, FSDP_SUM, FSDP_F32);
+        bad += ar[i] != expect(vf, i, FSDP_MAX, FSDP_F32);
+    }
+    CHECKF(bad == 0, "requests moved by fsdp_comm_progress: %zu wrong", bad);
+    free(s);
+    free(ag);
+    free(rs_in);
+    free(rs_out);
+    free(ar);
+}
+
+/* The whole sweep on one more communicator: shm 0 (Open MPI's collectives on one host too); the
+ * shared-memory slots alone with 4 KiB slots (every collective takes many rounds); or the single-copy
+ * path for every size ("cma", where the kernel allows reading peers' memory). */
+static void second_transport(int shm, const char *mode) {
+    int slots = mode && strcmp(mode, "slots") == 0, cma = mode && strcmp(mode, "cma") == 0;
+    if (slots) {
+        setenv("FSDP_COMM_SHM_SLOT_KIB", "4", 1);
+        setenv("FSDP_COMM_SHM_CMA", "0", 1);
+    }
+    if (cma) setenv("FSDP_COMM_SHM_CMA_MIN_KIB", "0", 1);
+    fsdp_comm_t *c = NULL;
+    fsdp_comm_config cfg = fsdp_comm_config_default();
+    cfg.timeout_s = 120;
+    cfg.shm = shm;
+    CHECK_OK(fsdp_comm_init(&c, &cfg, NULL, NULL));
+    unsetenv("FSDP_COMM_SHM_SLOT_KIB");
+    unsetenv("FSDP_COMM_SHM_CMA");
+    unsetenv("FSDP_COMM_SHM_CMA_MIN_KIB");
+    if (c == NULL) return;
+    CHECK(fsdp_comm_shm_active(c) == (shm && W > 1));
+    if (slots) CHECK(c->shm_cma == 0);
+    if (R == 0 && cma) fprintf(stderr, "single-copy path %s\n", c->shm_cma ? "on" : "refused by this kernel");
+    size_t counts[] = {1, 7, 1009, 3000};
+    for (size_t k = 0; k < sizeof counts / sizeof counts[0]; k++)
+        sweep(c, counts[k]);
+    test_round_once(c);
+    test_overlap(c);
+    test_progress(c);
+    if (!shm) { /* the chunked / derived-datatype MPI paths (see main) */
+        comm_test_set_int_limit(c, 1000);
+        sweep(c, 2500);
+        comm_test_set_int_limit(c, 0);
+    }
+    test_reduce_scatter(c, (size_t)1 << 20, FSDP_F32, FSDP_AVG, vf, 1, 1);
+    test_all_gather(c, (size_t)1 << 18, FSDP_BF16, 1, 1);
+    fsdp_comm_free(c);
+}
+
 int main(int argc, char **argv) {
     fsdp_comm_t *c = NULL;
     fsdp_comm_config cfg = fsdp_comm_config_default();
@@ -256,6 +330,8 @@ int main(int argc, char **argv) {
     W = fsdp_comm_size(c);
     test_set_rank(R);
     CHECK(strcmp(fsdp_comm_backend_name(c), "mpi") == 0);
+    /* every test job runs on this one host: the shared-memory transport is on from 2 ranks */
+    CHECK(fsdp_comm_shm_active(c) == (W > 1 && getenv("FSDP_COMM_SHM") == NULL));
     CHECK(fsdp_comm_local_size(c) >= 1 && fsdp_comm_local_size(c) <= W);
     fsdp_comm_set_label(c, "mpi_comm test");
     CHECK_OK(fsdp_comm_barrier(c));
@@ -265,6 +341,7 @@ int main(int argc, char **argv) {
         sweep(c, counts[k]);
     test_round_once(c);
     test_overlap(c);
+    test_progress(c);
     test_einval(c);
 
     /* Counts above the int limit: chunked all-reduce, derived-datatype all-gather/broadcast/alltoall
@@ -283,6 +360,10 @@ int main(int argc, char **argv) {
     if (R == 0) fprintf(stderr, "big collectives at np %d: %.2f s\n", W, fsdp_time_s() - t0);
 
     CHECK(fsdp_mem_current(FSDP_MEM_COMM) == 0); /* staging all returned */
+    second_transport(0, NULL);                   /* before c goes: freeing c finalises MPI */
+    second_transport(1, "slots");
+    second_transport(1, "cma");
+    CHECK(fsdp_mem_current(FSDP_MEM_COMM) == 0);
     fsdp_comm_free(c);
     return TEST_MAIN_END();
 }

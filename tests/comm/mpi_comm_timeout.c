@@ -66,12 +66,19 @@ int main(int argc, char **argv) {
         CHECKF(el >= TIMEOUT_S && el < TIMEOUT_S + 10.0, "timed out after %.3f s", el);
         /* The communicator is out of step now: later collectives are refused, not mismatched. */
         CHECK_ERR(fsdp_comm_barrier(c), FSDP_ESTATE, "timed out");
+        /* A buffer of the timed-out call goes to the communicator: not freed now (the call may still
+         * write it), freed once the call completes (in fsdp_comm_free's drain below). */
+        void *held = NULL;
+        CHECK_OK(fsdp_mem_alloc(&held, 4096, FSDP_MEM_COMM));
+        fsdp_comm_adopt_buffer(c, held);
+        CHECK(fsdp_mem_current(FSDP_MEM_COMM) == 4096);
         int ok = test_fail_ == fails_before;
         MPI_Send(&ok, 1, MPI_INT, S, 77, MPI_COMM_WORLD);
         c->timeout_s = 30; /* the grace fsdp_comm_free gives the abandoned collective: 2 x this */
     }
     fsdp_comm_free(c); /* the other ranks: waits for the abandoned all-reduce, which S has now joined */
     if (R != S) CHECKF(y == want, "abandoned all-reduce finished with %g, want %g", y, want);
+    CHECK(fsdp_mem_current(FSDP_MEM_COMM) == 0); /* the adopted buffer went with the completed call */
     MPI_Finalize();
     return TEST_MAIN_END();
 }

@@ -161,6 +161,14 @@ int main(void) {
     CHECK_ERR(fsdp_comm_init(NULL, &cfg, NULL, NULL), FSDP_EINVAL, "out");
     setenv("FSDP_TEST_SKIP_COLLECTIVE", "zero:1", 1);
     CHECK_ERR(fsdp_comm_init(&c, &cfg, NULL, NULL), FSDP_EINVAL, "FSDP_TEST_SKIP_COLLECTIVE");
+    setenv("FSDP_TEST_SKIP_COLLECTIVE", "0:@", 1);
+    CHECK_ERR(fsdp_comm_init(&c, &cfg, NULL, NULL), FSDP_EINVAL, "after '@'");
+    setenv("FSDP_TEST_SKIP_COLLECTIVE", "0:@:stall", 1);
+    CHECK_ERR(fsdp_comm_init(&c, &cfg, NULL, NULL), FSDP_EINVAL, "after '@'");
+    setenv("FSDP_TEST_SKIP_COLLECTIVE", "0:@(prefetch):stall", 1);
+    CHECK_OK(fsdp_comm_init(&c, &cfg, NULL, NULL));
+    fsdp_comm_free(c);
+    c = NULL;
     setenv("FSDP_TEST_SKIP_COLLECTIVE", "0:-1", 1);
     CHECK_ERR(fsdp_comm_init(&c, &cfg, NULL, NULL), FSDP_EINVAL, "malformed");
     unsetenv("FSDP_TEST_SKIP_COLLECTIVE");

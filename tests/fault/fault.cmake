@@ -1,6 +1,8 @@
 # tests/fault/fault.cmake — reliability tests of the fsdp-train program (label fault): a hang that
 # becomes an error, a rank killed mid-training and mid-checkpoint, a full disk while saving
-# (tests/fault/*.sh, with the LD_PRELOAD fault library fault_inject.c), bad values for every flag
+# (tests/fault/*.sh, with the LD_PRELOAD fault library fault_inject.c), FIFOs, device nodes and
+# self-overwrites, concurrent runs, unwritable outputs and a full --metrics disk (fault_files.sh), bad
+# values for every flag
 # (test_flags.c), and a short training run under valgrind memcheck (tools/valgrind-check.sh).
 if(TARGET fsdp-train)
   add_library(fsdp_fault_inject SHARED ${PROJECT_SOURCE_DIR}/tests/fault/fault_inject.c)
@@ -15,6 +17,14 @@ if(TARGET fsdp-train)
                 ${PROJECT_SOURCE_DIR}/tests/mpirun.sh ${PROJECT_BINARY_DIR}/tmp_fault_${part}
                 $<TARGET_FILE:fsdp_fault_inject>)
       set_tests_properties(fault/${part} PROPERTIES LABELS "script;fault" TIMEOUT 600)
+    endforeach()
+    # Files that are not what they seem, concurrent runs, outputs that must not be lost (issue 14).
+    foreach(part inputs outputs lock preflight metrics noop exitcodes)
+      add_test(NAME fault/files_${part}
+        COMMAND ${PROJECT_SOURCE_DIR}/tests/fault/fault_files.sh $<TARGET_FILE:fsdp-train>
+                ${PROJECT_SOURCE_DIR}/tests/mpirun.sh ${PROJECT_BINARY_DIR}/tmp_files_${part}
+                $<TARGET_FILE:fsdp_fault_inject> ${part})
+      set_tests_properties(fault/files_${part} PROPERTIES LABELS "script;fault" TIMEOUT 300)
     endforeach()
   endif()
 endif()

@@ -68,4 +68,26 @@ skip_case() {
 }
 skip_case 2 $((20 + RANDOM % 40))
 skip_case 3 $((20 + RANDOM % 40))
+
+# prefetch_case NP: rank NP-1 skips its first prefetched all-gather (step 2, the first step that
+# prefetches) and stalls. The other ranks wait for that gather in the unit's own hook, after the
+# communicator's label has moved on to later prefetches: their timeout must name the request that
+# timed out, "all-gather params (prefetch)" of its unit, not the communicator's latest label.
+prefetch_case() {
+    local np=$1 name=prefetch_np$1 t0=$SECONDS
+    FSDP_TEST_SKIP_COLLECTIVE="$((np - 1)):@(prefetch):stall" timeout 120 "$MPIRUN" "$np" "$BIN" "${TINY[@]}" \
+        --steps 100000 --comm-timeout $TIMEOUT --max-inflight 2 --checkpoint-dir "ck_$name" >"$name.log" 2>&1
+    local rc=$? el=$((SECONDS - t0))
+    echo "$name: exit $rc after ${el}s"
+    [ $rc -ne 0 ] && [ $rc -ne 124 ] && ok || bad "$name: exit $rc (want a failure, not a hang)"
+    [ $el -le $((TIMEOUT + SLACK + 10)) ] && ok || bad "$name: took ${el}s, more than $TIMEOUT + $SLACK + 10 s"
+    check_message "$name" "$np"
+    local msg
+    msg=$(grep -v "^\[rank $((np - 1))\]" "$name.log" | grep -m1 "not complete after")
+    echo "  $msg"
+    [[ "$msg" =~ label\ \"unit\ [^\"/]+\ /\ all-gather\ params\ \(prefetch\)\" ]] && ok ||
+        bad "$name: a waiting rank's timeout does not name the prefetched all-gather: '$msg'"
+}
+prefetch_case 2
+prefetch_case 3
 finish

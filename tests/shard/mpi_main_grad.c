@@ -27,6 +27,7 @@ static float gval(int r, int t, size_t k) {
 /* What each rank writes, and the exact value the sharded gradient must then hold. */
 static void test_reduce_values(fsdp_comm_t *comm, fsdp_strategy strat, fsdp_dtype reduce, int eager) {
     fsdp_engine_config ec = fsdp_engine_config_default();
+    ec.max_inflight = 0; /* the synchronous lifetimes (mpi_overlap tests the overlapped ones) */
     ec.strategy = strat;
     ec.reduce_dtype = reduce;
     ec.compute_dtype = FSDP_F32;
@@ -130,6 +131,7 @@ done:
  * windows do not overlap (each unit's pre_backward .. post_backward in turn). */
 static void test_peaks(fsdp_comm_t *comm, fsdp_main_grad_policy pol, fsdp_accum_mode accum) {
     fsdp_engine_config ec = fsdp_engine_config_default();
+    ec.max_inflight = 0; /* the synchronous lifetimes (mpi_overlap tests the overlapped ones) */
     ec.main_grad = pol;
     ec.accum = accum;
     fsdp_engine_t *e = NULL;
@@ -218,6 +220,7 @@ done:
 static void test_precision(fsdp_comm_t *comm) {
     enum { N = 1000, MICRO = 256 };
     fsdp_engine_config ec = fsdp_engine_config_default();
+    ec.max_inflight = 0; /* the synchronous lifetimes (mpi_overlap tests the overlapped ones) */
     ec.accum = FSDP_ACCUM_NO_SYNC;
     fsdp_engine_t *e = NULL;
     fsdp_unit_t *u = NULL;

@@ -112,25 +112,28 @@ static void run_step(fsdp_engine_t *e, fsdp_unit_t **u, fsdp_plan_schedule sched
 }
 
 static const char *cfg_str(const fsdp_engine_config *ec, fsdp_plan_schedule sched, int n_micro) {
-    static char buf[160];
-    snprintf(buf, sizeof buf, "np%d strategy %d compute %s reduce %s %s %s %s micro %d", g_world,
-             (int)ec->strategy, fsdp_dtype_name(ec->compute_dtype), fsdp_dtype_name(ec->reduce_dtype),
-             ec->main_grad ? "EAGER" : "LAZY", ec->accum ? "NO_SYNC" : "SHARDED",
-             sched == FSDP_PLAN_ROOT_WRAPS ? "root-wraps" : "sequential", n_micro);
+    static char buf[200];
+    snprintf(buf, sizeof buf, "np%d strategy %d compute %s reduce %s %s %s %s micro %d max_inflight %d",
+             g_world, (int)ec->strategy, fsdp_dtype_name(ec->compute_dtype),
+             fsdp_dtype_name(ec->reduce_dtype), ec->main_grad ? "EAGER" : "LAZY",
+             ec->accum ? "NO_SYNC" : "SHARDED", sched == FSDP_PLAN_ROOT_WRAPS ? "root-wraps" : "sequential",
+             n_micro, ec->max_inflight);
     return buf;
 }
 
-/* Builds the real engine, runs a step and compares every peak with the plan. Returns the measured
- * max-over-ranks peaks in *measured. */
+/* Builds the real engine, runs `steps` steps (the first records the hook order, prefetch starts in the
+ * second) and compares every peak with the plan. Returns the measured max-over-ranks peaks. */
 static void check_config(fsdp_comm_t *comm, const fsdp_engine_config *ec, fsdp_plan_schedule sched,
-                         int n_micro, fsdp_plan *plan_out, fsdp_mem_peaks *measured) {
+                         int n_micro, int steps, fsdp_plan *plan_out, fsdp_mem_peaks *measured) {
     const char *what = cfg_str(ec, sched, n_micro);
     const size_t act_bytes = 4096 + 64 * (size_t)n_micro; /* the "model's" activations */
     fsdp_plan_config pc = fsdp_plan_config_default();
     pc.world = g_world;
     pc.engine = *ec;
     pc.backend = strcmp(fsdp_comm_backend_name(comm), "mpi") == 0 ? FSDP_COMM_MPI : FSDP_COMM_SELF;
+    pc.shm = fsdp_comm_shm_active(comm);
     pc.n_micro = n_micro;
+    pc.steps = steps;
     pc.schedule = sched;
     pc.activation_bytes = act_bytes;
     CHECK_OK(fsdp_plan_compute(g_units, NU, &pc, plan_out));
@@ -158,7 +161,8 @@ static void check_config(fsdp_comm_t *comm, const fsdp_engine_config *ec, fsdp_p
                    "%s unit %d: plan numel %zu padded %zu, engine %zu %zu", what, i, numel, padded,
                    fsdp_unit_numel(u[i]), fsdp_unit_padded_numel(u[i]));
         }
-        run_step(e, u, sched, n_micro);
+        for (int k = 0; k < steps; k++)
+            run_step(e, u, sched, n_micro);
     }
     fsdp_mem_peaks local;
     fsdp_mem_peaks_local(&local);
@@ -194,7 +198,7 @@ static void test_against_engine(fsdp_comm_t *comm) {
                             ec.align = sched ? 8 : 16;
                             fsdp_plan plan;
                             fsdp_mem_peaks meas;
-                            check_config(comm, &ec, (fsdp_plan_schedule)sched, 2, &plan, &meas);
+                            check_config(comm, &ec, (fsdp_plan_schedule)sched, 2, 2, &plan, &meas);
                             CHECK(plan.n_params == psi);
                             CHECK(plan.zero_ref_bytes == (16 * psi + (size_t)g_world - 1) / (size_t)g_world);
                             if (strat == FSDP_FULL_SHARD) ns_predicted = plan.no_shard;
@@ -208,8 +212,30 @@ static void test_against_engine(fsdp_comm_t *comm) {
                     }
 }
 
-/* Known-by-construction shape of the policies at this world size, on one config: LAZY FULL_SHARD holds
- * at most root + the largest block of main_grad; EAGER and NO_SYNC (2 micro-batches) hold all units. */
+/* Every overlap depth (0: synchronous, 1, 3) after one step (no prefetch yet) and after two. */
+static void test_inflight(fsdp_comm_t *comm) {
+    int depths[] = {0, 1, 3};
+    for (int d = 0; d < 3; d++)
+        for (int steps = 1; steps <= 2; steps++)
+            for (int sched = 0; sched < 2; sched++)
+                for (int reduce = 0; reduce < 2; reduce++)
+                    for (int strat = 0; strat < 3; strat++) {
+                        fsdp_engine_config ec = fsdp_engine_config_default();
+                        ec.strategy = (fsdp_strategy)strat;
+                        ec.reduce_dtype = reduce ? FSDP_BF16 : FSDP_F32;
+                        ec.accum = (fsdp_accum_mode)(sched ^ reduce);
+                        ec.max_inflight = depths[d];
+                        fsdp_plan plan;
+                        fsdp_mem_peaks meas;
+                        check_config(comm, &ec, (fsdp_plan_schedule)sched, 1 + reduce, steps, &plan, &meas);
+                    }
+}
+
+/* Known-by-construction shape of the policies at this world size, on one config, without overlap:
+ * LAZY FULL_SHARD holds at most root + the largest block of main_grad; EAGER and NO_SYNC (2
+ * micro-batches) hold all units. With overlap depth 1 (from the second step): a block's reduction runs
+ * during the next block's backward, and one block's gather runs ahead, so main_grad and param_full
+ * both peak at root + the largest pair of neighbouring blocks. */
 static void test_policy_shapes(void) {
     size_t pad[NU], sum = 0, maxblk = 0;
     for (int i = 0; i < NU; i++) {
@@ -223,6 +249,20 @@ static void test_policy_shapes(void) {
     pc.engine.compute_dtype = FSDP_BF16;
     pc.n_micro = 2;
     fsdp_plan p;
+    pc.engine.max_inflight = 1;
+    CHECK_OK(fsdp_plan_compute(g_units, NU, &pc, &p));
+    size_t pair = 0;
+    for (int i = 2; i < NU; i++)
+        if (pad[i] + pad[i - 1] > pair) pair = pad[i] + pad[i - 1];
+    CHECKF(p.predicted.peak[FSDP_MEM_MAIN_GRAD] == 4 * (pad[0] + pair), "overlap main_grad %zu want %zu",
+           p.predicted.peak[FSDP_MEM_MAIN_GRAD], 4 * (pad[0] + pair));
+    CHECKF(p.predicted.peak[FSDP_MEM_PARAM_FULL] == 2 * (pad[0] + pair), "overlap param_full %zu want %zu",
+           p.predicted.peak[FSDP_MEM_PARAM_FULL], 2 * (pad[0] + pair));
+    pc.steps = 1; /* a one-step run records the order and prefetches nothing */
+    CHECK_OK(fsdp_plan_compute(g_units, NU, &pc, &p));
+    CHECK(p.predicted.peak[FSDP_MEM_PARAM_FULL] == 2 * (pad[0] + maxblk));
+    pc.steps = 2;
+    pc.engine.max_inflight = 0;
     CHECK_OK(fsdp_plan_compute(g_units, NU, &pc, &p));
     CHECK(p.predicted.peak[FSDP_MEM_MAIN_GRAD] == 4 * (pad[0] + maxblk));
     CHECK(p.predicted.peak[FSDP_MEM_PARAM_FULL] == 2 * (pad[0] + maxblk));
@@ -241,9 +281,12 @@ static void test_policy_shapes(void) {
     pc.engine.accum = FSDP_ACCUM_NO_SYNC;
     CHECK_OK(fsdp_plan_compute(g_units, NU, &pc, &p));
     CHECK(p.predicted.peak[FSDP_MEM_MAIN_GRAD] == 4 * sum);
-    pc.engine.reduce_dtype = FSDP_BF16; /* bf16 wire (2 B) plus the all-to-all staging (2 B) */
+    pc.engine.reduce_dtype = FSDP_BF16; /* shared memory: the bf16 wire (2 B) alone */
     CHECK_OK(fsdp_plan_compute(g_units, NU, &pc, &p));
     size_t maxpad = pad[0] > maxblk ? pad[0] : maxblk;
+    CHECK(p.predicted.peak[FSDP_MEM_COMM] == (g_world > 1 ? 2 : 4) * maxpad); /* world 1: MPI's staging */
+    pc.shm = 0; /* Open MPI's all-to-all: the wire plus its staging (2 B) */
+    CHECK_OK(fsdp_plan_compute(g_units, NU, &pc, &p));
     CHECK(p.predicted.peak[FSDP_MEM_COMM] == 4 * maxpad);
     /* A unit whose full parameters the caller sizes itself. */
     fsdp_plan_unit own[NU];
@@ -251,6 +294,7 @@ static void test_policy_shapes(void) {
     own[3].param_full_bytes = 1000000;
     pc = fsdp_plan_config_default();
     pc.world = g_world;
+    pc.engine.max_inflight = 0;
     CHECK_OK(fsdp_plan_compute(own, NU, &pc, &p));
     CHECK(p.predicted.peak[FSDP_MEM_PARAM_FULL] == 2 * pad[0] + 1000000);
 }
@@ -345,10 +389,17 @@ static void test_bad_input(void) {
     fsdp_tensor_spec tie[] = {{.name = "x", .ndim = 1, .shape = {3}},
                               {.name = "y", .ndim = 1, .shape = {3}, .alias_of = "h0.w"}};
     fsdp_plan_unit tu = {.name = "u", .specs = tie, .n_specs = 2};
-    CHECK_ERR(fsdp_plan_compute(&tu, 1, &pc, &p), FSDP_EINVAL, "h0.w");
+    /* the engine's own validation and message (layout.c): a tie into another unit */
+    CHECK_ERR(fsdp_plan_compute(&tu, 1, &pc, &p), FSDP_EINVAL, "tied across units 'u' and 'h0'");
     tie[1].alias_of = "u.x"; /* "<own unit>.tensor" is a tie inside the unit */
     CHECK_OK(fsdp_plan_compute(&tu, 1, &pc, &p));
     CHECK(p.n_params == 3);
+    /* a bare name that lives in an earlier planned unit: refused as fsdp_engine_add_unit refuses it */
+    fsdp_tensor_spec first[] = {{.name = "w", .ndim = 1, .shape = {3}}};
+    fsdp_tensor_spec second[] = {{.name = "v", .ndim = 1, .shape = {3}, .alias_of = "w"}};
+    fsdp_plan_unit two[2] = {{.name = "a", .specs = first, .n_specs = 1},
+                             {.name = "b", .specs = second, .n_specs = 1}};
+    CHECK_ERR(fsdp_plan_compute(two, 2, &pc, &p), FSDP_EINVAL, "tied across units 'b' and 'a'");
 }
 
 int main(int argc, char **argv) {
@@ -358,6 +409,7 @@ int main(int argc, char **argv) {
     g_world = fsdp_comm_size(comm);
     setup_units();
     test_against_engine(comm);
+    test_inflight(comm);
     test_policy_shapes();
     test_peaks_max(comm);
     test_print_and_json();

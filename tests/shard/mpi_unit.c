@@ -65,6 +65,7 @@ static int build(model3 *m, fsdp_comm_t *comm, const fsdp_engine_config *ec) {
 static void test_layout_init_views(fsdp_comm_t *comm, fsdp_comm_t *self, fsdp_strategy strat, fsdp_dtype cdt,
                                    size_t align) {
     fsdp_engine_config ec = fsdp_engine_config_default();
+    ec.max_inflight = 0; /* the synchronous lifetimes (mpi_overlap tests the overlapped ones) */
     ec.strategy = strat;
     ec.compute_dtype = cdt;
     ec.align = align;
@@ -250,6 +251,7 @@ static void test_bad_specs(fsdp_comm_t *comm) {
 /* Every wrong-order call is FSDP_ESTATE with the unit, its state and the call in the message. */
 static void test_state_machine(fsdp_comm_t *comm, fsdp_strategy strat, fsdp_main_grad_policy pol, int raf) {
     fsdp_engine_config ec = fsdp_engine_config_default();
+    ec.max_inflight = 0; /* the synchronous lifetimes (mpi_overlap tests the overlapped ones) */
     ec.strategy = strat;
     ec.main_grad = pol;
     ec.compute_dtype = FSDP_F32;

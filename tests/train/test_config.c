@@ -59,6 +59,13 @@ static void test_errors(void) {
     CHECK_ERR(parse(&c, "--layers abc"), FSDP_EINVAL, "--layers: \"abc\" is not a whole number");
     CHECK_ERR(parse(&c, "--layers 3x"), FSDP_EINVAL, "--layers");
     CHECK_ERR(parse(&c, "--lr nan"), FSDP_EINVAL, "--lr");
+    /* 1e-310 is finite (a subnormal double) but would vanish in the float optimizer: "too small". */
+    CHECK_ERR(parse(&c, "--lr 1e-310"), FSDP_EINVAL, "--lr 1e-310 is too small");
+    CHECK_ERR(parse(&c, "--lr 1e-400"), FSDP_EINVAL, "--lr 1e-400 is too small");
+    CHECK_ERR(parse(&c, "--clip 1e-39"), FSDP_EINVAL, "--clip 1e-39 is too small");
+    CHECK_ERR(parse(&c, "--clip 1e400"), FSDP_EINVAL, "--clip: \"1e400\" is not a finite number");
+    CHECK_OK(parse(&c, "--lr 1e-37 --min-lr 0"));
+    CHECK(c.lr == 1e-37 && c.min_lr == 0);
     CHECK_ERR(parse(&c, "--lr"), FSDP_EINVAL, "--lr needs a value");
     CHECK_ERR(parse(&c, "--precision half"), FSDP_EINVAL, "fp32|mixed");
     CHECK_ERR(parse(&c, "--bogus 1"), FSDP_EINVAL, "unknown flag --bogus");

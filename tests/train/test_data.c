@@ -8,6 +8,7 @@
 #include "train/io.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -139,6 +140,28 @@ static void test_prepare(void) {
     CHECK(vocab == FSDP_BYTE_VOCAB);
     CHECK_OK(fsdp_data_meta_vocab(dir, &vocab)); /* no meta.json: unknown */
     CHECK(vocab == 0);
+    /* A bad "vocab" is the file's fault, named as such: too small, or not a whole number. */
+    {
+        char *md = path_in("metabad"), *mp = path_in("metabad/meta.json");
+        CHECK_OK(fsdp_mkdirs(md));
+        const char *bad[] = {"{\"vocab\": 1}", "{\"vocab\": 300.9}", "{\"vocab\": 70000}",
+                             "{\"vocab\": \"257\"}"};
+        for (int i = 0; i < 4; i++) {
+            FILE *mf = fopen(mp, "wb");
+            fputs(bad[i], mf);
+            fclose(mf);
+            CHECK_ERR(fsdp_data_meta_vocab(md, &vocab), FSDP_EFORMAT,
+                      "meta.json: \"vocab\" must be a whole number from 2 to 65536");
+            CHECK(vocab == 0);
+        }
+        FILE *mf = fopen(mp, "wb");
+        fputs("{\"vocab\": 300}", mf);
+        fclose(mf);
+        CHECK_OK(fsdp_data_meta_vocab(md, &vocab));
+        CHECK(vocab == 300);
+        free(mp);
+        free(md);
+    }
 
     /* One document, no separator: the last 25% of tokens go to val. */
     const char *one[] = {txt2};
@@ -255,6 +278,59 @@ static void test_loader(void) {
     free(p);
 }
 
+/* The regular-file rules of io.c: a FIFO or folder is refused as an input without blocking, an output
+ * is never written over a FIFO or over one of the command's inputs, and a refused or aborted output
+ * leaves no temporary behind. */
+static void test_io_rules(void) {
+    char *fifo = path_in("io_fifo"), *sub = path_in("io_dir"), *in = path_in("io_in.bin"),
+         *out = path_in("io_out.bin");
+    CHECK(mkfifo(fifo, 0644) == 0);
+    CHECK_OK(fsdp_mkdirs(sub));
+    int fd = -1;
+    CHECK_ERR(fsdp_io_open_input(fifo, &fd), FSDP_EIO, "is a FIFO (named pipe), not a regular file");
+    CHECK(fd == -1);
+    CHECK_ERR(fsdp_io_open_input(sub, &fd), FSDP_EIO, "is a folder, not a regular file");
+    char *text = NULL;
+    size_t len = 0;
+    CHECK_ERR(fsdp_io_read_file(fifo, &text, &len), FSDP_EIO, "FIFO");
+    CHECK_ERR(fsdp_io_write_file_atomic(fifo, "x", 1, 0), FSDP_EIO,
+              "is a FIFO (named pipe), not a regular file: refusing");
+    struct stat st;
+    CHECK(stat(fifo, &st) == 0 && S_ISFIFO(st.st_mode));
+    /* An input of this command is never an output (unless the caller says so), until the set is reset. */
+    fsdp_io_inputs_reset();
+    CHECK_OK(fsdp_io_write_file_atomic(in, "abc", 3, 0));
+    CHECK_OK(fsdp_io_read_file(in, &text, &len));
+    CHECK(len == 3 && !memcmp(text, "abc", 3));
+    fsdp_mem_free(text);
+    CHECK(fsdp_io_is_input(in) == 1 && fsdp_io_is_input(out) == 0);
+    CHECK_ERR(fsdp_io_write_file_atomic(in, "def", 3, 0), FSDP_EIO, "is a file this command reads");
+    CHECK_ERR(fsdp_out_check(in, "--x"), FSDP_EIO, "--x");
+    CHECK_OK(fsdp_io_write_file_atomic(in, "def", 3, FSDP_OUT_MAY_REPLACE_INPUT));
+    fsdp_io_inputs_reset();
+    CHECK_OK(fsdp_io_write_file_atomic(in, "ghi", 3, 0));
+    /* An aborted output leaves the destination as it was and no temporary. */
+    fsdp_out o;
+    CHECK_OK(fsdp_out_begin(&o, out, "--out", 0));
+    CHECK(o.fd >= 0 && o.tmp != NULL && access(o.tmp, F_OK) == 0);
+    char *tmp = fsdp_strdupf("%s", o.tmp);
+    CHECK_OK(fsdp_io_write_all(o.fd, "partial", 7, o.tmp));
+    fsdp_out_abort(&o);
+    CHECK(access(tmp, F_OK) != 0 && access(out, F_OK) != 0);
+    free(tmp);
+    CHECK_ERR(fsdp_out_check("/nonexistent-fsdp-dir/x", NULL), FSDP_EIO,
+              "folder /nonexistent-fsdp-dir does not exist");
+    /* The folder holds only what the test made: no temporaries. */
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "test -z \"$(ls -A '%s' | grep '\\.tmp\\.')\"", dir);
+    CHECK(system(cmd) == 0);
+    fsdp_io_inputs_reset();
+    free(out);
+    free(in);
+    free(sub);
+    free(fifo);
+}
+
 int main(void) {
     snprintf(dir, sizeof dir, "%s/tmp_test_data_XXXXXX", FSDP_BINARY_DIR);
     if (!mkdtemp(dir)) return 1;
@@ -262,6 +338,7 @@ int main(void) {
     test_bad_files();
     test_prepare();
     test_loader();
+    test_io_rules();
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);

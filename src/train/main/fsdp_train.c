@@ -1,24 +1,32 @@
 /* fsdp_train.c — main() of `fsdp-train`: parses the command line, starts the communicator (MPI under
  * mpirun, else a world of one), runs the command and turns its status into a message and an exit code
- * (0 fine, 2 bad command line, 1 anything else). All the work lives in the fsdp_train library. */
+ * (0 fine, 2 bad command line, 1 anything else; docs/TRAINER.md). All the work lives in the fsdp_train
+ * library. */
 #include "fsdp.h"
+#include "train/checkpoint.h"
 #include "train/config.h"
 #include "train/data.h"
 #include "train/train.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
-static int report(fsdp_status s, int rank, int world) {
+/* Exit code of a failure: 2 when the command line is wrong (a flag's value, or flags that do not fit
+ * the launcher's ranks, the data or the checkpoint folder: FSDP_EINVAL, found before or after launch),
+ * 1 for anything else. Every rank of an agreed failure carries the failing rank's status. */
+static int exit_code(fsdp_status s) { return s == FSDP_OK ? 0 : s == FSDP_EINVAL ? 2 : 1; }
+
+/* One message per failure: rank 0's, plus the failing rank's own when another rank failed first.
+ * When the failure was not agreed on (a rank failed alone mid-collective), every failing rank says
+ * its own. */
+static void report(fsdp_status s, int rank, int world, int agreed_rank) {
     const char *msg = fsdp_last_error();
-    /* A rank that only learned of another rank's failure stays quiet unless it is rank 0. */
-    if (rank == 0 || strstr(msg, "(its message says why)") == NULL) {
-        if (world > 1)
-            fprintf(stderr, "fsdp-train: [rank %d] error: %s\n", rank, msg[0] ? msg : fsdp_strerror(s));
-        else
-            fprintf(stderr, "fsdp-train: error: %s\n", msg[0] ? msg : fsdp_strerror(s));
-    }
-    return 1;
+    if (world > 1 && agreed_rank >= 0 && rank != 0 && rank != agreed_rank) return;
+    if (world > 1)
+        fprintf(stderr, "fsdp-train: [rank %d] error: %s\n", rank, msg[0] ? msg : fsdp_strerror(s));
+    else
+        fprintf(stderr, "fsdp-train: error: %s\n", msg[0] ? msg : fsdp_strerror(s));
 }
 
 static fsdp_status prepare(const fsdp_train_config *c) {
@@ -55,15 +63,19 @@ int main(int argc, char **argv) {
     fsdp_comm_config cc = fsdp_comm_config_default();
     if (ps == FSDP_OK) cc.timeout_s = cfg.comm_timeout;
     fsdp_status s = fsdp_comm_init(&comm, &cc, &argc, &argv);
-    if (s != FSDP_OK) return report(s, 0, 1);
+    if (s != FSDP_OK) {
+        report(s, 0, 1, -1);
+        return 1;
+    }
     int rank = fsdp_comm_rank(comm), world = fsdp_comm_size(comm), code = 0;
 
-    if (ps != FSDP_OK) {
+    if (ps != FSDP_OK) { /* every rank parsed the same words: every rank ends here */
         if (rank == 0) fprintf(stderr, "fsdp-train: %s\n", parse_msg);
         code = 2;
     } else if (cfg.help) {
         if (rank == 0) fsdp_train_usage(stdout, cfg.cmd);
     } else {
+        const int single = cfg.cmd == FSDP_CMD_PREPARE || cfg.cmd == FSDP_CMD_EXPORT;
         switch (cfg.cmd) {
         case FSDP_CMD_TRAIN:
             s = cfg.plan ? fsdp_train_plan(&cfg, comm, stdout) : fsdp_train_run(&cfg, comm, stdout, NULL);
@@ -74,12 +86,26 @@ int main(int argc, char **argv) {
         case FSDP_CMD_EXPORT: s = rank == 0 ? fsdp_export_run(&cfg, stdout) : FSDP_OK; break;
         default: s = FSDP_EINVAL; break;
         }
-        if (s != FSDP_OK) code = report(s, rank, world);
+        /* Standard output is an output too: a full disk under `> log` is an error, not a lost log. */
+        if (s == FSDP_OK && rank == 0 && (fflush(stdout) != 0 || ferror(stdout)))
+            s = fsdp_set_error(FSDP_EIO, "cannot write the standard output: %s", strerror(errno));
+        /* Agreement: a failure every rank knows of (fsdp_ckpt_agree) ends with MPI_Finalize on every
+         * rank, the same exit code and one message. Ranks that are fine, and a single-process command's
+         * rank 0 (the others did nothing), agree once more here; a rank that failed alone elsewhere may
+         * have left the others inside a collective, so only an abort can end that job. */
+        int agreed = world == 1 || (s != FSDP_OK && fsdp_ckpt_agreed_failure() >= 0);
+        if (!agreed && (s == FSDP_OK || single)) {
+            s = fsdp_ckpt_agree(comm, s,
+                                cfg.cmd == FSDP_CMD_TRAIN ? "the run" : fsdp_train_cmd_name(cfg.cmd));
+            agreed = s == FSDP_OK || fsdp_ckpt_agreed_failure() >= 0;
+        }
+        if (s != FSDP_OK) {
+            code = exit_code(s);
+            report(s, rank, world, agreed && world > 1 ? fsdp_ckpt_agreed_failure() : -1);
+            if (!agreed) fsdp_comm_abort(comm, code);
+        }
     }
     fflush(stdout);
-    /* Failures that every rank agreed on end normally; a rank failing alone would leave the others
-     * waiting in a collective, so a multi-rank failure ends the whole job. */
-    if (code == 1 && world > 1) fsdp_comm_abort(comm, 1);
     fsdp_comm_free(comm);
     return code;
 }
