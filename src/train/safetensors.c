@@ -248,7 +248,8 @@ fail:
 
 fsdp_status fsdp_st_open(fsdp_safetensors *st, const char *path) {
     memset(st, 0, sizeof *st);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* Non-blocking open: a FIFO or device is refused below instead of blocking here. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) return fsdp_set_error(FSDP_EIO, "cannot open %s: %s", path, strerror(errno));
     struct stat sb;
     if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {

@@ -12,6 +12,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 /* header JSON (padded to 8) + data into buf; returns the size. */
 static size_t build(uint8_t *buf, const char *json, const void *data, size_t n) {
@@ -122,6 +124,14 @@ static void test_bad(void) {
     CHECK_ERR(fsdp_st_parse(&st, small, 7, "short.safetensors"), FSDP_EFORMAT, "too short");
     CHECK_ERR(fsdp_st_open(&st, "/nonexistent/model.safetensors"), FSDP_EIO,
               "/nonexistent/model.safetensors");
+    CHECK_ERR(fsdp_st_open(&st, "/tmp"), FSDP_EIO, "not a readable regular file");
+    char fifo[64];
+    snprintf(fifo, sizeof fifo, "/tmp/fsdp_st_fifo_%d", (int)getpid());
+    int made = mkfifo(fifo, 0600) == 0;
+    CHECKF(made, "mkfifo %s failed", fifo);
+    if (made) /* refused at once, not a blocking open */
+        CHECK_ERR(fsdp_st_open(&st, fifo), FSDP_EIO, "not a readable regular file");
+    unlink(fifo);
 }
 
 /* The seeds the safetensors library wrote: accepted, with the dtypes and shapes it was given. */
