@@ -19,6 +19,12 @@ if [ ! -f "$W/m/config.json" ] || [ "$(cat "$W/shape" 2>/dev/null)" != "$SHAPE" 
 fi
 echo "model: random GPT-2 L,C,NH,V,P = $SHAPE; CPU: $(lscpu | sed -n 's/^Model name: *//p')"
 export OMP_NUM_THREADS=1
-"$BUILD/fsdp-train" sample --init-from "$W/m" --tokens "$N" --temperature 0 --threads 1 --timing 2>&1 >/dev/null | sed 's/^/fsdp.c /'
-"$BUILD/fsdp-train" sample --init-from "$W/m" --tokens $((N / 4)) --temperature 0 --threads 1 --kv-cache=0 --timing 2>&1 >/dev/null | sed 's/^/fsdp.c /'
+# Each path at two lengths: with the cache the rate barely falls as the context grows; without it,
+# each token re-runs the whole context, so the rate falls with the length.
+for n in $((N / 4)) "$N"; do
+    "$BUILD/fsdp-train" sample --init-from "$W/m" --tokens "$n" --temperature 0 --threads 1 --timing 2>&1 >/dev/null | sed 's/^/fsdp.c /'
+done
+for n in $((N / 8)) $((N / 4)); do
+    "$BUILD/fsdp-train" sample --init-from "$W/m" --tokens "$n" --temperature 0 --threads 1 --kv-cache=0 --timing 2>&1 >/dev/null | sed 's/^/fsdp.c /'
+done
 "$PY" "$SRC/tools/hf_fixture.py" bench-generate "$W/m" --n "$N" --threads 1 2>/dev/null

@@ -70,8 +70,9 @@ fsdp_status fsdp_hf_read_config(const char *dir, fsdp_train_config *cfg) {
     if ((s = cfg_int(j, path, "n_embd", 1, 65536, &C)) != FSDP_OK) goto done;
     if ((s = cfg_int(j, path, "n_head", 1, 1024, &NH)) != FSDP_OK) goto done;
     if ((s = cfg_int(j, path, "vocab_size", 2, 65536, &V)) != FSDP_OK) {
-        s = fsdp_set_error(FSDP_EFORMAT, "%s (token files hold 16-bit ids, so at most 65536)",
-                           fsdp_last_error());
+        char msg[512]; /* the message is rewritten from a copy (the error buffer is the destination) */
+        snprintf(msg, sizeof msg, "%s", fsdp_last_error());
+        s = fsdp_set_error(FSDP_EFORMAT, "%s (token files hold 16-bit ids, so at most 65536)", msg);
         goto done;
     }
     if ((s = cfg_int(j, path, "n_positions", 1, 1 << 20, &P)) != FSDP_OK) goto done;
