@@ -487,3 +487,26 @@ fsdp_status fsdp_hf_load(fsdp_engine_t *eng, const char *dir, fsdp_hf_stats *sta
     if (stats) *stats = st;
     return fsdp_ckpt_agree(fsdp_engine_comm(eng), s, "loading --init-from");
 }
+
+fsdp_status fsdp_hf_fingerprint(const char *dir, uint32_t *crc) {
+    uint32_t c = 0;
+    hf_src h;
+    FSDP_TRY(src_open(&h, dir));
+    const char *names[2] = {"config.json", h.weight_map ? "model.safetensors.index.json" : NULL};
+    fsdp_status s = FSDP_OK;
+    for (int i = 0; i < 2 && s == FSDP_OK && names[i]; i++) {
+        char *p = fsdp_strdupf("%s/%s", dir, names[i]), *text = NULL;
+        size_t len = 0;
+        s = p ? fsdp_io_read_file(p, &text, &len) : FSDP_ERR(FSDP_ENOMEM, "no memory for a path");
+        if (s == FSDP_OK) c = fsdp_crc32c(c, text, len);
+        fsdp_mem_free(text);
+        free(p);
+    }
+    for (int f = 0; f < h.n_files && s == FSDP_OK; f++) {
+        s = src_open_file(&h, f);
+        if (s == FSDP_OK) c = fsdp_crc32c(c, h.st[f].base, (size_t)h.st[f].data_off);
+    }
+    src_free(&h);
+    if (s == FSDP_OK) *crc = c;
+    return s;
+}

@@ -28,4 +28,9 @@ typedef struct {
  * name refused. Errors (agreed across ranks) name the file and the tensor. */
 fsdp_status fsdp_hf_load(fsdp_engine_t *eng, const char *dir, fsdp_hf_stats *stats); /* stats may be NULL */
 
+/* A fingerprint of DIR for the manifest: CRC32C over config.json, the index (when sharded) and every
+ * safetensors file's header (its 8-byte length and JSON, not the tensor data, which would mean reading
+ * the whole model on one rank). Changes when the folder's config, tensor list, shapes or offsets do. */
+fsdp_status fsdp_hf_fingerprint(const char *dir, uint32_t *crc);
+
 #endif

@@ -161,14 +161,19 @@ static fsdp_status resolve_config(fsdp_train_config *c, int world) {
 static fsdp_status carry_init_from(const char *step_dir, cJSON *cj) {
     fsdp_ckpt_reader *r = NULL;
     FSDP_TRY(fsdp_ckpt_open(&r, step_dir));
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(fsdp_ckpt_config(r), "init-from");
-    cJSON *copy = cJSON_IsString(v) ? cJSON_CreateString(v->valuestring) : cJSON_CreateNull();
-    fsdp_ckpt_close(r);
-    if (!copy || !cJSON_ReplaceItemInObjectCaseSensitive(cj, "init-from", copy)) {
-        cJSON_Delete(copy);
-        return FSDP_ERR(FSDP_ENOMEM, "no memory for the config record");
+    static const char *const keys[] = {"init-from", "init-from-fingerprint"};
+    fsdp_status s = FSDP_OK;
+    for (int k = 0; k < 2 && s == FSDP_OK; k++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(fsdp_ckpt_config(r), keys[k]);
+        cJSON *copy = cJSON_IsString(v) ? cJSON_CreateString(v->valuestring) : cJSON_CreateNull();
+        cJSON_DeleteItemFromObjectCaseSensitive(cj, keys[k]);
+        if (!copy || !cJSON_AddItemToObject(cj, keys[k], copy)) {
+            cJSON_Delete(copy);
+            s = FSDP_ERR(FSDP_ENOMEM, "no memory for the config record");
+        }
     }
-    return FSDP_OK;
+    fsdp_ckpt_close(r);
+    return s;
 }
 
 /* ---------------------------------------------------------------- memory plan */
@@ -662,6 +667,16 @@ fsdp_status fsdp_train_run(const fsdp_train_config *cfg_in, fsdp_comm_t *comm, F
     if (!cj) {
         s = FSDP_ERR(FSDP_ENOMEM, "no memory for the config record");
         goto done;
+    }
+    if (c->init_from && !c->resume) { /* where the run starts: the folder and its fingerprint */
+        uint32_t crc = 0;
+        char fp[32];
+        s = fsdp_hf_fingerprint(c->init_from, &crc);
+        snprintf(fp, sizeof fp, "crc32c:%08x", (unsigned)crc);
+        if (s == FSDP_OK && !cJSON_AddStringToObject(cj, "init-from-fingerprint", fp))
+            s = FSDP_ERR(FSDP_ENOMEM, "no memory for the config record");
+        s = fsdp_ckpt_agree(comm, s, "fingerprinting --init-from");
+        if (s != FSDP_OK) goto done;
     }
 
     /* Resume, or start fresh (never on top of an existing run's checkpoints). */

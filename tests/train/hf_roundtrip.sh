@@ -73,11 +73,15 @@ if [ "$PART" = finetune ]; then
     # A resumed run (the same command plus --resume) keeps the starting point in its manifest.
     "$MPIRUN" 2 "$BIN" --init-from m_single "${FT[@]}" --steps 22 --warmup 2 --lr 1e-3 --checkpoint-dir ck --resume >res.log 2>&1 || bad "resume: $(tail -3 res.log)"
     grep -q "\"init-from\":[[:space:]]*\"$WORK/m_single\"" ck/step_000022/manifest.json && ok || bad "resumed manifest keeps init-from"
+    fp() { sed -n 's/.*"init-from-fingerprint":[[:space:]]*"\(crc32c:[0-9a-f]\{8\}\)".*/\1/p' "$1"; }
+    [ -n "$(fp ck/step_000020/manifest.json)" ] && [ "$(fp ck/step_000020/manifest.json)" = "$(fp ck/step_000022/manifest.json)" ] &&
+        ok || bad "manifest records the folder's fingerprint, kept on resume: '$(fp ck/step_000020/manifest.json)' '$(fp ck/step_000022/manifest.json)'"
     # Training starts from the loaded weights: one step at learning rate 0 exports the original model.
     "$MPIRUN" 3 "$BIN" --init-from m_single "${FT[@]}" --batch 3 --steps 1 --warmup 0 --lr 0 --min-lr 0 \
         --weight-decay 0 --checkpoint-dir ck0 >lr0.log 2>&1 || bad "lr 0 run: $(tail -3 lr0.log)"
     "$BIN" export --checkpoint ck0 --out lr0/model.safetensors --logits lr0.bin >exp0.log 2>&1 || bad "export lr0: $(cat exp0.log)"
     "$PY" "$FIX" compare m_single lr0.bin && ok || bad "train --init-from starts from the pretrained weights"
+    [ "$(fp ck0/step_000001/manifest.json)" = "$(fp ck/step_000020/manifest.json)" ] && ok || bad "same folder, same fingerprint"
     # Each of the 3 ranks read only its shard: at most a little over a third of the elements, all of them together.
     python3 -c "
 import re, sys
