@@ -8,7 +8,8 @@ Debian's torch.
                               sharded  the same model split into shards + model.safetensors.index.json
                               bf16     the same model saved in bfloat16
                               bare     its GPT2Model (names without "transformer."), float16
-                              lmhead   single F32 file written with safetensors, lm_head.weight stored
+                              lmhead   single F32 file written with safetensors, lm_head.weight stored,
+                                       and the old attn.bias / attn.masked_bias buffers
                             Every parameter (biases and LayerNorms too) is random, so a wrong mapping
                             or transpose cannot pass.
   compare DIR LOGITS...     transformers loads DIR (fp32) and runs the fixed input that fsdp-train's
@@ -86,6 +87,11 @@ def make_one(d, variant, seed, tokenizer=None):
         sd = {k: v.detach().clone().contiguous() for k, v in m.state_dict().items()
               if not k.endswith(".attn.bias") and not k.endswith(".attn.masked_bias")}
         sd["lm_head.weight"] = sd["transformer.wte.weight"].clone()
+        # the attention-mask buffers older GPT-2 files carry (the published weights have them): ignored
+        P = m.config.n_positions
+        for l in range(m.config.n_layer):
+            sd[f"transformer.h.{l}.attn.bias"] = torch.tril(torch.ones(P, P)).view(1, 1, P, P).contiguous()
+            sd[f"transformer.h.{l}.attn.masked_bias"] = torch.tensor(-1e4)
         save_file(sd, os.path.join(a.dir, "model.safetensors"), metadata={"format": "pt"})
     print(f"made {a.dir} ({a.variant})")
 
