@@ -8,6 +8,7 @@
 #include "kernels/kernels.h"
 
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,6 +54,11 @@ struct gpt_model {
     float *d4C;       /* (N, 4C) */
     int *tokens;      /* (N) copy of the last forward's tokens */
     int *targets;     /* (N) copy of its targets */
+
+    /* gpt_decode: the key/value cache and its per-call buffers, allocated on first use */
+    float *kv;  /* (L, 2, T_max, C): keys then values of every cached position */
+    float *dec; /* scratch for up to T_max rows (see decode_buffers) */
+    int kv_len; /* positions cached */
 
     int B, T;             /* of the last forward */
     int have_targets;     /* the last forward had targets */
@@ -360,6 +366,8 @@ fail: /* units already added belong to the engine (freed with it) */
 
 void gpt_free(gpt_model_t *m) {
     if (m == NULL) return;
+    fsdp_mem_free(m->kv);
+    fsdp_mem_free(m->dec);
     fsdp_mem_free(m->arena);
     free(m->acts);
     free(m->blocks);
@@ -611,4 +619,144 @@ fsdp_status gpt_end_eval(gpt_model_t *m) {
         return FSDP_ERR(FSDP_ESTATE,
                         "a training forward is waiting for its backward; run gpt_backward first");
     return fsdp_engine_reshard_all(m->eng);
+}
+
+/* ---------------------------------------------------------------- incremental inference (KV cache) */
+
+static fsdp_status decode_layers(gpt_model_t *m, const int *tokens, int n, int pos, float *x, float *ln,
+                                 float *tmp, float *atty, float *qkv, float *fch, float *fcg, float *mean,
+                                 float *rstd, float *att, int nthr, float *out);
+
+/* Attention of n new queries (rows of qkv [n, 3C], positions pos..pos+n-1) over the cached keys and
+ * values K, V [T_max, C] of positions 0..pos+i (causal), into out [n, C]. att: scratch of T_max floats
+ * per thread (nthr threads). */
+static void decode_attention(float *out, const float *qkv, const float *K, const float *V, float *att,
+                             int nthr, int n, int pos, int C, int NH, int Tmax) {
+    const int hs = C / NH;
+    const float scale = 1.0f / sqrtf((float)hs);
+#pragma omp parallel for schedule(static) collapse(2) num_threads(nthr)
+    for (int i = 0; i < n; i++)
+        for (int h = 0; h < NH; h++) {
+            const float *q = qkv + (size_t)i * 3 * C + (size_t)h * hs;
+            float *a = att + (size_t)omp_get_thread_num() * (size_t)Tmax;
+            const int ctx = pos + i + 1;
+            float mx = -INFINITY;
+            for (int t = 0; t < ctx; t++) {
+                const float *k = K + (size_t)t * C + (size_t)h * hs;
+                float d = 0.0f;
+                for (int e = 0; e < hs; e++)
+                    d += q[e] * k[e];
+                a[t] = d * scale;
+                if (a[t] > mx) mx = a[t];
+            }
+            float sum = 0.0f;
+            for (int t = 0; t < ctx; t++) {
+                a[t] = expf(a[t] - mx);
+                sum += a[t];
+            }
+            const float inv = 1.0f / sum;
+            float *o = out + (size_t)i * C + (size_t)h * hs;
+            for (int e = 0; e < hs; e++)
+                o[e] = 0.0f;
+            for (int t = 0; t < ctx; t++) {
+                const float w = a[t] * inv, *v = V + (size_t)t * C + (size_t)h * hs;
+                for (int e = 0; e < hs; e++)
+                    o[e] += w * v[e];
+            }
+        }
+}
+
+fsdp_status gpt_decode(gpt_model_t *m, const int *tokens, int n, int pos, const float **logits) {
+    if (m == NULL || tokens == NULL || logits == NULL)
+        return FSDP_ERR(FSDP_EINVAL, "model, tokens and logits must not be NULL");
+    const gpt_config *c = &m->cfg;
+    const int L = c->n_layer, C = c->n_embd, Tmax = c->max_seq_len, Vp = c->padded_vocab_size;
+    if (n < 1 || pos < 0 || pos + n > Tmax)
+        return FSDP_ERR(FSDP_EINVAL,
+                        "gpt_decode: %d tokens at position %d: need n >= 1 and pos + n <= max_seq_len (%d)",
+                        n, pos, Tmax);
+    if (pos != 0 && pos != m->kv_len)
+        return FSDP_ERR(FSDP_EINVAL,
+                        "gpt_decode: position %d but %d positions are cached (pass 0 to start over)", pos,
+                        m->kv_len);
+    for (int i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= c->vocab_size)
+            return FSDP_ERR(FSDP_EINVAL, "tokens[%d] = %d is outside the vocabulary [0, %d)", i, tokens[i],
+                            c->vocab_size);
+    m->pending_backward = 0; /* as a new gpt_forward does: a forward left without backward is abandoned */
+    /* Buffers for up to T_max rows: x, ln, tmpC, atty (C each), qkv (3C), fch, fch_gelu (4C each),
+     * mean, rstd (1 each), logits (Vp for one row); attention's scratch is per call (T_max per thread). */
+    const size_t R = (size_t)Tmax, Cz = (size_t)C;
+    const size_t dec_floats = R * (4 * Cz + 3 * Cz + 8 * Cz + 2) + (size_t)Vp;
+    if (!m->kv) {
+        size_t kvb, decb;
+        if (!fsdp_mul_ok((size_t)L * 2 * R * Cz, sizeof(float), &kvb) ||
+            !fsdp_mul_ok(dec_floats, sizeof(float), &decb))
+            return FSDP_ERR(FSDP_EINVAL, "the KV cache for T_max %d overflows size_t", Tmax);
+        FSDP_TRY(fsdp_mem_alloc((void **)&m->kv, kvb, FSDP_MEM_ACTIVATION));
+        fsdp_status st = fsdp_mem_alloc((void **)&m->dec, decb, FSDP_MEM_ACTIVATION);
+        if (st != FSDP_OK) {
+            fsdp_mem_free(m->kv);
+            m->kv = NULL;
+            return st;
+        }
+    }
+    float *x = m->dec, *ln = x + R * Cz, *tmp = ln + R * Cz, *atty = tmp + R * Cz, *qkv = atty + R * Cz;
+    float *fch = qkv + 3 * R * Cz, *fcg = fch + 4 * R * Cz, *mean = fcg + 4 * R * Cz, *rstd = mean + R;
+    float *out = rstd + R, *att = NULL;
+    const int nthr = omp_get_max_threads();
+    FSDP_TRY(fsdp_mem_alloc((void **)&att, (size_t)nthr * R * sizeof(float), FSDP_MEM_ACTIVATION));
+    fsdp_status st =
+        decode_layers(m, tokens, n, pos, x, ln, tmp, atty, qkv, fch, fcg, mean, rstd, att, nthr, out);
+    fsdp_mem_free(att);
+    FSDP_TRY(st);
+    m->kv_len = pos + n;
+    *logits = out;
+    return FSDP_OK;
+}
+
+/* gpt_decode's work on its buffers (see there). */
+static fsdp_status decode_layers(gpt_model_t *m, const int *tokens, int n, int pos, float *x, float *ln,
+                                 float *tmp, float *atty, float *qkv, float *fch, float *fcg, float *mean,
+                                 float *rstd, float *att, int nthr, float *out) {
+    const gpt_config *c = &m->cfg;
+    const int L = c->n_layer, C = c->n_embd, NH = c->n_head, Tmax = c->max_seq_len, Vp = c->padded_vocab_size;
+    const size_t R = (size_t)Tmax, Cz = (size_t)C;
+    m->logits_valid = 0;
+    m->kv_len = pos; /* a failure below leaves the cache at the positions that were complete */
+    const fsdp_dtype pdt = m->pdt;
+    const size_t esz = pdt == FSDP_BF16 ? sizeof(fsdp_bf16) : sizeof(float);
+
+    FSDP_TRY(fsdp_unit_pre_forward(m->root));
+    const void *r[GPT_ROOT_NTENSORS];
+    FSDP_TRY(views(m->root, GPT_ROOT_NTENSORS, r));
+    /* Embeddings at positions pos..: the encoder over a position table starting at row pos. */
+    FSDP_TRY(fsdp_encoder_forward(x, tokens, r[GPT_WTE], (const char *)r[GPT_WPE] + (size_t)pos * Cz * esz,
+                                  pdt, 1, n, C, Vp, Tmax - pos));
+    for (int l = 0; l < L; l++) {
+        FSDP_TRY(fsdp_unit_pre_forward(m->blocks[l]));
+        const void *w[GPT_BLOCK_NTENSORS];
+        FSDP_TRY(views(m->blocks[l], GPT_BLOCK_NTENSORS, w));
+        float *K = m->kv + (size_t)l * 2 * R * Cz, *V = K + R * Cz;
+        FSDP_TRY(fsdp_layernorm_forward(ln, mean, rstd, x, w[GPT_LN1_W], w[GPT_LN1_B], pdt, n, C));
+        FSDP_TRY(fsdp_matmul_forward(qkv, ln, w[GPT_QKV_W], w[GPT_QKV_B], pdt, n, C, 3 * C));
+        for (int i = 0; i < n; i++) {
+            memcpy(K + (size_t)(pos + i) * Cz, qkv + (size_t)i * 3 * Cz + Cz, Cz * sizeof(float));
+            memcpy(V + (size_t)(pos + i) * Cz, qkv + (size_t)i * 3 * Cz + 2 * Cz, Cz * sizeof(float));
+        }
+        decode_attention(atty, qkv, K, V, att, nthr, n, pos, C, NH, Tmax);
+        FSDP_TRY(fsdp_matmul_forward(tmp, atty, w[GPT_ATTPROJ_W], w[GPT_ATTPROJ_B], pdt, n, C, C));
+        FSDP_TRY(fsdp_residual_forward(x, x, tmp, (size_t)n * Cz));
+        FSDP_TRY(fsdp_layernorm_forward(ln, mean, rstd, x, w[GPT_LN2_W], w[GPT_LN2_B], pdt, n, C));
+        FSDP_TRY(fsdp_matmul_forward(fch, ln, w[GPT_FC_W], w[GPT_FC_B], pdt, n, C, 4 * C));
+        FSDP_TRY(fsdp_gelu_forward(fcg, fch, (size_t)n * 4 * Cz));
+        FSDP_TRY(fsdp_matmul_forward(tmp, fcg, w[GPT_FCPROJ_W], w[GPT_FCPROJ_B], pdt, n, 4 * C, C));
+        FSDP_TRY(fsdp_residual_forward(x, x, tmp, (size_t)n * Cz));
+        FSDP_TRY(fsdp_unit_post_forward(m->blocks[l]));
+    }
+    /* Only the last position's logits are needed. */
+    const float *last = x + (size_t)(n - 1) * Cz;
+    FSDP_TRY(fsdp_layernorm_forward(ln, mean, rstd, last, r[GPT_LNF_W], r[GPT_LNF_B], pdt, 1, C));
+    FSDP_TRY(fsdp_matmul_forward(out, ln, r[GPT_WTE], NULL, pdt, 1, C, Vp));
+    return fsdp_unit_post_forward(m->root);
 }

@@ -151,6 +151,17 @@ fsdp_status gpt_backward(gpt_model_t *m, float loss_scale);
 /* After inference-only forwards (targets NULL): frees the parameters the root keeps unsharded. */
 fsdp_status gpt_end_eval(gpt_model_t *m);
 
+/* Incremental inference with a key/value cache (one sequence): runs tokens[0..n) at positions
+ * pos..pos+n-1 against the cached keys and values of positions 0..pos-1, appends theirs, and points
+ * *logits at the last new position's logits (float [Vp], valid until the next call). pos 0 starts a new
+ * sequence; otherwise pos must equal the number of positions cached. Per token the work is the GEMVs of
+ * the weights plus attention over pos keys: linear in the context, where gpt_forward over the whole
+ * context is quadratic. Same hooks as an inference gpt_forward (collective on every rank; finish with
+ * gpt_end_eval); the cache (2 * L * T_max * C floats, category activation) lives until gpt_free. Like a
+ * new gpt_forward, it abandons a training forward still waiting for its backward. The logits equal
+ * gpt_forward's on the same context up to float rounding (other summation orders in attention). */
+fsdp_status gpt_decode(gpt_model_t *m, const int *tokens, int n, int pos, const float **logits);
+
 #ifdef __cplusplus
 }
 #endif

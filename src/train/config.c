@@ -111,10 +111,17 @@ static const opt_def opts[] = {
      "--trace covers steps up to this one (0: the whole run)"},
     {"checkpoint", OPT_STR, F(checkpoint), 0, 0, NULL, C_EXPORT | C_SAMPLE,
      "a step folder, or a checkpoint folder (its `latest`)"},
-    {"logits", OPT_STR, F(logits), 0, 0, NULL, C_EXPORT,
-     "also write the fp32 model's logits on a fixed input to this file (tools/check_export.py)"},
+    {"logits", OPT_STR, F(logits), 0, 0, NULL, C_EXPORT | C_SAMPLE,
+     "write the fp32 model's logits on a fixed input to this file (export: as well; sample: instead of "
+     "text)"},
+    {"init-from", OPT_STR, F(init_from), 0, 0, NULL, C_TRAIN | C_SAMPLE | C_EXPORT,
+     "Hugging Face GPT-2 folder (config.json, model.safetensors or its index) to start from; its "
+     "config.json sets --layers, --width, --heads, --vocab and --max-seq-len"},
     {"prompt", OPT_STR, F(prompt), 0, 0, NULL, C_TRAIN | C_SAMPLE, "text the sample starts from"},
     {"tokens", OPT_INT, F(tokens), 1, 1 << 20, NULL, C_SAMPLE, "tokens to generate"},
+    {"kv-cache", OPT_BOOL, F(kv_cache), 0, 1, NULL, C_TRAIN | C_SAMPLE,
+     "sample with a key/value cache (per-token cost linear in the context); 0: a full forward per token"},
+    {"timing", OPT_BOOL, F(timing), 0, 1, NULL, C_SAMPLE, "print the sampling speed (tokens/s) on stderr"},
     {"temperature", OPT_DBL, F(temperature), 0, 100, NULL, C_TRAIN | C_SAMPLE,
      "sampling temperature (0: greedy)"},
     {"top-k", OPT_INT, F(top_k), 0, 1 << 20, NULL, C_TRAIN | C_SAMPLE,
@@ -126,6 +133,9 @@ static const opt_def opts[] = {
      "share of documents kept for val.bin"},
     {"doc-sep", OPT_STR, F(doc_sep), 0, 0, NULL, C_PREPARE,
      "a line equal to this separates documents (e.g. % for fortune files)"},
+    {"tokenizer", OPT_STR, F(tokenizer), 0, 0, NULL, C_PREPARE | C_SAMPLE | C_EXPORT,
+     "GPT-2 style tokenizer.json (byte-level BPE): prepare encodes with it (unset: bytes) and copies it "
+     "into the folder; sample and export: instead of the data folder's or --init-from's"},
 };
 #undef F
 #define NOPTS ((int)(sizeof opts / sizeof opts[0]))
@@ -177,6 +187,7 @@ fsdp_train_config fsdp_train_config_default(void) {
     c.temperature = 0.8;
     c.top_k = 40;
     c.tokens = 200;
+    c.kv_cache = 1;
     c.val_fraction = 0.05;
     c.doc_sep = NULL;
     return c;
@@ -367,11 +378,13 @@ fsdp_status fsdp_train_config_check(fsdp_train_config *c, int world) {
         if (!c->out) return fsdp_set_error(FSDP_EINVAL, "prepare needs --out DIR");
         break;
     case FSDP_CMD_EXPORT:
-        if (!c->checkpoint) return fsdp_set_error(FSDP_EINVAL, "export needs --checkpoint DIR");
+        if (!c->checkpoint == !c->init_from)
+            return fsdp_set_error(FSDP_EINVAL, "export needs one of --checkpoint DIR and --init-from DIR");
         if (!c->out) return fsdp_set_error(FSDP_EINVAL, "export needs --out FILE.safetensors");
         break;
     case FSDP_CMD_SAMPLE:
-        if (!c->checkpoint) return fsdp_set_error(FSDP_EINVAL, "sample needs --checkpoint DIR");
+        if (!c->checkpoint == !c->init_from)
+            return fsdp_set_error(FSDP_EINVAL, "sample needs one of --checkpoint DIR and --init-from DIR");
         break;
     default: return FSDP_ERR(FSDP_EINVAL, "unknown command %d", (int)c->cmd);
     }
@@ -406,9 +419,10 @@ static void format_value(char *buf, size_t cap, const fsdp_train_config *cfg, co
 void fsdp_train_usage(FILE *f, fsdp_train_cmd cmd) {
     static const char *const what[FSDP_CMD_NCMD] = {
         "train a GPT on token files with FSDP (the default command; under mpirun, one process per rank)",
-        "tokenise text files byte by byte into DIR/train.bin, DIR/val.bin (llm.c's token file layout)",
-        "write a checkpoint's full fp32 model as .safetensors with GPT-2's tensor names, plus config.json",
-        "generate text from a checkpoint",
+        "tokenise text files (bytes, or --tokenizer's BPE) into DIR/train.bin, DIR/val.bin (llm.c's layout)",
+        "write a checkpoint's (or a Hugging Face folder's) full fp32 model as .safetensors with GPT-2's tensor "
+        "names, plus config.json (and tokenizer.json when the run has one)",
+        "generate text from a checkpoint or a Hugging Face GPT-2 folder",
     };
     fprintf(f, "usage: fsdp-train %s[flags]\n  %s\n\nflags (default in brackets):\n",
             cmd == FSDP_CMD_TRAIN     ? "[train] "

@@ -73,7 +73,9 @@ typedef struct {
     const char *prompt;
     double temperature;
     int top_k;
-    int tokens; /* sample: tokens to generate */
+    int tokens;   /* sample: tokens to generate */
+    int kv_cache; /* sampling with the key/value cache (gpt_decode); 0: a full forward per token */
+    int timing;   /* sample: tokens/s on stderr */
 
     /* prepare */
     const char *const *texts;
@@ -84,7 +86,12 @@ typedef struct {
 
     /* export, sample */
     const char *checkpoint; /* a step folder, or a checkpoint folder with `latest` */
-    const char *logits;     /* export: also write the fp32 model's logits on a fixed input here */
+    const char *logits;     /* export: also write the fp32 model's logits on a fixed input here;
+                               sample: write them instead of generating */
+
+    /* Hugging Face interop (train/hf.h, train/bpe.h) */
+    const char *init_from; /* train, sample: a GPT-2 folder (config.json + safetensors) to start from */
+    const char *tokenizer; /* prepare: a GPT-2 style tokenizer.json to encode the text with */
 } fsdp_train_config;
 
 fsdp_train_config fsdp_train_config_default(void);

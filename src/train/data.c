@@ -4,6 +4,7 @@
 #include "train/data.h"
 
 #include "core/core.h"
+#include "train/bpe.h"
 #include "train/io.h"
 
 #include <cjson/cJSON.h>
@@ -172,6 +173,14 @@ static void for_each_doc(const char *text, size_t n, const char *sep, doc_fn fn,
 typedef struct {
     /* pass 1 */
     uint64_t n_docs, n_tokens;
+    size_t max_doc; /* bytes of the longest document */
+    /* the BPE (NULL: bytes), its end-of-text id, one document's ids, the first error */
+    fsdp_bpe *bpe;
+    int eot;
+    int32_t *doc;
+    fsdp_status err;
+    double encode_s;
+    uint64_t encoded; /* bytes of text the BPE encoded */
     /* pass 2 */
     double f;
     uint64_t doc_i, total_docs, single_split; /* single_split: token split index for one document */
@@ -182,32 +191,44 @@ typedef struct {
 static void count_doc(void *c, const char *p, size_t n) {
     prep_ctx *x = c;
     x->n_docs++;
-    x->n_tokens += 1 + n;
+    x->n_tokens += 1 + n; /* an upper bound with a BPE: every token covers at least one byte */
+    if (n > x->max_doc) x->max_doc = n;
 }
 
 /* Document i goes to val when floor((i+1) f) > floor(i f): an exact share f, spread evenly. */
 static void emit_doc(void *c, const char *p, size_t n) {
     prep_ctx *x = c;
     uint64_t i = x->doc_i++;
+    size_t nd = n;
+    if (x->bpe) {
+        if (x->err != FSDP_OK) return;
+        double t0 = fsdp_time_s();
+        x->err = fsdp_bpe_encode(x->bpe, p, n, x->doc, &nd);
+        x->encode_s += fsdp_time_s() - t0;
+        x->encoded += n;
+        if (x->err != FSDP_OK) return;
+    }
+    /* token k of the document: end-of-text, then its bytes or BPE ids */
+#define TOK(k) ((uint16_t)((k) == 0 ? x->eot : x->bpe ? x->doc[(k)-1] : (uint8_t)p[(k)-1]))
     if (x->total_docs == 1) {
-        for (size_t k = 0; k <= n; k++) {
-            uint16_t t = k == 0 ? FSDP_TOKEN_EOT : (uint8_t)p[k - 1];
-            if (k < x->single_split)
-                x->train[x->nt++] = t;
+        uint64_t split = x->bpe ? (nd + 1) - (uint64_t)llround((double)(nd + 1) * x->f) : x->single_split;
+        for (size_t k = 0; k <= nd; k++) {
+            if (k < split)
+                x->train[x->nt++] = TOK(k);
             else
-                x->val[x->nv++] = t;
+                x->val[x->nv++] = TOK(k);
         }
         return;
     }
     int to_val = floor((double)(i + 1) * x->f) > floor((double)i * x->f);
     uint16_t *dst = to_val ? x->val + x->nv : x->train + x->nt;
-    dst[0] = FSDP_TOKEN_EOT;
-    for (size_t k = 0; k < n; k++)
-        dst[1 + k] = (uint8_t)p[k];
+    for (size_t k = 0; k <= nd; k++)
+        dst[k] = TOK(k);
+#undef TOK
     if (to_val)
-        x->nv += 1 + n;
+        x->nv += 1 + nd;
     else
-        x->nt += 1 + n;
+        x->nt += 1 + nd;
 }
 
 fsdp_status fsdp_prepare(const fsdp_prepare_args *a, fsdp_prepare_stats *stats) {
@@ -222,6 +243,21 @@ fsdp_status fsdp_prepare(const fsdp_prepare_args *a, fsdp_prepare_stats *stats) 
     char *train_path = NULL, *val_path = NULL, *meta_path = NULL, *meta = NULL;
     cJSON *j = NULL;
     prep_ctx x = {0};
+    x.eot = FSDP_TOKEN_EOT;
+    int vocab = FSDP_BYTE_VOCAB;
+    if (a->tokenizer) {
+        s = fsdp_bpe_load(&x.bpe, a->tokenizer);
+        if (s != FSDP_OK) goto done;
+        x.eot = fsdp_bpe_eot(x.bpe);
+        vocab = fsdp_bpe_vocab_size(x.bpe);
+        if (x.eot < 0) {
+            s = fsdp_set_error(
+                FSDP_EFORMAT,
+                "%s: no \"<|endoftext|>\" token (\"added_tokens\"): documents need it as separator",
+                a->tokenizer);
+            goto done;
+        }
+    }
     if (!texts || !lens) {
         s = FSDP_ERR(FSDP_ENOMEM, "no memory for %d file entries", a->n_texts);
         goto done;
@@ -241,9 +277,14 @@ fsdp_status fsdp_prepare(const fsdp_prepare_args *a, fsdp_prepare_stats *stats) 
     s = fsdp_mem_alloc((void **)&x.train, 2 * x.n_tokens, FSDP_MEM_OTHER);
     if (s != FSDP_OK) goto done;
     s = fsdp_mem_alloc((void **)&x.val, 2 * x.n_tokens, FSDP_MEM_OTHER);
+    if (s == FSDP_OK && x.bpe) s = fsdp_mem_alloc((void **)&x.doc, 4 * (x.max_doc + 1), FSDP_MEM_OTHER);
     if (s != FSDP_OK) goto done;
     for (int i = 0; i < a->n_texts; i++)
         for_each_doc(texts[i], lens[i], a->doc_sep, emit_doc, &x);
+    if (x.err != FSDP_OK) {
+        s = x.err;
+        goto done;
+    }
     if (x.nt == 0) {
         s = fsdp_set_error(FSDP_EINVAL, "prepare: --val-fraction %g leaves no training tokens", x.f);
         goto done;
@@ -271,9 +312,22 @@ fsdp_status fsdp_prepare(const fsdp_prepare_args *a, fsdp_prepare_stats *stats) 
         s = FSDP_ERR(FSDP_ENOMEM, "no memory for meta.json");
         goto done;
     }
-    cJSON_AddStringToObject(j, "tokenizer", "bytes");
-    cJSON_AddNumberToObject(j, "vocab", FSDP_BYTE_VOCAB);
-    cJSON_AddNumberToObject(j, "eot", FSDP_TOKEN_EOT);
+    if (x.bpe) { /* the folder carries its tokenizer: sample and export find it there */
+        char *copy = NULL, *tpath = fsdp_strdupf("%s/tokenizer.json", a->out_dir);
+        size_t clen = 0;
+        struct stat ss, sd; /* --tokenizer may already be the folder's own copy: nothing to do */
+        int same = tpath && stat(a->tokenizer, &ss) == 0 && stat(tpath, &sd) == 0 && ss.st_dev == sd.st_dev &&
+                   ss.st_ino == sd.st_ino;
+        s = tpath ? FSDP_OK : FSDP_ERR(FSDP_ENOMEM, "no memory for a path");
+        if (s == FSDP_OK && !same) s = fsdp_io_read_file(a->tokenizer, &copy, &clen);
+        if (s == FSDP_OK && !same) s = fsdp_io_write_file_atomic(tpath, copy, clen, 0);
+        fsdp_mem_free(copy);
+        free(tpath);
+        if (s != FSDP_OK) goto done;
+    }
+    cJSON_AddStringToObject(j, "tokenizer", x.bpe ? "tokenizer.json" : "bytes");
+    cJSON_AddNumberToObject(j, "vocab", vocab);
+    cJSON_AddNumberToObject(j, "eot", x.eot);
     cJSON_AddNumberToObject(j, "documents", (double)x.n_docs);
     cJSON_AddNumberToObject(j, "train_tokens", (double)x.nt);
     cJSON_AddNumberToObject(j, "val_tokens", (double)x.nv);
@@ -292,6 +346,9 @@ fsdp_status fsdp_prepare(const fsdp_prepare_args *a, fsdp_prepare_stats *stats) 
         stats->n_docs = x.n_docs;
         stats->n_train = x.nt;
         stats->n_val = x.nv;
+        stats->vocab = vocab;
+        stats->encode_s = x.encode_s;
+        stats->text_bytes = x.encoded;
     }
 done:
     free(meta);
@@ -301,6 +358,8 @@ done:
     free(train_path);
     fsdp_mem_free(x.val);
     fsdp_mem_free(x.train);
+    fsdp_mem_free(x.doc);
+    fsdp_bpe_free(x.bpe);
     for (int i = 0; texts && i < a->n_texts; i++)
         fsdp_mem_free(texts[i]);
     free(lens);

@@ -52,14 +52,20 @@ fsdp_status fsdp_tokens_write(const char *path, const uint16_t *tokens, size_t n
 typedef struct {
     const char *const *texts; /* input text files */
     int n_texts;
-    const char *out_dir; /* created if missing */
-    double val_fraction; /* share of documents (or of tokens, with one document) for val.bin */
-    const char *doc_sep; /* a line equal to this separates documents ("%" for fortune files);
-                            NULL: every file is one document */
+    const char *out_dir;   /* created if missing */
+    double val_fraction;   /* share of documents (or of tokens, with one document) for val.bin */
+    const char *doc_sep;   /* a line equal to this separates documents ("%" for fortune files);
+                              NULL: every file is one document */
+    const char *tokenizer; /* NULL: bytes (vocabulary 257); else a GPT-2 style tokenizer.json (train/bpe.h):
+                              documents start with its <|endoftext|>, and the file is copied into
+                              out_dir/tokenizer.json for sample and export */
     int quiet;
 } fsdp_prepare_args;
 typedef struct {
     uint64_t n_docs, n_train, n_val; /* documents, tokens written */
+    int vocab;                       /* of the tokens written */
+    uint64_t text_bytes;             /* BPE: bytes of document text it encoded */
+    double encode_s;                 /* BPE: seconds fsdp_bpe_encode took over them */
 } fsdp_prepare_stats;
 fsdp_status fsdp_prepare(const fsdp_prepare_args *a, fsdp_prepare_stats *stats);
 

@@ -6,6 +6,7 @@
 
 #include "core/core.h"
 #include "model/gpt.h"
+#include "train/bpe.h"
 #include "train/checkpoint.h"
 #include "train/io.h"
 
@@ -14,6 +15,7 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* fsdp.c tensor name -> GPT-2 name suffix, and whether the GPT-2 layout is the transpose. */
@@ -131,7 +133,7 @@ static char *header_json(const export_tensor *ts, int n, int64_t step) {
     return s;
 }
 
-static fsdp_status write_config_json(const char *out, const fsdp_train_config *c) {
+static fsdp_status write_config_json(const char *out, const fsdp_train_config *c, int eot) {
     char dir[4096];
     fsdp_path_dirname(out, dir, sizeof dir);
     char *path = fsdp_strdupf("%s/config.json", dir);
@@ -155,13 +157,15 @@ static fsdp_status write_config_json(const char *out, const fsdp_train_config *c
     cJSON_AddStringToObject(j, "activation_function", "gelu_new");
     cJSON_AddNumberToObject(j, "layer_norm_epsilon", 1e-5);
     cJSON_AddTrueToObject(j, "tie_word_embeddings");
-    cJSON_AddNumberToObject(j, "bos_token_id", c->vocab - 1);
-    cJSON_AddNumberToObject(j, "eos_token_id", c->vocab - 1);
+    cJSON_AddNumberToObject(j, "bos_token_id", eot >= 0 ? eot : c->vocab - 1);
+    cJSON_AddNumberToObject(j, "eos_token_id", eot >= 0 ? eot : c->vocab - 1);
     cJSON_AddNumberToObject(j, "resid_pdrop", 0);
     cJSON_AddNumberToObject(j, "embd_pdrop", 0);
     cJSON_AddNumberToObject(j, "attn_pdrop", 0);
     cJSON_AddStringToObject(j, "tokenizer",
-                            c->vocab == 257 ? "bytes (ids 0..255), 256 = end of text" : "gpt2");
+                            eot >= 0          ? "tokenizer.json"
+                            : c->vocab == 257 ? "bytes (ids 0..255), 256 = end of text"
+                                              : "gpt2");
     text = cJSON_Print(j);
     if (!text) {
         s = FSDP_ERR(FSDP_ENOMEM, "no memory for config.json");
@@ -175,7 +179,29 @@ done:
     return s;
 }
 
+static fsdp_status export_checkpoint(const fsdp_train_config *cfg, FILE *out);
+
 fsdp_status fsdp_export_run(const fsdp_train_config *cfg, FILE *out) {
+    if (!cfg->init_from) return export_checkpoint(cfg, out);
+    /* A Hugging Face folder: through a temporary one-rank checkpoint beside the output. */
+    char *tmp = fsdp_strdupf("%s.init-from.tmp", cfg->out), *step_dir = NULL;
+    if (!tmp) return FSDP_ERR(FSDP_ENOMEM, "no memory for a path");
+    fsdp_rm_tree1(tmp); /* a leftover of an interrupted export */
+    fsdp_status s = fsdp_train_hf_to_checkpoint(cfg->init_from, tmp, &step_dir);
+    if (s == FSDP_OK) {
+        fsdp_train_config c = *cfg;
+        c.checkpoint = step_dir;
+        c.init_from = NULL;
+        s = export_checkpoint(&c, out);
+    }
+    if (step_dir) fsdp_rm_tree1(step_dir);
+    fsdp_rm_tree1(tmp);
+    free(step_dir);
+    free(tmp);
+    return s;
+}
+
+static fsdp_status export_checkpoint(const fsdp_train_config *cfg, FILE *out) {
     char *step_dir = NULL, *hdr = NULL;
     fsdp_ckpt_reader *r = NULL;
     export_tensor *ts = NULL;
@@ -190,6 +216,20 @@ fsdp_status fsdp_export_run(const fsdp_train_config *cfg, FILE *out) {
     if (s == FSDP_OK) s = fsdp_train_config_from_json(&c, fsdp_ckpt_config(r), step_dir);
     if (s == FSDP_OK) s = fsdp_ckpt_state_get(r, &st);
     if (s == FSDP_OK) s = plan(r, c.vocab, &ts, &n);
+    /* The tokenizer is checked before anything is written. */
+    char *tpath = NULL, *tok = NULL, *tdst = NULL;
+    size_t tlen = 0;
+    int eot = -1;
+    if (s == FSDP_OK) s = fsdp_train_ckpt_tokenizer(cfg->tokenizer, cfg->checkpoint, &tpath);
+    if (s == FSDP_OK && tpath) {
+        fsdp_bpe *bpe = NULL;
+        s = fsdp_bpe_load(&bpe, tpath);
+        eot = fsdp_bpe_eot(bpe);
+        if (s == FSDP_OK && fsdp_bpe_vocab_size(bpe) > c.vocab)
+            s = fsdp_set_error(FSDP_EINVAL, "%s: more tokens (%d) than the model's vocabulary (%d)", tpath,
+                               fsdp_bpe_vocab_size(bpe), c.vocab);
+        fsdp_bpe_free(bpe);
+    }
     if (s != FSDP_OK) goto done;
     hdr = header_json(ts, n, st.step);
     if (!hdr) {
@@ -240,7 +280,18 @@ fsdp_status fsdp_export_run(const fsdp_train_config *cfg, FILE *out) {
         s = fsdp_io_write_all(fd, src, 4 * rows * cols, tmp);
     }
     if (s == FSDP_OK) s = fsdp_out_commit(&o);
-    if (s == FSDP_OK) s = write_config_json(cfg->out, &c);
+    /* The run's tokenizer.json goes beside the model, so AutoTokenizer loads the folder too. */
+    if (s == FSDP_OK && tpath) {
+        tdst = fsdp_strdupf("%s/tokenizer.json", odir);
+        struct stat ss, sd; /* exporting into the folder the tokenizer comes from: it is there already */
+        int same = tdst && stat(tpath, &ss) == 0 && stat(tdst, &sd) == 0 && ss.st_dev == sd.st_dev &&
+                   ss.st_ino == sd.st_ino;
+        s = tdst ? FSDP_OK : FSDP_ERR(FSDP_ENOMEM, "no memory for a path");
+        if (s == FSDP_OK && !same) s = fsdp_io_read_file(tpath, &tok, &tlen);
+        if (s == FSDP_OK && !same) s = fsdp_io_write_file_atomic(tdst, tok, tlen, 0);
+    }
+    if (s == FSDP_OK) s = write_config_json(cfg->out, &c, eot);
+    if (s == FSDP_OK && out && tpath) fprintf(out, "copied %s beside it as tokenizer.json\n", tpath);
     if (s == FSDP_OK && cfg->logits) s = fsdp_train_write_logits(step_dir, cfg->logits);
     if (s == FSDP_OK && out)
         fprintf(out,
@@ -248,6 +299,9 @@ fsdp_status fsdp_export_run(const fsdp_train_config *cfg, FILE *out) {
                 cfg->out, (long long)st.step, n, (unsigned long long)(n ? ts[n - 1].end : 0));
 done:
     fsdp_out_abort(&o); /* a no-op once committed */
+    fsdp_mem_free(tok);
+    free(tdst);
+    free(tpath);
     fsdp_mem_free(buf);
     fsdp_mem_free(flat);
     free(hdr);

@@ -8,13 +8,16 @@
 #include "core/core.h"
 #include "kernels/kernels.h"
 #include "model/gpt.h"
+#include "train/bpe.h"
 #include "train/checkpoint.h"
 #include "train/data.h"
+#include "train/hf.h"
 #include "train/io.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <math.h>
 #include <omp.h>
 #include <sched.h>
@@ -128,14 +131,49 @@ static fsdp_status model_build(const fsdp_train_config *cfg, fsdp_comm_t *comm, 
     return s;
 }
 
+/* --init-from: the model shape from DIR/config.json, and data of the same vocabulary. */
+static fsdp_status apply_init_from(fsdp_train_config *c) {
+    if (!c->init_from) return FSDP_OK;
+    FSDP_TRY(fsdp_hf_read_config(c->init_from, c));
+    int v = 0;
+    FSDP_TRY(fsdp_data_meta_vocab(c->data, &v));
+    if (v > 0 && v != c->vocab)
+        return fsdp_set_error(
+            FSDP_EINVAL,
+            "%s/meta.json: the data's vocabulary (%d) is not --init-from %s's (%d): prepare "
+            "the text with `fsdp-train prepare --tokenizer %s/tokenizer.json`",
+            c->data, v, c->init_from, c->vocab, c->init_from);
+    return FSDP_OK;
+}
+
 /* Resolves vocab 0 (meta.json's, else GPT-2's) and checks cfg against the world size. */
 static fsdp_status resolve_config(fsdp_train_config *c, int world) {
+    FSDP_TRY(apply_init_from(c));
     if (c->vocab == 0) {
         int v = 0;
         FSDP_TRY(fsdp_data_meta_vocab(c->data, &v));
         c->vocab = v > 0 ? v : FSDP_GPT2_VOCAB;
     }
     return fsdp_train_config_check(c, world);
+}
+
+/* A resumed run keeps the starting point its first run recorded (the manifest's "init-from"). */
+static fsdp_status carry_init_from(const char *step_dir, cJSON *cj) {
+    fsdp_ckpt_reader *r = NULL;
+    FSDP_TRY(fsdp_ckpt_open(&r, step_dir));
+    static const char *const keys[] = {"init-from", "init-from-fingerprint"};
+    fsdp_status s = FSDP_OK;
+    for (int k = 0; k < 2 && s == FSDP_OK; k++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(fsdp_ckpt_config(r), keys[k]);
+        cJSON *copy = cJSON_IsString(v) ? cJSON_CreateString(v->valuestring) : cJSON_CreateNull();
+        cJSON_DeleteItemFromObjectCaseSensitive(cj, keys[k]);
+        if (!copy || !cJSON_AddItemToObject(cj, keys[k], copy)) {
+            cJSON_Delete(copy);
+            s = FSDP_ERR(FSDP_ENOMEM, "no memory for the config record");
+        }
+    }
+    fsdp_ckpt_close(r);
+    return s;
 }
 
 /* ---------------------------------------------------------------- memory plan */
@@ -181,6 +219,7 @@ static fsdp_status plan_local(const fsdp_train_config *cfg_in, fsdp_comm_t *comm
     fsdp_train_config *c = &cfg;
     const int world = c->world > 0 ? c->world : fsdp_comm_size(comm);
     const int rank0 = fsdp_comm_rank(comm) == 0;
+    FSDP_TRY(apply_init_from(c));
     if (c->vocab == 0) {
         int v = 0;
         FSDP_TRY(fsdp_data_meta_vocab(c->data, &v));
@@ -269,9 +308,16 @@ static fsdp_status pick_token(const float *logits, int V, double temperature, in
 }
 
 /* Writes one generated token: bytes as they are (control characters other than newline and tab as
- * '?'), end-of-text as a separator line; with a BPE vocabulary, the id in brackets. */
-static void put_token(FILE *out, int tok, int vocab) {
-    if (vocab == FSDP_BYTE_VOCAB) {
+ * '?'), end-of-text as a separator line; with a tokenizer, its text (end-of-text as the separator line);
+ * with another vocabulary and no tokenizer, the id in brackets. */
+static void put_token(FILE *out, int tok, int vocab, const fsdp_bpe *bpe) {
+    size_t len = 0;
+    const char *text = bpe ? fsdp_bpe_token_bytes(bpe, tok, &len) : NULL;
+    if (bpe && tok == fsdp_bpe_eot(bpe)) {
+        fputs("\n----\n", out);
+    } else if (text) {
+        fwrite(text, 1, len, out);
+    } else if (vocab == FSDP_BYTE_VOCAB) {
         if (tok == FSDP_TOKEN_EOT) {
             fputs("\n----\n", out);
         } else {
@@ -285,38 +331,115 @@ static void put_token(FILE *out, int tok, int vocab) {
     fflush(out);
 }
 
-/* Generates n tokens after prompt (bytes; the byte vocabulary only) with the model on comm. */
+/* The tokenizer.json of a run, if it has one: --tokenizer, else the one in the --init-from folder, else
+ * the data folder's (prepare --tokenizer copies it there). *path NULL when there is none. */
+static fsdp_status find_tokenizer(const char *flag, const char *init_from, const char *data, char **path) {
+    *path = NULL;
+    const char *dirs[2] = {init_from, data};
+    if (flag) *path = strdup(flag);
+    for (int i = 0; i < 2 && !flag && !*path; i++) {
+        if (!dirs[i]) continue;
+        char *p = fsdp_strdupf("%s/tokenizer.json", dirs[i]);
+        if (!p) return FSDP_ERR(FSDP_ENOMEM, "no memory for a path");
+        if (access(p, F_OK) == 0)
+            *path = p;
+        else
+            free(p);
+    }
+    if (flag && !*path) return FSDP_ERR(FSDP_ENOMEM, "no memory for a path");
+    return FSDP_OK;
+}
+
+fsdp_status fsdp_train_ckpt_tokenizer(const char *flag, const char *ckpt, char **path) {
+    *path = NULL;
+    if (flag) return find_tokenizer(flag, NULL, NULL, path);
+    char *step_dir = NULL;
+    fsdp_ckpt_reader *r = NULL;
+    fsdp_status s = fsdp_ckpt_resolve(ckpt, &step_dir);
+    if (s == FSDP_OK) s = fsdp_ckpt_open(&r, step_dir);
+    if (s == FSDP_OK) {
+        const cJSON *d = cJSON_GetObjectItemCaseSensitive(fsdp_ckpt_config(r), "data");
+        const cJSON *i = cJSON_GetObjectItemCaseSensitive(fsdp_ckpt_config(r), "init-from");
+        s = find_tokenizer(NULL, cJSON_IsString(i) ? i->valuestring : NULL,
+                           cJSON_IsString(d) ? d->valuestring : NULL, path);
+    }
+    fsdp_ckpt_close(r);
+    free(step_dir);
+    return s;
+}
+
+/* Loads the tokenizer at path (NULL: none) for a model of vocabulary V. */
+static fsdp_status load_tokenizer(const char *path, int V, fsdp_bpe **bpe) {
+    *bpe = NULL;
+    if (!path) return FSDP_OK;
+    FSDP_TRY(fsdp_bpe_load(bpe, path));
+    if (fsdp_bpe_vocab_size(*bpe) > V || fsdp_bpe_eot(*bpe) < 0) {
+        fsdp_status s = fsdp_set_error(
+            FSDP_EINVAL, "%s: %s (the model's vocabulary is %d)", path,
+            fsdp_bpe_eot(*bpe) < 0 ? "no <|endoftext|> token" : "more tokens than the model has", V);
+        fsdp_bpe_free(*bpe);
+        *bpe = NULL;
+        return s;
+    }
+    return FSDP_OK;
+}
+
+/* Generates n tokens after prompt with the model on comm: the prompt's bytes with the byte vocabulary,
+ * its BPE ids with a tokenizer (bpe; every rank encodes the same ids), none otherwise. */
 static fsdp_status generate(gpt_model_t *model, const fsdp_train_config *c, fsdp_comm_t *comm,
-                            const char *prompt, int n, uint64_t rng[2], FILE *out) {
+                            const char *prompt, int n, uint64_t rng[2], FILE *out, fsdp_bpe *bpe) {
     const gpt_config *gc = gpt_get_config(model);
     int V = gc->vocab_size, Tmax = gc->max_seq_len, rank0 = !comm || fsdp_comm_rank(comm) == 0;
     size_t plen = strlen(prompt);
-    if (V != FSDP_BYTE_VOCAB && plen > 0)
+    if (V != FSDP_BYTE_VOCAB && plen > 0 && !bpe)
         return fsdp_set_error(FSDP_EINVAL,
-                              "--prompt needs the byte-level vocabulary (%d); this model's is %d (BPE text "
-                              "cannot be tokenised here): leave --prompt empty",
+                              "--prompt needs the byte-level vocabulary (%d) or a tokenizer; this model's "
+                              "vocabulary is %d and no tokenizer.json was found (pass --tokenizer FILE)",
                               FSDP_BYTE_VOCAB, V);
     size_t cap = plen + (size_t)n + 1;
     int *toks = malloc(sizeof(int) * cap);
     if (!toks) return FSDP_ERR(FSDP_ENOMEM, "no memory for %zu tokens", cap);
     size_t len = 0;
-    toks[len++] = V == FSDP_BYTE_VOCAB ? FSDP_TOKEN_EOT : FSDP_GPT2_VOCAB - 1;
-    for (size_t i = 0; i < plen; i++)
-        toks[len++] = (unsigned char)prompt[i];
+    toks[len++] = bpe ? fsdp_bpe_eot(bpe) : V == FSDP_BYTE_VOCAB ? FSDP_TOKEN_EOT : FSDP_GPT2_VOCAB - 1;
+    if (bpe) {
+        size_t k = 0;
+        fsdp_status es = fsdp_bpe_encode(bpe, prompt, plen, toks + len, &k);
+        if (es != FSDP_OK) {
+            free(toks);
+            return es;
+        }
+        len += k;
+    } else {
+        for (size_t i = 0; i < plen; i++)
+            toks[len++] = (unsigned char)prompt[i];
+    }
     if (rank0 && out) fputs(prompt, out);
     fsdp_status s = FSDP_OK;
+    /* With the cache: positions start.. are in the model's context, the first `cached` of them cached;
+     * when the context would pass T_max it restarts from the last half (GPT-2's positions are absolute,
+     * so a sliding window cannot reuse the cache). Without: a full forward over the last T_max tokens. */
+    size_t start = len > (size_t)Tmax ? len - (size_t)Tmax : 0, cached = 0;
     for (int k = 0; k < n && s == FSDP_OK; k++) {
-        size_t T = len < (size_t)Tmax ? len : (size_t)Tmax;
-        s = gpt_forward(model, toks + (len - T), NULL, 1, (int)T, NULL);
-        const float *logits = NULL;
-        int Vp = 0;
-        if (s == FSDP_OK) s = gpt_logits(model, &logits, NULL, NULL, &Vp);
+        const float *logits = NULL, *row = NULL;
+        if (c->kv_cache) {
+            if (len - start > (size_t)Tmax) {
+                start = len - (Tmax / 2 > 0 ? (size_t)(Tmax / 2) : 1);
+                cached = 0;
+            }
+            s = gpt_decode(model, toks + start + cached, (int)(len - start - cached), (int)cached, &row);
+            cached = len - start;
+        } else {
+            size_t T = len < (size_t)Tmax ? len : (size_t)Tmax;
+            int Vp = 0;
+            s = gpt_forward(model, toks + (len - T), NULL, 1, (int)T, NULL);
+            if (s == FSDP_OK) s = gpt_logits(model, &logits, NULL, NULL, &Vp);
+            if (s == FSDP_OK) row = logits + (T - 1) * (size_t)Vp;
+        }
         int tok = 0;
-        if (s == FSDP_OK)
-            s = pick_token(logits + (T - 1) * (size_t)Vp, V, c->temperature, c->top_k, rng, comm, &tok);
+        if (s == FSDP_OK) s = pick_token(row, V, c->temperature, c->top_k, rng, comm, &tok);
         if (s == FSDP_OK) {
             toks[len++] = tok;
-            if (rank0 && out) put_token(out, tok, V);
+            if (rank0 && out) put_token(out, tok, V, bpe);
         }
     }
     if (rank0 && out) fputc('\n', out);
@@ -459,6 +582,8 @@ fsdp_status fsdp_train_run(const fsdp_train_config *cfg_in, fsdp_comm_t *comm, F
     memset(&plan, 0, sizeof plan);
     fsdp_io_inputs_reset();
     fsdp_status s = resolve_config(c, world);
+    char init_abs[PATH_MAX]; /* the manifest records where the run started: an absolute path */
+    if (s == FSDP_OK && c->init_from && realpath(c->init_from, init_abs)) c->init_from = init_abs;
     s = fsdp_ckpt_agree(comm, s, "checking the settings");
     if (s != FSDP_OK) goto done;
     if (!c->resume && c->steps == 0) {
@@ -543,11 +668,22 @@ fsdp_status fsdp_train_run(const fsdp_train_config *cfg_in, fsdp_comm_t *comm, F
         s = FSDP_ERR(FSDP_ENOMEM, "no memory for the config record");
         goto done;
     }
+    if (c->init_from && !c->resume) { /* where the run starts: the folder and its fingerprint */
+        uint32_t crc = 0;
+        char fp[32];
+        s = fsdp_hf_fingerprint(c->init_from, &crc);
+        snprintf(fp, sizeof fp, "crc32c:%08x", (unsigned)crc);
+        if (s == FSDP_OK && !cJSON_AddStringToObject(cj, "init-from-fingerprint", fp))
+            s = FSDP_ERR(FSDP_ENOMEM, "no memory for the config record");
+        s = fsdp_ckpt_agree(comm, s, "fingerprinting --init-from");
+        if (s != FSDP_OK) goto done;
+    }
 
     /* Resume, or start fresh (never on top of an existing run's checkpoints). */
     if (c->resume) {
         s = fsdp_ckpt_resolve(c->checkpoint_dir, &step_dir);
         if (s == FSDP_OK) s = fsdp_ckpt_load(rm.eng, step_dir, &st);
+        if (s == FSDP_OK) s = carry_init_from(step_dir, cj);
         if (s == FSDP_OK) {
             fsdp_loader_state ls = {st.data_pos, st.data_epoch};
             s = fsdp_loader_set_state(&train, ls);
@@ -565,8 +701,22 @@ fsdp_status fsdp_train_run(const fsdp_train_config *cfg_in, fsdp_comm_t *comm, F
                 "another --checkpoint-dir (nothing was changed)",
                 c->checkpoint_dir);
         s = fsdp_ckpt_agree(comm, s, "checking the checkpoint folder");
-        if (s == FSDP_OK) s = fsdp_engine_init_params(rm.eng);
+        fsdp_hf_stats hs = {0, 0};
+        if (s == FSDP_OK)
+            s = c->init_from ? fsdp_hf_load(rm.eng, c->init_from, &hs) : fsdp_engine_init_params(rm.eng);
+        /* The share of the weights each rank read: its shard's, not the whole model. */
+        float share = hs.model_elems ? (float)((double)hs.read_elems / (double)hs.model_elems) : 0,
+              mx = share, sum = share;
+        if (s == FSDP_OK && c->init_from && world > 1) {
+            s = fsdp_comm_all_reduce(comm, &share, &mx, 1, FSDP_F32, FSDP_MAX);
+            if (s == FSDP_OK) s = fsdp_comm_all_reduce(comm, &share, &sum, 1, FSDP_F32, FSDP_SUM);
+        }
         if (s != FSDP_OK) goto done;
+        if (o && c->init_from)
+            fprintf(o,
+                    "initialised from %s: each rank read at most %.1f%% of the weights' elements (all ranks "
+                    "together %.1f%%)\n",
+                    c->init_from, 100.0 * mx, 100.0 * sum);
         rng_seed(st.rng, (uint64_t)c->seed ^ 0x5A4D504C45ull);
     }
     const int last = c->stop_at > 0 && c->stop_at < c->steps ? c->stop_at : c->steps;
@@ -740,8 +890,16 @@ fsdp_status fsdp_train_run(const fsdp_train_config *cfg_in, fsdp_comm_t *comm, F
         if (o)
             fprintf(o, "sample (%d tokens, temperature %g, top-k %d):\n", c->sample_tokens, c->temperature,
                     c->top_k);
-        s = generate(rm.model, c, comm, c->vocab == FSDP_BYTE_VOCAB ? c->prompt : "", c->sample_tokens,
-                     st.rng, o);
+        char *tpath = NULL;
+        fsdp_bpe *bpe = NULL;
+        s = find_tokenizer(NULL, c->init_from, c->data, &tpath);
+        if (s == FSDP_OK) s = load_tokenizer(tpath, c->vocab, &bpe);
+        s = fsdp_ckpt_agree(comm, s, "loading the tokenizer");
+        if (s == FSDP_OK)
+            s = generate(rm.model, c, comm, c->vocab == FSDP_BYTE_VOCAB || bpe ? c->prompt : "",
+                         c->sample_tokens, st.rng, o, bpe);
+        fsdp_bpe_free(bpe);
+        free(tpath);
     }
 done:
     if (c->trace) fsdp_trace_free();
@@ -789,20 +947,78 @@ static fsdp_status load_checkpoint_model(const char *dir, fsdp_comm_t *comm, fsd
     return s;
 }
 
+/* Builds the model of a Hugging Face folder (fp32, the reference mode) and loads it on comm. */
+static fsdp_status load_hf_model(const char *dir, fsdp_comm_t *comm, fsdp_train_config *c, run_model *rm) {
+    fsdp_status s = fsdp_hf_read_config(dir, c);
+    c->seq_len = c->max_seq_len;
+    c->precision = FSDP_PRECISION_FP32;
+    c->strategy = FSDP_FULL_SHARD;
+    c->recompute = 0;
+    s = fsdp_ckpt_agree(comm, s, "reading --init-from's config.json");
+    if (s == FSDP_OK) s = model_build(c, comm, rm);
+    s = fsdp_ckpt_agree(comm, s, "building --init-from's model");
+    if (s == FSDP_OK) s = fsdp_hf_load(rm->eng, dir, NULL);
+    return s;
+}
+
+static fsdp_status write_logits(run_model *rm, const fsdp_train_config *c, fsdp_comm_t *comm,
+                                const char *path);
+
+fsdp_status fsdp_train_hf_to_checkpoint(const char *hf_dir, const char *ckpt_dir, char **step_dir) {
+    fsdp_comm_t *comm = NULL;
+    fsdp_comm_config cc = fsdp_comm_config_default();
+    cc.backend = FSDP_COMM_SELF;
+    FSDP_TRY(fsdp_comm_init(&comm, &cc, NULL, NULL));
+    fsdp_train_config c = fsdp_train_config_default();
+    run_model rm = {0};
+    cJSON *cj = NULL;
+    char abs[PATH_MAX];
+    fsdp_status s = load_hf_model(hf_dir, comm, &c, &rm);
+    c.init_from = realpath(hf_dir, abs) ? abs : hf_dir;
+    c.data = NULL; /* no data folder: the tokenizer, if any, is the --init-from folder's */
+    if (s == FSDP_OK && !(cj = fsdp_train_config_to_json(&c)))
+        s = FSDP_ERR(FSDP_ENOMEM, "no memory for a config");
+    fsdp_ckpt_state st = {0, 0, 0, {0, 0}};
+    if (s == FSDP_OK) s = fsdp_ckpt_save(rm.eng, ckpt_dir, cj, &st, step_dir);
+    cJSON_Delete(cj);
+    model_free(&rm);
+    fsdp_comm_free(comm);
+    return s;
+}
+
 fsdp_status fsdp_sample_run(const fsdp_train_config *cfg, fsdp_comm_t *comm, FILE *out) {
     fsdp_train_config c = *cfg;
     run_model rm = {0};
     fsdp_ckpt_state st;
     fsdp_io_inputs_reset();
     omp_set_num_threads(fsdp_train_threads(&c, comm));
-    fsdp_status s = load_checkpoint_model(cfg->checkpoint, comm, &c, &rm, &st);
-    if (s == FSDP_OK) {
+    fsdp_status s = cfg->init_from ? load_hf_model(cfg->init_from, comm, &c, &rm)
+                                   : load_checkpoint_model(cfg->checkpoint, comm, &c, &rm, &st);
+    if (s == FSDP_OK && cfg->logits) {
+        s = write_logits(&rm, &c, comm, cfg->logits);
+        if (s == FSDP_OK && out && fsdp_comm_rank(comm) == 0) fprintf(out, "wrote %s\n", cfg->logits);
+    } else if (s == FSDP_OK) {
         uint64_t rng[2];
         rng_seed(rng, (uint64_t)cfg->seed);
         c.temperature = cfg->temperature;
         c.top_k = cfg->top_k;
-        s = generate(rm.model, &c, comm, cfg->prompt, cfg->tokens, rng,
-                     fsdp_comm_rank(comm) == 0 ? out : NULL);
+        char *tpath = NULL;
+        fsdp_bpe *bpe = NULL;
+        s = cfg->init_from ? find_tokenizer(cfg->tokenizer, cfg->init_from, NULL, &tpath)
+                           : fsdp_train_ckpt_tokenizer(cfg->tokenizer, cfg->checkpoint, &tpath);
+        if (s == FSDP_OK) s = load_tokenizer(tpath, c.vocab, &bpe);
+        s = fsdp_ckpt_agree(comm, s, "loading the tokenizer");
+        c.kv_cache = cfg->kv_cache;
+        double t0 = fsdp_time_s();
+        if (s == FSDP_OK)
+            s = generate(rm.model, &c, comm, cfg->prompt, cfg->tokens, rng,
+                         fsdp_comm_rank(comm) == 0 ? out : NULL, bpe);
+        double dt = fsdp_time_s() - t0;
+        if (s == FSDP_OK && cfg->timing && out && fsdp_comm_rank(comm) == 0) /* stdout is the text alone */
+            fprintf(stderr, "sample: %d tokens in %.3f s = %.1f tokens/s (%s)\n", cfg->tokens, dt,
+                    cfg->tokens / dt, cfg->kv_cache ? "KV cache" : "full forward per token");
+        fsdp_bpe_free(bpe);
+        free(tpath);
     }
     model_free(&rm);
     return s;
@@ -818,8 +1034,6 @@ fsdp_status fsdp_train_write_logits(const char *ckpt, const char *path) {
     fsdp_train_config c = fsdp_train_config_default();
     run_model rm = {0};
     fsdp_ckpt_state st;
-    int *toks = NULL;
-    fsdp_out o = {.fd = -1};
     char *sd = NULL;
     fsdp_status s = fsdp_ckpt_resolve(ckpt, &sd);
     if (s == FSDP_OK) s = load_checkpoint_model(sd, comm, &c, &rm, &st);
@@ -831,7 +1045,20 @@ fsdp_status fsdp_train_write_logits(const char *ckpt, const char *path) {
         if (s == FSDP_OK) s = fsdp_ckpt_load(rm.eng, sd, &st);
     }
     free(sd);
-    if (s != FSDP_OK) goto done;
+    if (s == FSDP_OK) s = write_logits(&rm, &c, comm, path);
+    model_free(&rm);
+    fsdp_comm_free(comm);
+    return s;
+}
+
+/* The fixed input's logits of a loaded model on comm (every rank runs the forward, rank 0 writes). */
+static fsdp_status write_logits(run_model *rm, const fsdp_train_config *cfg, fsdp_comm_t *comm,
+                                const char *path) {
+    fsdp_train_config c = *cfg;
+    int *toks = NULL;
+    fsdp_out o = {.fd = -1};
+    fsdp_status s = FSDP_OK;
+    const int rank0 = fsdp_comm_rank(comm) == 0;
     const int B = 2, T = c.seq_len < 16 ? c.seq_len : 16, V = c.vocab;
     toks = malloc(sizeof(int) * (size_t)(B * T));
     if (!toks) {
@@ -840,11 +1067,12 @@ fsdp_status fsdp_train_write_logits(const char *ckpt, const char *path) {
     }
     for (int i = 0; i < B * T; i++)
         toks[i] = (int)(((unsigned)i * 2654435761u) % (unsigned)V);
-    s = gpt_forward(rm.model, toks, NULL, B, T, NULL);
+    s = gpt_forward(rm->model, toks, NULL, B, T, NULL);
     const float *logits = NULL;
     int Vp = 0;
-    if (s == FSDP_OK) s = gpt_logits(rm.model, &logits, NULL, NULL, &Vp);
-    if (s != FSDP_OK) goto done;
+    if (s == FSDP_OK) s = gpt_logits(rm->model, &logits, NULL, NULL, &Vp);
+    if (s == FSDP_OK) s = gpt_end_eval(rm->model);
+    if (s != FSDP_OK || !rank0) goto done;
     s = fsdp_out_begin(&o, path, "--logits", 0);
     if (s != FSDP_OK) goto done;
     int32_t hdr[3] = {B, T, V};
@@ -856,11 +1084,8 @@ fsdp_status fsdp_train_write_logits(const char *ckpt, const char *path) {
     for (int i = 0; i < B * T && s == FSDP_OK; i++)
         s = fsdp_io_write_all(o.fd, logits + (size_t)i * (size_t)Vp, 4 * (size_t)V, o.tmp);
     if (s == FSDP_OK) s = fsdp_out_commit(&o);
-    if (s == FSDP_OK) s = gpt_end_eval(rm.model);
 done:
     fsdp_out_abort(&o);
     free(toks);
-    model_free(&rm);
-    fsdp_comm_free(comm);
-    return s;
+    return fsdp_ckpt_agree(comm, s, "writing --logits");
 }

@@ -4,7 +4,7 @@
 # the ASan+UBSan build check them too. A clang build with -DFSDP_FUZZ=ON -DFSDP_SANITIZE=ON also
 # builds the libFuzzer binaries (target fuzz_all) and registers fuzz/NAME (label fuzz): a run of
 # FSDP_FUZZ_SECONDS from the seed corpus that fails on any crash, leak, sanitizer report or timeout.
-set(FSDP_FUZZ_TARGETS tokens meta manifest shard cmdline)
+set(FSDP_FUZZ_TARGETS tokens meta manifest shard cmdline safetensors bpe)
 set(FSDP_FUZZ_DIR ${PROJECT_SOURCE_DIR}/tests/fuzz)
 option(FSDP_FUZZ "Build the libFuzzer targets (needs clang and FSDP_SANITIZE=ON)" OFF)
 set(FSDP_FUZZ_SECONDS 20 CACHE STRING "Seconds each libFuzzer test runs")

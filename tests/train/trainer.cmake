@@ -1,7 +1,7 @@
 # Script tests of the fsdp-train program (tests/train/trainer_cli.sh), one ctest per part so they
 # run in parallel and fail separately. The export check with PyTorch (tools/check_export.py) is part
-# of cli_basic: /usr/bin/python3 with Debian's python3-torch (tools/install-deps.sh installs it); without
-# torch that check fails rather than being skipped.
+# of cli_basic: /usr/bin/python3 with Debian's python3-torch (tools/test-deps.sh, which tools/test.sh
+# calls, installs it); without torch that check fails rather than being skipped.
 if(TARGET fsdp-train)
   foreach(part basic resume reshard bad)
     add_test(NAME train/cli_${part}

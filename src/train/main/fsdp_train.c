@@ -34,14 +34,22 @@ static fsdp_status prepare(const fsdp_train_config *c) {
                            .n_texts = c->n_texts,
                            .out_dir = c->out,
                            .val_fraction = c->val_fraction,
-                           .doc_sep = c->doc_sep};
+                           .doc_sep = c->doc_sep,
+                           .tokenizer = c->tokenizer};
     fsdp_prepare_stats st;
     fsdp_status s = fsdp_prepare(&a, &st);
-    if (s == FSDP_OK)
+    if (s == FSDP_OK && !c->tokenizer)
         printf("prepared %s: %llu documents from %d file%s, train.bin %llu tokens, val.bin %llu tokens, "
                "byte-level vocabulary %d (256 = end of text)\n",
                c->out, (unsigned long long)st.n_docs, c->n_texts, c->n_texts == 1 ? "" : "s",
                (unsigned long long)st.n_train, (unsigned long long)st.n_val, FSDP_BYTE_VOCAB);
+    else if (s == FSDP_OK)
+        printf("prepared %s: %llu documents from %d file%s, train.bin %llu tokens, val.bin %llu tokens, "
+               "BPE vocabulary %d (%s, copied into the folder); encoded %.2f MB in %.3f s = %.1f MB/s\n",
+               c->out, (unsigned long long)st.n_docs, c->n_texts, c->n_texts == 1 ? "" : "s",
+               (unsigned long long)st.n_train, (unsigned long long)st.n_val, st.vocab, c->tokenizer,
+               (double)st.text_bytes / 1e6, st.encode_s,
+               (double)st.text_bytes / 1e6 / (st.encode_s > 0 ? st.encode_s : 1e-9));
     return s;
 }
 

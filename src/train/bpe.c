@@ -1,0 +1,567 @@
+/* bpe.c — GPT-2 byte-level BPE (bpe.h): tokenizer.json parsed and checked, the split pattern
+ *   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+ * matched by hand over UTF-8 code points (unicode_tables.h), merges applied lowest rank first (leftmost
+ * among equals, as `tokenizers` does), and a direct-mapped cache of recent words. */
+#define _GNU_SOURCE /* memmem */
+#include "train/bpe.h"
+
+#include "core/core.h"
+#include "train/io.h"
+#include "train/unicode_tables.h"
+
+#include <cjson/cJSON.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_ID     65536 /* token files hold uint16 ids */
+#define CACHE_SIZE 16384 /* direct-mapped word cache slots */
+#define CACHE_WORD 48    /* words up to this many bytes are cached */
+
+typedef struct {
+    uint64_t key; /* (left id << 32) | right id, + 1 so 0 marks an empty slot */
+    int32_t rank, id;
+} pair_slot;
+
+typedef struct {
+    uint64_t hash;
+    uint8_t len, n; /* word bytes, ids */
+    char word[CACHE_WORD];
+    int32_t ids[CACHE_WORD];
+} cache_slot;
+
+struct fsdp_bpe {
+    int vocab_size, eot;
+    char **tok;   /* (vocab_size) each token's bytes, or NULL for an unused id */
+    size_t *tlen; /* (vocab_size) */
+    int32_t byte_id[256];
+    pair_slot *pairs;
+    size_t pair_mask;
+    int n_added;
+    char **added; /* (n_added) contents, matched in the text before the split */
+    size_t *added_len;
+    int32_t *added_id;
+    cache_slot *cache;   /* (CACHE_SIZE) */
+    int32_t *sym, *rank; /* scratch for one word: cap_sym entries */
+    size_t cap_sym;
+};
+
+/* ---------------------------------------------------------------- byte-level alphabet */
+
+/* GPT-2's bytes_to_unicode: printable bytes stand for themselves, the other 68 for U+0100.. in order. */
+static void byte_map(uint32_t cp_of[256]) {
+    int n = 0;
+    for (int b = 0; b < 256; b++) {
+        int printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174);
+        cp_of[b] = printable ? (uint32_t)b : (uint32_t)(256 + n++);
+    }
+}
+
+/* One UTF-8 code point at s[0..n): its value and length; -1 for an invalid sequence (length 1). */
+static int32_t utf8_next(const unsigned char *s, size_t n, size_t *len) {
+    unsigned c = s[0];
+    *len = 1;
+    if (c < 0x80) return (int32_t)c;
+    int need;
+    uint32_t cp, min;
+    if (c >= 0xC2 && c <= 0xDF)
+        need = 1, cp = c & 0x1F, min = 0x80;
+    else if (c >= 0xE0 && c <= 0xEF)
+        need = 2, cp = c & 0x0F, min = 0x800;
+    else if (c >= 0xF0 && c <= 0xF4)
+        need = 3, cp = c & 0x07, min = 0x10000;
+    else
+        return -1;
+    if ((size_t)need >= n) return -1;
+    for (int k = 1; k <= need; k++) {
+        if ((s[k] & 0xC0) != 0x80) return -1;
+        cp = cp << 6 | (s[k] & 0x3F);
+    }
+    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return -1;
+    *len = (size_t)need + 1;
+    return (int32_t)cp;
+}
+
+/* ---------------------------------------------------------------- string -> id map (loading only) */
+
+typedef struct {
+    const char *s;
+    size_t len;
+    int32_t id;
+} str_slot;
+typedef struct {
+    str_slot *slots;
+    size_t mask;
+} str_map;
+
+static uint64_t fnv(const void *p, size_t n) {
+    const unsigned char *s = p;
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ s[i]) * 1099511628211ull;
+    return h;
+}
+static int32_t str_get(const str_map *m, const char *s, size_t len) {
+    for (size_t i = fnv(s, len) & m->mask;; i = (i + 1) & m->mask) {
+        const str_slot *e = &m->slots[i];
+        if (!e->s) return -1;
+        if (e->len == len && !memcmp(e->s, s, len)) return e->id;
+    }
+}
+static int str_put(str_map *m, const char *s, size_t len, int32_t id) { /* 0: duplicate key */
+    for (size_t i = fnv(s, len) & m->mask;; i = (i + 1) & m->mask) {
+        str_slot *e = &m->slots[i];
+        if (!e->s) {
+            *e = (str_slot){s, len, id};
+            return 1;
+        }
+        if (e->len == len && !memcmp(e->s, s, len)) return 0;
+    }
+}
+
+static size_t pow2_above(size_t n) {
+    size_t c = 16;
+    while (c < 2 * n)
+        c <<= 1;
+    return c;
+}
+
+/* ---------------------------------------------------------------- loading */
+
+void fsdp_bpe_free(fsdp_bpe *b) {
+    if (!b) return;
+    if (b->tok)
+        for (int i = 0; i < b->vocab_size; i++)
+            free(b->tok[i]);
+    free(b->tok);
+    free(b->tlen);
+    free(b->pairs);
+    for (int i = 0; i < b->n_added; i++)
+        free(b->added[i]);
+    free(b->added);
+    free(b->added_len);
+    free(b->added_id);
+    free(b->cache);
+    free(b->sym);
+    free(b->rank);
+    free(b);
+}
+
+int fsdp_bpe_vocab_size(const fsdp_bpe *b) { return b ? b->vocab_size : 0; }
+int fsdp_bpe_eot(const fsdp_bpe *b) { return b ? b->eot : -1; }
+
+const char *fsdp_bpe_token_bytes(const fsdp_bpe *b, int id, size_t *len) {
+    if (!b || id < 0 || id >= b->vocab_size || !b->tok[id]) return NULL;
+    *len = b->tlen[id];
+    return b->tok[id];
+}
+
+/* A byte-level token string (UTF-8 of the alphabet's characters) -> its bytes; 0 if not byte-level. */
+static int byte_level_decode(const char *s, const uint8_t byte_of[324], const uint8_t valid[324], char *out,
+                             size_t *n_out) {
+    size_t n = strlen(s), k = 0;
+    for (size_t i = 0; i < n;) {
+        size_t l;
+        int32_t cp = utf8_next((const unsigned char *)s + i, n - i, &l);
+        if (cp < 0 || cp >= 324 || !valid[cp]) return 0;
+        out[k++] = (char)byte_of[cp];
+        i += l;
+    }
+    *n_out = k;
+    return 1;
+}
+
+static fsdp_status need_type(const cJSON *obj, const char *field, const char *type, const char *path) {
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(obj, "type");
+    if (!cJSON_IsString(t) || strcmp(t->valuestring, type) != 0)
+        return fsdp_set_error(FSDP_EFORMAT, "%s: \"%s\".\"type\" is not \"%s\" (GPT-2's byte-level BPE)",
+                              path, field, type);
+    return FSDP_OK;
+}
+
+/* A setting that must be null/absent or equal a value this encoder implements. */
+static int is_off(const cJSON *v) {
+    return !v || cJSON_IsNull(v) || cJSON_IsFalse(v) || (cJSON_IsString(v) && !v->valuestring[0]);
+}
+
+fsdp_status fsdp_bpe_load(fsdp_bpe **out, const char *path) {
+    *out = NULL;
+    char *text = NULL;
+    size_t len = 0;
+    FSDP_TRY(fsdp_io_read_file(path, &text, &len));
+    cJSON *j = cJSON_ParseWithLength(text, len);
+    fsdp_mem_free(text);
+    fsdp_status s = FSDP_OK;
+    str_map vm = {0};
+    fsdp_bpe *b = calloc(1, sizeof *b);
+    if (!b) {
+        cJSON_Delete(j);
+        return FSDP_ERR(FSDP_ENOMEM, "no memory for a tokenizer");
+    }
+#define FAIL(...)                                                                                            \
+    do {                                                                                                     \
+        s = fsdp_set_error(FSDP_EFORMAT, __VA_ARGS__);                                                       \
+        goto done;                                                                                           \
+    } while (0)
+    if (!cJSON_IsObject(j)) FAIL("%s is not a JSON object (a tokenizer.json)", path);
+    const cJSON *model = cJSON_GetObjectItemCaseSensitive(j, "model");
+    if (!cJSON_IsObject(model)) FAIL("%s: \"model\" is missing", path);
+    if ((s = need_type(model, "model", "BPE", path)) != FSDP_OK) goto done;
+    static const char *const off_keys[] = {"dropout", "continuing_subword_prefix", "end_of_word_suffix",
+                                           "byte_fallback", "ignore_merges"};
+    for (size_t k = 0; k < sizeof off_keys / sizeof off_keys[0]; k++)
+        if (!is_off(cJSON_GetObjectItemCaseSensitive(model, off_keys[k])))
+            FAIL("%s: \"model\".\"%s\" is set: GPT-2's BPE has none", path, off_keys[k]);
+    const cJSON *norm = cJSON_GetObjectItemCaseSensitive(j, "normalizer");
+    if (norm && !cJSON_IsNull(norm)) FAIL("%s: \"normalizer\" is not null: GPT-2's tokenizer has none", path);
+    const cJSON *pre = cJSON_GetObjectItemCaseSensitive(j, "pre_tokenizer");
+    if (cJSON_IsObject(pre)) {
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(pre, "type");
+        const cJSON *seq = cJSON_GetObjectItemCaseSensitive(pre, "pretokenizers");
+        if (cJSON_IsString(t) && !strcmp(t->valuestring, "Sequence") && cJSON_GetArraySize(seq) == 1)
+            pre = seq->child;
+    }
+    if (!cJSON_IsObject(pre)) FAIL("%s: \"pre_tokenizer\" is missing (GPT-2's is ByteLevel)", path);
+    if ((s = need_type(pre, "pre_tokenizer", "ByteLevel", path)) != FSDP_OK) goto done;
+    if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(pre, "add_prefix_space")))
+        FAIL("%s: \"pre_tokenizer\".\"add_prefix_space\" is true: GPT-2's is false", path);
+    if (cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(pre, "use_regex")))
+        FAIL("%s: \"pre_tokenizer\".\"use_regex\" is false: GPT-2 splits with its pattern", path);
+
+    uint32_t cp_of[256];
+    uint8_t byte_of[324] = {0}, valid[324] = {0};
+    byte_map(cp_of);
+    for (int i = 0; i < 256; i++) {
+        byte_of[cp_of[i]] = (uint8_t)i;
+        valid[cp_of[i]] = 1;
+    }
+    const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(model, "vocab");
+    const cJSON *merges = cJSON_GetObjectItemCaseSensitive(model, "merges");
+    const cJSON *added = cJSON_GetObjectItemCaseSensitive(j, "added_tokens");
+    if (!cJSON_IsObject(vocab) || !vocab->child) FAIL("%s: \"model\".\"vocab\" is missing or empty", path);
+    if (!cJSON_IsArray(merges)) FAIL("%s: \"model\".\"merges\" is missing", path);
+    if (added && !cJSON_IsArray(added)) FAIL("%s: \"added_tokens\" is not an array", path);
+    int nv = cJSON_GetArraySize(vocab), maxid = -1;
+    for (const cJSON *e = vocab->child; e; e = e->next) {
+        if (!cJSON_IsNumber(e) || e->valuedouble < 0 || e->valuedouble >= MAX_ID ||
+            e->valuedouble != (int)e->valuedouble)
+            FAIL("%s: \"model\".\"vocab\".\"%.40s\" is not an id in 0..%d (token files hold 16-bit ids)",
+                 path, e->string, MAX_ID - 1);
+        if (e->valueint > maxid) maxid = e->valueint;
+    }
+    for (const cJSON *e = added ? added->child : NULL; e; e = e->next) {
+        const cJSON *id = cJSON_GetObjectItemCaseSensitive(e, "id");
+        const cJSON *c = cJSON_GetObjectItemCaseSensitive(e, "content");
+        if (!cJSON_IsNumber(id) || id->valuedouble < 0 || id->valuedouble >= MAX_ID ||
+            id->valuedouble != (int)id->valuedouble || !cJSON_IsString(c) || !c->valuestring[0])
+            FAIL("%s: an \"added_tokens\" entry lacks a valid \"id\" (0..%d) or a non-empty \"content\"",
+                 path, MAX_ID - 1);
+        static const char *const flags[] = {"single_word", "lstrip", "rstrip", "normalized"};
+        for (size_t k = 0; k < sizeof flags / sizeof flags[0]; k++)
+            if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(e, flags[k])))
+                FAIL("%s: \"added_tokens\" \"%.40s\": \"%s\" is true: not supported", path, c->valuestring,
+                     flags[k]);
+        if (id->valueint > maxid) maxid = id->valueint;
+        b->n_added++;
+    }
+    b->vocab_size = maxid + 1;
+    b->eot = -1;
+    b->tok = calloc((size_t)b->vocab_size, sizeof *b->tok);
+    b->tlen = calloc((size_t)b->vocab_size, sizeof *b->tlen);
+    vm.mask = pow2_above((size_t)nv) - 1;
+    vm.slots = calloc(vm.mask + 1, sizeof *vm.slots);
+    b->added = calloc((size_t)b->n_added + 1, sizeof *b->added);
+    b->added_len = calloc((size_t)b->n_added + 1, sizeof *b->added_len);
+    b->added_id = calloc((size_t)b->n_added + 1, sizeof *b->added_id);
+    b->cache = calloc(CACHE_SIZE, sizeof *b->cache);
+    if (!b->tok || !b->tlen || !vm.slots || !b->added || !b->added_len || !b->added_id || !b->cache) {
+        s = FSDP_ERR(FSDP_ENOMEM, "no memory for a vocabulary of %d", b->vocab_size);
+        goto done;
+    }
+    char buf[4096];
+    for (const cJSON *e = vocab->child; e; e = e->next) {
+        size_t n = 0, sl = strlen(e->string);
+        if (sl >= sizeof buf || !byte_level_decode(e->string, byte_of, valid, buf, &n) || n == 0)
+            FAIL("%s: \"model\".\"vocab\" token \"%.40s\" is not a byte-level token", path, e->string);
+        int id = e->valueint;
+        if (b->tok[id]) FAIL("%s: \"model\".\"vocab\": id %d is given twice", path, id);
+        if (!str_put(&vm, e->string, sl, id))
+            FAIL("%s: \"model\".\"vocab\" token \"%.40s\" twice", path, e->string);
+        b->tok[id] = malloc(n);
+        if (!b->tok[id]) {
+            s = FSDP_ERR(FSDP_ENOMEM, "no memory for a token");
+            goto done;
+        }
+        memcpy(b->tok[id], buf, n);
+        b->tlen[id] = n;
+    }
+    for (int i = 0; i < 256; i++) {
+        char u[4];
+        size_t ul = 0;
+        uint32_t cp = cp_of[i];
+        if (cp < 0x80)
+            u[ul++] = (char)cp;
+        else
+            u[ul++] = (char)(0xC0 | (cp >> 6)), u[ul++] = (char)(0x80 | (cp & 0x3F));
+        b->byte_id[i] = str_get(&vm, u, ul);
+        if (b->byte_id[i] < 0) FAIL("%s: \"model\".\"vocab\" lacks the token of byte 0x%02X", path, i);
+    }
+    int k = 0;
+    for (const cJSON *e = added ? added->child : NULL; e; e = e->next, k++) {
+        const cJSON *c = cJSON_GetObjectItemCaseSensitive(e, "content");
+        int id = cJSON_GetObjectItemCaseSensitive(e, "id")->valueint;
+        size_t n = strlen(c->valuestring);
+        b->added[k] = malloc(n);
+        if (!b->added[k]) {
+            s = FSDP_ERR(FSDP_ENOMEM, "no memory for a token");
+            goto done;
+        }
+        memcpy(b->added[k], c->valuestring, n);
+        b->added_len[k] = n;
+        b->added_id[k] = id;
+        if (b->tok[id] && (b->tlen[id] != n || memcmp(b->tok[id], c->valuestring, n) != 0))
+            FAIL("%s: \"added_tokens\" id %d (\"%.40s\") is another token in \"model\".\"vocab\"", path, id,
+                 c->valuestring);
+        if (!b->tok[id]) {
+            b->tok[id] = malloc(n);
+            if (!b->tok[id]) {
+                s = FSDP_ERR(FSDP_ENOMEM, "no memory for a token");
+                goto done;
+            }
+            memcpy(b->tok[id], c->valuestring, n);
+            b->tlen[id] = n;
+        }
+        if (!strcmp(c->valuestring, "<|endoftext|>")) b->eot = id;
+    }
+    int nm = cJSON_GetArraySize(merges);
+    b->pair_mask = pow2_above((size_t)nm) - 1;
+    b->pairs = calloc(b->pair_mask + 1, sizeof *b->pairs);
+    if (!b->pairs) {
+        s = FSDP_ERR(FSDP_ENOMEM, "no memory for %d merges", nm);
+        goto done;
+    }
+    int rank = 0;
+    for (const cJSON *e = merges->child; e; e = e->next, rank++) {
+        const char *a = NULL, *c = NULL;
+        size_t al = 0, cl = 0;
+        if (cJSON_IsString(e)) {
+            const char *sp = strchr(e->valuestring, ' ');
+            if (sp) a = e->valuestring, al = (size_t)(sp - a), c = sp + 1, cl = strlen(c);
+        } else if (cJSON_IsArray(e) && cJSON_GetArraySize(e) == 2 && cJSON_IsString(e->child) &&
+                   cJSON_IsString(e->child->next)) {
+            a = e->child->valuestring, al = strlen(a), c = e->child->next->valuestring, cl = strlen(c);
+        }
+        if (!a || al + cl >= sizeof buf)
+            FAIL("%s: \"model\".\"merges\"[%d] is not a pair of tokens", path, rank);
+        memcpy(buf, a, al);
+        memcpy(buf + al, c, cl);
+        int32_t ia = str_get(&vm, a, al), ic = str_get(&vm, c, cl), ir = str_get(&vm, buf, al + cl);
+        if (ia < 0 || ic < 0 || ir < 0)
+            FAIL("%s: \"model\".\"merges\"[%d] (\"%.*s\" + \"%.*s\"): %s is not in the vocabulary", path,
+                 rank, (int)(al > 40 ? 40 : al), a, (int)(cl > 40 ? 40 : cl), c,
+                 ir < 0 && ia >= 0 && ic >= 0 ? "the merged token" : "a part");
+        uint64_t key = ((uint64_t)(uint32_t)ia << 32 | (uint32_t)ic) + 1;
+        for (size_t i = fnv(&key, 8) & b->pair_mask;; i = (i + 1) & b->pair_mask) {
+            if (b->pairs[i].key == key) break; /* a repeated merge: the first (lowest) rank stays */
+            if (b->pairs[i].key == 0) {
+                b->pairs[i] = (pair_slot){key, rank, ir};
+                break;
+            }
+        }
+    }
+#undef FAIL
+done:
+    free(vm.slots);
+    cJSON_Delete(j);
+    if (s != FSDP_OK) {
+        fsdp_bpe_free(b);
+        return s;
+    }
+    *out = b;
+    return FSDP_OK;
+}
+
+/* ---------------------------------------------------------------- encoding */
+
+static int in_ranges(const uint32_t (*r)[2], size_t n, uint32_t cp) {
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (cp < r[mid][0])
+            hi = mid;
+        else if (cp > r[mid][1])
+            lo = mid + 1;
+        else
+            return 1;
+    }
+    return 0;
+}
+
+enum { CL_OTHER = 0, CL_LETTER, CL_NUMBER, CL_SPACE, CL_END };
+
+/* Unicode White_Space (what \s matches in the `tokenizers` regex). */
+static int is_space(int32_t cp) {
+    return (cp >= 9 && cp <= 13) || cp == 32 || cp == 0x85 || cp == 0xA0 || cp == 0x1680 ||
+           (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F || cp == 0x205F ||
+           cp == 0x3000;
+}
+
+static int cp_class(int32_t cp) {
+    if (cp < 0) return CL_OTHER; /* an invalid byte */
+    if (cp < 128) {
+        if ((cp | 32) >= 'a' && (cp | 32) <= 'z') return CL_LETTER;
+        if (cp >= '0' && cp <= '9') return CL_NUMBER;
+        return is_space(cp) ? CL_SPACE : CL_OTHER;
+    }
+    if (is_space(cp)) return CL_SPACE;
+    if (in_ranges(fsdp_uni_letter, sizeof fsdp_uni_letter / sizeof fsdp_uni_letter[0], (uint32_t)cp))
+        return CL_LETTER;
+    if (in_ranges(fsdp_uni_number, sizeof fsdp_uni_number / sizeof fsdp_uni_number[0], (uint32_t)cp))
+        return CL_NUMBER;
+    return CL_OTHER;
+}
+
+/* Class and length of the code point at s[i] (CL_END at the end). */
+static int class_at(const unsigned char *s, size_t n, size_t i, size_t *len) {
+    if (i >= n) {
+        *len = 0;
+        return CL_END;
+    }
+    if (s[i] < 0x80) {
+        *len = 1;
+        return cp_class(s[i]);
+    }
+    return cp_class(utf8_next(s + i, n - i, len));
+}
+
+/* Length in bytes of the pre-token starting at s[i]. */
+static size_t pretoken(const unsigned char *s, size_t n, size_t i) {
+    size_t l0, l1;
+    int c0 = class_at(s, n, i, &l0);
+    if (s[i] == '\'' && i + 1 < n) { /* 's 't 'm 'd 're 've 'll */
+        unsigned char a = s[i + 1], b = i + 2 < n ? s[i + 2] : 0;
+        if (a == 's' || a == 't' || a == 'm' || a == 'd') return 2;
+        if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l')) return 3;
+    }
+    size_t j = i;
+    int run = c0;
+    if (s[i] == ' ') {
+        int c1 = class_at(s, n, i + 1, &l1);
+        if (c1 != CL_SPACE && c1 != CL_END) { /* " ?X+" with the space */
+            run = c1;
+            j = i + 1;
+        }
+    }
+    if (run != CL_SPACE) {
+        size_t l;
+        while (j < n && class_at(s, n, j, &l) == run)
+            j += l;
+        return j - i;
+    }
+    /* \s+(?!\S) then \s+: a run of white space, less its last character when a non-space follows. */
+    size_t last = i, l;
+    while (j < n && class_at(s, n, j, &l) == CL_SPACE) {
+        last = j;
+        j += l;
+    }
+    if (j < n && last > i) return last - i;
+    return j - i;
+}
+
+static fsdp_status grow_scratch(fsdp_bpe *b, size_t n) {
+    if (n <= b->cap_sym) return FSDP_OK;
+    size_t cap = n < 256 ? 256 : n * 2;
+    int32_t *sy = realloc(b->sym, cap * sizeof *sy);
+    if (sy) b->sym = sy;
+    int32_t *rk = realloc(b->rank, cap * sizeof *rk);
+    if (rk) b->rank = rk;
+    if (!sy || !rk) return FSDP_ERR(FSDP_ENOMEM, "no memory for a word of %zu bytes", n);
+    b->cap_sym = cap;
+    return FSDP_OK;
+}
+
+static int32_t pair_rank(const fsdp_bpe *b, int32_t x, int32_t y, int32_t *id) {
+    uint64_t key = ((uint64_t)(uint32_t)x << 32 | (uint32_t)y) + 1;
+    for (size_t i = fnv(&key, 8) & b->pair_mask;; i = (i + 1) & b->pair_mask) {
+        const pair_slot *p = &b->pairs[i];
+        if (p->key == key) {
+            *id = p->id;
+            return p->rank;
+        }
+        if (p->key == 0) return INT32_MAX;
+    }
+}
+
+/* BPE of one pre-token's bytes; appends the ids to out, returns their number. */
+static fsdp_status bpe_word(fsdp_bpe *b, const unsigned char *w, size_t n, int32_t *out, size_t *n_out) {
+    uint64_t h = fnv(w, n);
+    cache_slot *cs = n <= CACHE_WORD ? &b->cache[h & (CACHE_SIZE - 1)] : NULL;
+    if (cs && cs->n && cs->hash == h && cs->len == n && !memcmp(cs->word, w, n)) {
+        memcpy(out, cs->ids, cs->n * sizeof *out);
+        *n_out = cs->n;
+        return FSDP_OK;
+    }
+    FSDP_TRY(grow_scratch(b, n));
+    int32_t *sym = b->sym, *rk = b->rank, tmp;
+    size_t m = n;
+    for (size_t i = 0; i < n; i++)
+        sym[i] = b->byte_id[w[i]];
+    for (size_t i = 0; i + 1 < m; i++)
+        rk[i] = pair_rank(b, sym[i], sym[i + 1], &tmp);
+    while (m > 1) {
+        size_t best = 0;
+        for (size_t i = 1; i + 1 < m; i++)
+            if (rk[i] < rk[best]) best = i;
+        if (rk[best] == INT32_MAX) break;
+        int32_t id;
+        pair_rank(b, sym[best], sym[best + 1], &id);
+        sym[best] = id;
+        memmove(sym + best + 1, sym + best + 2, (m - best - 2) * sizeof *sym);
+        memmove(rk + best + 1, rk + best + 2, (m > best + 3 ? m - best - 3 : 0) * sizeof *rk);
+        m--;
+        if (best > 0) rk[best - 1] = pair_rank(b, sym[best - 1], sym[best], &tmp);
+        if (best + 1 < m) rk[best] = pair_rank(b, sym[best], sym[best + 1], &tmp);
+    }
+    memcpy(out, sym, m * sizeof *out);
+    *n_out = m;
+    if (cs) {
+        cs->hash = h;
+        cs->len = (uint8_t)n;
+        cs->n = (uint8_t)m;
+        memcpy(cs->word, w, n);
+        memcpy(cs->ids, sym, m * sizeof *sym);
+    }
+    return FSDP_OK;
+}
+
+static fsdp_status encode_plain(fsdp_bpe *b, const unsigned char *s, size_t n, int32_t *out, size_t *k) {
+    for (size_t i = 0; i < n;) {
+        size_t l = pretoken(s, n, i), got;
+        FSDP_TRY(bpe_word(b, s + i, l, out + *k, &got));
+        *k += got;
+        i += l;
+    }
+    return FSDP_OK;
+}
+
+fsdp_status fsdp_bpe_encode(fsdp_bpe *b, const char *text, size_t n, int32_t *out, size_t *n_out) {
+    if (!b || (!text && n) || !out || !n_out) return FSDP_ERR(FSDP_EINVAL, "fsdp_bpe_encode: NULL argument");
+    const unsigned char *s = (const unsigned char *)text;
+    size_t k = 0, pos = 0;
+    while (pos < n) {
+        /* The next added token (earliest; the longest among those starting there). */
+        const char *best = NULL;
+        int bi = -1;
+        for (int a = 0; a < b->n_added; a++) {
+            const char *f = memmem(text + pos, n - pos, b->added[a], b->added_len[a]);
+            if (f && (!best || f < best || (f == best && b->added_len[a] > b->added_len[bi])))
+                best = f, bi = a;
+        }
+        size_t end = best ? (size_t)(best - text) : n;
+        FSDP_TRY(encode_plain(b, s + pos, end - pos, out, &k));
+        if (!best) break;
+        out[k++] = b->added_id[bi];
+        pos = end + b->added_len[bi];
+    }
+    *n_out = k;
+    return FSDP_OK;
+}

@@ -1,0 +1,354 @@
+/* safetensors.c — the .safetensors reader (safetensors.h): mmap, a header validated field by field
+ * against the file size, and fp32 reads of any element range with exact BF16/F16 widening. */
+#include "train/safetensors.h"
+
+#include "core/core.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+typedef struct {
+    const char *name;
+    fsdp_st_dtype dtype;
+    unsigned bytes;
+} dtype_def;
+/* Every dtype the format defines: the others are sized (so offsets are checked) but not converted. */
+static const dtype_def dtypes[] = {
+    {"F32", FSDP_ST_F32, 4},    {"BF16", FSDP_ST_BF16, 2},     {"F16", FSDP_ST_F16, 2},
+    {"F64", FSDP_ST_OTHER, 8},  {"I64", FSDP_ST_OTHER, 8},     {"U64", FSDP_ST_OTHER, 8},
+    {"I32", FSDP_ST_OTHER, 4},  {"U32", FSDP_ST_OTHER, 4},     {"I16", FSDP_ST_OTHER, 2},
+    {"U16", FSDP_ST_OTHER, 2},  {"I8", FSDP_ST_OTHER, 1},      {"U8", FSDP_ST_OTHER, 1},
+    {"BOOL", FSDP_ST_OTHER, 1}, {"F8_E4M3", FSDP_ST_OTHER, 1}, {"F8_E5M2", FSDP_ST_OTHER, 1},
+};
+
+/* A JSON number that is a whole number in [0, max] (JSON numbers are doubles: exact up to 2^53). */
+static int json_u64(const cJSON *v, uint64_t max, uint64_t *out) {
+    if (!cJSON_IsNumber(v)) return 0;
+    double d = v->valuedouble;
+    if (!(d >= 0) || d != floor(d) || d > 9007199254740992.0 || d > (double)max) return 0;
+    *out = (uint64_t)d;
+    return 1;
+}
+
+static int cmp_begin(const void *a, const void *b) {
+    const fsdp_st_tensor *x = *(const fsdp_st_tensor *const *)a, *y = *(const fsdp_st_tensor *const *)b;
+    if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
+    return x->end < y->end ? -1 : x->end > y->end;
+}
+static int cmp_name(const void *a, const void *b) {
+    return strcmp((*(const fsdp_st_tensor *const *)a)->name, (*(const fsdp_st_tensor *const *)b)->name);
+}
+
+void fsdp_st_close(fsdp_safetensors *st) {
+    if (!st) return;
+    if (st->t)
+        for (int i = 0; i < st->n; i++)
+            free(st->t[i].name);
+    free(st->t);
+    if (st->mapped) munmap((void *)st->base, st->mapped);
+    free(st->path);
+    memset(st, 0, sizeof *st);
+}
+
+/* One header entry -> *t; the message names what and the tensor. */
+static fsdp_status parse_entry(const cJSON *e, fsdp_st_tensor *t, uint64_t data_len, const char *what) {
+    const char *nm = e->string;
+    if (!cJSON_IsObject(e))
+        return fsdp_set_error(FSDP_EFORMAT, "%s: header entry \"%s\" is not an object", what, nm);
+    for (const cJSON *k = e->child; k; k = k->next)
+        if (strcmp(k->string, "dtype") && strcmp(k->string, "shape") && strcmp(k->string, "data_offsets"))
+            return fsdp_set_error(FSDP_EFORMAT, "%s: tensor \"%s\": unknown key \"%s\"", what, nm, k->string);
+    const cJSON *dt = cJSON_GetObjectItemCaseSensitive(e, "dtype");
+    const cJSON *sh = cJSON_GetObjectItemCaseSensitive(e, "shape");
+    const cJSON *of = cJSON_GetObjectItemCaseSensitive(e, "data_offsets");
+    if (!cJSON_IsString(dt))
+        return fsdp_set_error(FSDP_EFORMAT, "%s: tensor \"%s\": \"dtype\" missing or not a string", what, nm);
+    const dtype_def *d = NULL;
+    for (size_t i = 0; i < sizeof dtypes / sizeof dtypes[0]; i++)
+        if (!strcmp(dt->valuestring, dtypes[i].name)) d = &dtypes[i];
+    if (!d)
+        return fsdp_set_error(FSDP_EFORMAT, "%s: tensor \"%s\": unknown dtype \"%.16s\"", what, nm,
+                              dt->valuestring);
+    t->dtype = d->dtype;
+    snprintf(t->dtype_name, sizeof t->dtype_name, "%s", d->name);
+    if (!cJSON_IsArray(sh))
+        return fsdp_set_error(FSDP_EFORMAT, "%s: tensor \"%s\": \"shape\" missing or not an array", what, nm);
+    int nd = cJSON_GetArraySize(sh);
+    if (nd > FSDP_ST_MAX_DIMS)
+        return fsdp_set_error(FSDP_EFORMAT, "%s: tensor \"%s\": \"shape\" has %d dimensions (at most %d)",
+                              what, nm, nd, FSDP_ST_MAX_DIMS);
+    t->ndim = nd;
+    uint64_t numel = 1;
+    int k = 0;
+    for (const cJSON *x = sh->child; x; x = x->next, k++) {
+        uint64_t v;
+        if (!json_u64(x, data_len, &v))
+            return fsdp_set_error(FSDP_EFORMAT,
+                                  "%s: tensor \"%s\": \"shape\"[%d] is not a whole number in 0..%llu", what,
+                                  nm, k, (unsigned long long)data_len);
+        t->shape[k] = (int64_t)v;
+        /* numel * bytes must fit the data section: checked step by step, no overflow possible. */
+        if (v != 0 && numel > data_len / v)
+            numel = data_len + 1;
+        else
+            numel *= v;
+    }
+    t->numel = numel;
+    if (!cJSON_IsArray(of) || cJSON_GetArraySize(of) != 2)
+        return fsdp_set_error(FSDP_EFORMAT, "%s: tensor \"%s\": \"data_offsets\" is not a [begin, end] pair",
+                              what, nm);
+    uint64_t b, en;
+    if (!json_u64(of->child, UINT64_MAX, &b) || !json_u64(of->child->next, UINT64_MAX, &en))
+        return fsdp_set_error(FSDP_EFORMAT, "%s: tensor \"%s\": \"data_offsets\" are not whole numbers >= 0",
+                              what, nm);
+    if (b > en || en > data_len)
+        return fsdp_set_error(
+            FSDP_EFORMAT,
+            "%s: tensor \"%s\": \"data_offsets\" [%llu, %llu] outside the %llu data bytes after "
+            "the header (file truncated, or the header is wrong)",
+            what, nm, (unsigned long long)b, (unsigned long long)en, (unsigned long long)data_len);
+    if (numel > data_len || numel * d->bytes != en - b)
+        return fsdp_set_error(
+            FSDP_EFORMAT,
+            "%s: tensor \"%s\": \"data_offsets\" span %llu bytes but dtype %s and \"shape\" "
+            "need %llu",
+            what, nm, (unsigned long long)(en - b), d->name,
+            numel > data_len ? (unsigned long long)-1 : (unsigned long long)(numel * d->bytes));
+    t->begin = b;
+    t->end = en;
+    return FSDP_OK;
+}
+
+fsdp_status fsdp_st_parse(fsdp_safetensors *st, const void *buf, size_t size, const char *what) {
+    memset(st, 0, sizeof *st);
+    st->path = strdup(what ? what : "(buffer)");
+    if (!st->path) return FSDP_ERR(FSDP_ENOMEM, "no memory for a path");
+    st->base = buf;
+    st->size = size;
+    what = st->path;
+    cJSON *j = NULL;
+    fsdp_st_tensor **order = NULL;
+    fsdp_status s = FSDP_OK;
+    if (size < 8) {
+        s = fsdp_set_error(FSDP_EFORMAT, "%s: %zu bytes: too short for the 8-byte header length (truncated?)",
+                           what, size);
+        goto fail;
+    }
+    uint64_t hlen = 0;
+    for (int i = 7; i >= 0; i--)
+        hlen = hlen << 8 | st->base[i];
+    if (hlen < 2 || hlen > FSDP_ST_MAX_HEADER || hlen > size - 8) {
+        s = fsdp_set_error(FSDP_EFORMAT,
+                           "%s: header length %llu %s (file %zu bytes): not a safetensors file, or truncated",
+                           what, (unsigned long long)hlen,
+                           hlen > size - 8 ? "runs past the end of the file" : "is out of range", size);
+        goto fail;
+    }
+    st->data_off = 8 + hlen;
+    const char *h = (const char *)st->base + 8;
+    if (h[0] != '{') {
+        s = fsdp_set_error(FSDP_EFORMAT, "%s: header does not start with '{'", what);
+        goto fail;
+    }
+    const char *endp = NULL;
+    j = cJSON_ParseWithLengthOpts(h, (size_t)hlen, &endp, 0);
+    if (!j || !cJSON_IsObject(j)) {
+        s = fsdp_set_error(FSDP_EFORMAT, "%s: header is not a JSON object (error near byte %lld)", what,
+                           endp ? (long long)(endp - h) + 8 : -1);
+        goto fail;
+    }
+    /* After the object only the format's space padding may follow. */
+    for (const char *p = endp; p && p < h + hlen; p++)
+        if (*p != ' ' && *p != '\n' && *p != '\r' && *p != '\t' && *p != '\0') {
+            s = fsdp_set_error(FSDP_EFORMAT, "%s: bytes after the header's JSON object (at byte %lld)", what,
+                               (long long)(p - h) + 8);
+            goto fail;
+        }
+    const uint64_t data_len = size - st->data_off;
+    int n = 0;
+    for (const cJSON *e = j->child; e; e = e->next) {
+        if (!strcmp(e->string, "__metadata__")) {
+            if (!cJSON_IsObject(e)) {
+                s = fsdp_set_error(FSDP_EFORMAT, "%s: \"__metadata__\" is not an object", what);
+                goto fail;
+            }
+            for (const cJSON *m = e->child; m; m = m->next)
+                if (!cJSON_IsString(m)) {
+                    s = fsdp_set_error(FSDP_EFORMAT, "%s: \"__metadata__\".\"%s\" is not a string", what,
+                                       m->string);
+                    goto fail;
+                }
+            continue;
+        }
+        if (++n > FSDP_ST_MAX_TENSORS) {
+            s = fsdp_set_error(FSDP_EFORMAT, "%s: more than %d tensors", what, FSDP_ST_MAX_TENSORS);
+            goto fail;
+        }
+    }
+    st->t = calloc((size_t)n + 1, sizeof *st->t);
+    order = calloc((size_t)n + 1, sizeof *order);
+    if (!st->t || !order) {
+        s = FSDP_ERR(FSDP_ENOMEM, "%s: no memory for %d tensor entries", what, n);
+        goto fail;
+    }
+    for (const cJSON *e = j->child; e; e = e->next) {
+        if (!strcmp(e->string, "__metadata__")) continue;
+        fsdp_st_tensor *t = &st->t[st->n];
+        t->name = strdup(e->string);
+        if (!t->name) {
+            s = FSDP_ERR(FSDP_ENOMEM, "no memory for a tensor name");
+            goto fail;
+        }
+        st->n++;
+        s = parse_entry(e, t, data_len, what);
+        if (s != FSDP_OK) goto fail;
+        order[st->n - 1] = t;
+    }
+    /* No duplicate names (JSON allows them; the format does not). */
+    qsort(order, (size_t)n, sizeof *order, cmp_name);
+    for (int i = 1; i < n; i++)
+        if (!strcmp(order[i]->name, order[i - 1]->name)) {
+            s = fsdp_set_error(FSDP_EFORMAT, "%s: tensor \"%s\" appears twice in the header", what,
+                               order[i]->name);
+            goto fail;
+        }
+    /* No two tensors share a byte (empty tensors take none). */
+    qsort(order, (size_t)n, sizeof *order, cmp_begin);
+    const fsdp_st_tensor *prev = NULL;
+    for (int i = 0; i < n; i++) {
+        const fsdp_st_tensor *t = order[i];
+        if (t->begin == t->end) continue;
+        if (prev && t->begin < prev->end) {
+            s = fsdp_set_error(
+                FSDP_EFORMAT,
+                "%s: tensors \"%s\" [%llu, %llu] and \"%s\" [%llu, %llu] overlap (\"data_offsets\")", what,
+                prev->name, (unsigned long long)prev->begin, (unsigned long long)prev->end, t->name,
+                (unsigned long long)t->begin, (unsigned long long)t->end);
+            goto fail;
+        }
+        prev = t;
+    }
+    free(order);
+    cJSON_Delete(j);
+    return FSDP_OK;
+fail:
+    free(order);
+    cJSON_Delete(j);
+    st->mapped = 0; /* the caller's buffer (fsdp_st_open unmaps its own) */
+    fsdp_st_close(st);
+    return s;
+}
+
+fsdp_status fsdp_st_open(fsdp_safetensors *st, const char *path) {
+    memset(st, 0, sizeof *st);
+    /* Non-blocking open: a FIFO or device is refused below instead of blocking here. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) return fsdp_set_error(FSDP_EIO, "cannot open %s: %s", path, strerror(errno));
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        close(fd);
+        return fsdp_set_error(FSDP_EIO, "%s is not a readable regular file", path);
+    }
+    size_t size = (size_t)sb.st_size;
+    void *map = NULL;
+    if (size > 0) {
+        map = mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);
+        if (map == MAP_FAILED) {
+            int e = errno;
+            close(fd);
+            return fsdp_set_error(FSDP_EIO, "cannot map %s: %s", path, strerror(e));
+        }
+    }
+    close(fd); /* the mapping keeps the file */
+    fsdp_status s = fsdp_st_parse(st, map ? map : "", size, path);
+    if (s != FSDP_OK) {
+        if (map) munmap(map, size);
+        return s;
+    }
+    st->mapped = map ? size : 0;
+    return FSDP_OK;
+}
+
+int fsdp_st_find(const fsdp_safetensors *st, const char *name) {
+    for (int i = 0; i < st->n; i++)
+        if (!strcmp(st->t[i].name, name)) return i;
+    return -1;
+}
+
+/* IEEE half -> float, exact (subnormals, infinities, NaN). */
+static float f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16, e = (h >> 10) & 0x1f, m = h & 0x3ff, bits;
+    if (e == 0) {
+        if (m == 0) {
+            bits = sign;
+        } else { /* subnormal: m * 2^-24 */
+            float f = (float)m * 0x1p-24f;
+            return sign ? -f : f;
+        }
+    } else if (e == 31) {
+        bits = sign | 0x7f800000u | (m << 13);
+    } else {
+        bits = sign | ((e + 112) << 23) | (m << 13);
+    }
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+static fsdp_status check_read(const fsdp_safetensors *st, int i, uint64_t first, uint64_t stride, size_t n) {
+    if (!st || i < 0 || i >= st->n) return FSDP_ERR(FSDP_EINVAL, "tensor index %d out of range", i);
+    const fsdp_st_tensor *t = &st->t[i];
+    if (t->dtype == FSDP_ST_OTHER)
+        return fsdp_set_error(FSDP_EFORMAT, "%s: tensor \"%s\" has dtype %s: only F32, BF16 and F16 are read",
+                              st->path, t->name, t->dtype_name);
+    if (n == 0) return FSDP_OK;
+    if (stride < 1 || first >= t->numel || (uint64_t)(n - 1) > (t->numel - 1 - first) / stride)
+        return FSDP_ERR(FSDP_EINVAL, "%s: tensor \"%s\": elements %llu + %zu x %llu past its %llu", st->path,
+                        t->name, (unsigned long long)first, n, (unsigned long long)stride,
+                        (unsigned long long)t->numel);
+    return FSDP_OK;
+}
+
+fsdp_status fsdp_st_read_strided_f32(const fsdp_safetensors *st, int i, uint64_t first, uint64_t stride,
+                                     size_t n, float *out) {
+    FSDP_TRY(check_read(st, i, first, stride, n));
+    const fsdp_st_tensor *t = &st->t[i];
+    const uint8_t *p = st->base + st->data_off + t->begin;
+    switch (t->dtype) {
+    case FSDP_ST_F32:
+        if (stride == 1) {
+            memcpy(out, p + 4 * first, 4 * n);
+        } else {
+            for (size_t k = 0; k < n; k++)
+                memcpy(&out[k], p + 4 * (first + k * stride), 4);
+        }
+        break;
+    case FSDP_ST_BF16:
+        for (size_t k = 0; k < n; k++) {
+            uint16_t h;
+            memcpy(&h, p + 2 * (first + k * stride), 2);
+            out[k] = fsdp_bf16_to_f32(h);
+        }
+        break;
+    case FSDP_ST_F16:
+        for (size_t k = 0; k < n; k++) {
+            uint16_t h;
+            memcpy(&h, p + 2 * (first + k * stride), 2);
+            out[k] = f16_to_f32(h);
+        }
+        break;
+    case FSDP_ST_OTHER: break; /* refused by check_read */
+    }
+    return FSDP_OK;
+}
+
+fsdp_status fsdp_st_read_f32(const fsdp_safetensors *st, int i, uint64_t first, size_t n, float *out) {
+    return fsdp_st_read_strided_f32(st, i, first, 1, n, out);
+}

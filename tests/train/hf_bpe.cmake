@@ -1,0 +1,12 @@
+# Byte-level BPE (src/train/bpe.c) against the `tokenizers` library (tests/train/bpe_check.sh): a BPE
+# trained by tokenizers on part of the default corpus, then ids equal on the whole corpus and on a file of
+# hard cases, exact decode(encode(x)), prepare --tokenizer, and malformed tokenizer.json files refused.
+# Python: the test venv (FSDP_TEST_PYTHON, set in tests/train/hf.cmake, included before this file);
+# without tokenizers the test fails.
+if(TARGET fsdp-train)
+  fsdp_test_executable(bpe_tool ${PROJECT_SOURCE_DIR}/tests/train/bpe_tool.c train)
+  add_test(NAME train/bpe
+    COMMAND ${PROJECT_SOURCE_DIR}/tests/train/bpe_check.sh $<TARGET_FILE:fsdp-train> $<TARGET_FILE:bpe_tool>
+            ${FSDP_TEST_PYTHON} ${PROJECT_BINARY_DIR}/tmp_bpe)
+  set_tests_properties(train/bpe PROPERTIES LABELS "script;train;hf" TIMEOUT 600)
+endif()
