@@ -188,6 +188,8 @@ int fsdp_comm_size(const fsdp_comm_t *c);
 int fsdp_comm_local_size(const fsdp_comm_t *c); /* ranks on this node */
 const char *fsdp_comm_backend_name(const fsdp_comm_t *c);
 int fsdp_comm_shm_active(const fsdp_comm_t *c); /* 1 if the shared-memory transport is in use */
+/* 1 if a thread moves MPI requests in the background (ranks on several hosts; see comm_mpi.c) */
+int fsdp_comm_progress_thread(const fsdp_comm_t *c);
 /* A label ("unit block3 / reduce-scatter") that timeout and error messages include. Copied. */
 void fsdp_comm_set_label(fsdp_comm_t *c, const char *label);
 /* Ends every rank of the job (MPI_Abort), or exits the process for self. Programs only. */

@@ -323,10 +323,20 @@ static void inflight_unlink(fsdp_comm_req_t *r) {
     r->next_inflight = NULL;
 }
 
+void comm_lock(fsdp_comm_t *c) {
+    if (c->thr_on) pthread_mutex_lock(&c->mu);
+}
+void comm_unlock(fsdp_comm_t *c) {
+    if (c->thr_on) pthread_mutex_unlock(&c->mu);
+}
+
 static void req_free(fsdp_comm_req_t *r) {
     if (r == NULL) return;
+    fsdp_comm_t *c = r->c;
+    comm_lock(c);
     inflight_unlink(r);
-    if (r->c->backend == FSDP_COMM_MPI) comm_mpi_req_release(r);
+    if (c->backend == FSDP_COMM_MPI) comm_mpi_req_release(r);
+    comm_unlock(c);
     for (int k = 0; k < 2; k++)
         fsdp_mem_free(r->adopted[k]);
     free(r);
@@ -343,6 +353,7 @@ static fsdp_status start(fsdp_comm_t *c, comm_coll k, const void *send, void *re
     *r = tmp;
     r->t0 = fsdp_time_s();
     snprintf(r->label, sizeof r->label, "%s", c->label);
+    comm_lock(c);
     if (count == 0 && k != COLL_BARRIER) {
         r->done = 1;
     } else if (c->backend == FSDP_COMM_SELF) {
@@ -362,6 +373,7 @@ static fsdp_status start(fsdp_comm_t *c, comm_coll k, const void *send, void *re
         } else {
             fsdp_status s = comm_mpi_start(r);
             if (s != FSDP_OK) {
+                comm_unlock(c);
                 req_free(r);
                 return s;
             }
@@ -373,6 +385,7 @@ static fsdp_status start(fsdp_comm_t *c, comm_coll k, const void *send, void *re
             p = &(*p)->next_inflight;
         *p = r;
     }
+    comm_unlock(c);
     *out = r;
     return FSDP_OK;
 }
@@ -394,7 +407,7 @@ static void shm_progress_upto(fsdp_comm_req_t *r) {
     }
 }
 
-static fsdp_status progress(fsdp_comm_req_t *r, int *done) {
+static fsdp_status progress_locked(fsdp_comm_req_t *r, int *done) {
     if (r->done) {
         *done = 1;
         return FSDP_OK;
@@ -414,8 +427,16 @@ static fsdp_status progress(fsdp_comm_req_t *r, int *done) {
         *done = r->done;
         return FSDP_OK;
     }
+    if (r->failed) return fsdp_set_error(r->failed, "%s", r->errmsg); /* seen by the progress thread */
     fsdp_status s = comm_mpi_progress(r, done);
     if (s == FSDP_OK && *done) r->done = 1;
+    return s;
+}
+
+static fsdp_status progress(fsdp_comm_req_t *r, int *done) {
+    comm_lock(r->c);
+    fsdp_status s = progress_locked(r, done);
+    comm_unlock(r->c);
     return s;
 }
 
@@ -434,7 +455,9 @@ static fsdp_status timed_out(fsdp_comm_req_t *r, double elapsed) {
                  "with fsdp_comm_abort (the buffers of this call must stay valid until then)",
                  c->rank, c->size, host, comm_coll_name(r->coll), r->label, r->count, fsdp_dtype_name(r->t),
                  elapsed, c->timeout_s);
+    comm_lock(c);
     inflight_unlink(r);
+    comm_unlock(c);
     r->is_stale = 1;
     if (r->stalled) { /* nothing was posted: nothing else owns any of it */
         req_free(r);
@@ -467,7 +490,7 @@ fsdp_status fsdp_comm_test(fsdp_comm_req_t *req, int *done) {
     if (done == NULL) return FSDP_ERR(FSDP_EINVAL, "done is NULL");
     *done = 0;
     if (req == NULL) return FSDP_ERR(FSDP_EINVAL, "request is NULL");
-    fsdp_status s = req->failed ? fsdp_set_error(req->failed, "%s", req->errmsg) : progress(req, done);
+    fsdp_status s = progress(req, done);
     if (s != FSDP_OK) {
         *done = 1;
         req_free(req);
@@ -485,12 +508,7 @@ fsdp_status fsdp_comm_test(fsdp_comm_req_t *req, int *done) {
 
 /* Progress for every in-flight request, without waiting: what a program calls between kernels so
  * that started collectives move while it computes. MPI failures are left for the owner's test/wait. */
-void fsdp_comm_progress(fsdp_comm_t *c) {
-    if (c == NULL || c->inflight == NULL) return;
-    fsdp_comm_req_t *last = c->inflight;
-    while (last->next_inflight != NULL)
-        last = last->next_inflight;
-    shm_progress_upto(last);
+void comm_mpi_progress_all(fsdp_comm_t *c) {
     for (fsdp_comm_req_t *q = c->inflight; q != NULL; q = q->next_inflight) {
         if (q->shm || q->done || q->stalled || q->failed) continue;
         int d = 0;
@@ -504,6 +522,19 @@ void fsdp_comm_progress(fsdp_comm_t *c) {
     }
 }
 
+void fsdp_comm_progress(fsdp_comm_t *c) {
+    if (c == NULL || c->inflight == NULL) return;
+    comm_lock(c);
+    if (c->inflight != NULL) {
+        fsdp_comm_req_t *last = c->inflight;
+        while (last->next_inflight != NULL)
+            last = last->next_inflight;
+        shm_progress_upto(last);
+        if (!c->thr_on) comm_mpi_progress_all(c); /* the thread does it otherwise */
+    }
+    comm_unlock(c);
+}
+
 /* Polls MPI_Test (Open MPI progresses non-blocking collectives only inside MPI calls, so the poll
  * rate is the progress rate). For the first 50 ms it yields the core between polls — cheap for
  * oversubscribed ranks and no added latency; a longer wait (a straggler rank) backs off to sleeps
@@ -514,7 +545,7 @@ fsdp_status fsdp_comm_wait(fsdp_comm_req_t *req) {
     double waited0 = fsdp_time_s() - req->t0; /* age of the request when this wait began */
     for (;;) {
         int done = 0;
-        fsdp_status s = req->failed ? fsdp_set_error(req->failed, "%s", req->errmsg) : progress(req, &done);
+        fsdp_status s = progress(req, &done);
         if (s != FSDP_OK) {
             req_free(req);
             return s;

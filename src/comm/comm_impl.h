@@ -7,6 +7,7 @@
 #include "core/core.h"
 
 #include <mpi.h>
+#include <pthread.h>
 #include <stdint.h>
 
 typedef enum {
@@ -42,6 +43,13 @@ struct fsdp_comm {
     int mpi_inited_here;            /* fsdp_comm_init called MPI_Init_thread: free finalises */
     MPI_Comm comm;                  /* MPI backend: a duplicate of MPI_COMM_WORLD with MPI_ERRORS_RETURN */
     struct fsdp_comm_req *inflight; /* started, not yet complete, in start order (via next_inflight) */
+    /* MPI progress thread (comm_mpi.c), across hosts: moves MPI requests while the caller computes.
+     * When it runs, mu serialises every MPI call and every use of the in-flight list. */
+    int thr_on;
+    volatile int thr_stop;
+    pthread_t thr;
+    pthread_mutex_t mu;
+    long thr_interval_us;
     /* Shared-memory transport (comm_shm.c), when every rank is on this host. */
     int shm_allowed;      /* from the config */
     int shm_on;           /* set up and in use */
@@ -95,6 +103,13 @@ struct fsdp_comm_req {
     struct fsdp_comm_req *next_stale;
     struct fsdp_comm_req *next_inflight;
 };
+
+/* The communicator's lock: held around MPI calls and the in-flight list while the progress thread
+ * runs (no-ops otherwise). */
+void comm_lock(fsdp_comm_t *c);
+void comm_unlock(fsdp_comm_t *c);
+/* Advances every in-flight MPI request once (lock held); used by fsdp_comm_progress and the thread. */
+void comm_mpi_progress_all(fsdp_comm_t *c);
 
 /* Backend entry points (comm_mpi.c). */
 fsdp_status comm_mpi_init(fsdp_comm_t *c, int *argc, char ***argv);

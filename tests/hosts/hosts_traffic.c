@@ -3,8 +3,12 @@
  * the result checks itself. Prints one line per rank: "rank R host H local L", which the script
  * compares with the harness's layout, and returns non-zero on a wrong result.
  * usage: hosts_traffic MIB REPS */
-#include "fsdp.h"
+#include "comm/comm_impl.h" /* white-box: a request's done flag, set by the progress thread */
 #include "test_util.h"
+
+#include <time.h>
+
+static float recv_probe[1024];
 
 #include <unistd.h>
 
@@ -18,6 +22,27 @@ int main(int argc, char **argv) {
     }
     int rank = fsdp_comm_rank(c), world = fsdp_comm_size(c);
     test_set_rank(rank);
+    /* across hosts: no shared-memory transport, and the MPI progress thread runs (unless turned off) */
+    int across = fsdp_comm_local_size(c) < world;
+    const char *thr = getenv("FSDP_COMM_PROGRESS_THREAD");
+    CHECK(fsdp_comm_shm_active(c) == !across);
+    CHECK(fsdp_comm_progress_thread(c) == (across && !(thr && strcmp(thr, "0") == 0)));
+    /* and non-blocking requests complete through it while this thread only sleeps */
+    if (across) {
+        float x = (float)(rank + 1), y = 0;
+        fsdp_comm_req_t *q = NULL;
+        CHECK_OK(fsdp_comm_iall_gather(c, &x, recv_probe, 1, FSDP_F32, &q));
+        for (int i = 0; i < 2000 && q; i++) { /* up to 2 s: the thread must finish it */
+            struct timespec ts = {0, 1000000};
+            nanosleep(&ts, NULL);
+            if (q->done) break;
+        }
+        CHECK(q == NULL || q->done);
+        if (q) CHECK_OK(fsdp_comm_wait(q));
+        for (int r = 0; r < world; r++)
+            y += recv_probe[r];
+        CHECK(y == (float)(world * (world + 1) / 2));
+    }
     double mib = argc > 1 ? atof(argv[1]) : 0;
     int reps = argc > 2 ? atoi(argv[2]) : 0;
     CHECKF(mib > 0 && mib <= 1024 && reps >= 1 && reps <= 100,
