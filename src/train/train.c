@@ -197,7 +197,7 @@ fsdp_status fsdp_train_plan_compute(const fsdp_train_config *c, int world, int t
     pc.backend = world > 1 ? FSDP_COMM_MPI : FSDP_COMM_SELF;
     pc.shm = shm;
     pc.n_micro = c->micro_batches;
-    pc.steps = c->steps > 1 ? 2 : 1; /* prefetch starts with the second step */
+    pc.steps = c->steps > 1 ? 2 : 1;    /* prefetch starts with the second step */
     pc.schedule = FSDP_PLAN_ROOT_WRAPS; /* gpt's hook order */
     /* activation: the model's arena, the trainer's input and target tokens (int32 [b, T] each), and
      * attention backward's scratch (T floats per thread) that lives beside them during backward. */
@@ -219,14 +219,8 @@ static fsdp_status plan_local(const fsdp_train_config *cfg_in, fsdp_comm_t *comm
     fsdp_train_config *c = &cfg;
     const int world = c->world > 0 ? c->world : fsdp_comm_size(comm);
     const int rank0 = fsdp_comm_rank(comm) == 0;
-    FSDP_TRY(apply_init_from(c));
-    if (c->vocab == 0) {
-        int v = 0;
-        FSDP_TRY(fsdp_data_meta_vocab(c->data, &v));
-        c->vocab = v > 0 ? v : FSDP_GPT2_VOCAB;
-    }
     c->world = world;
-    FSDP_TRY(fsdp_train_config_check(c, world));
+    FSDP_TRY(resolve_config(c, world)); /* the run's own resolution of the vocabulary and checks */
     /* The threads a real run would use: --threads, else the cores split over the ranks (all on this
      * node when planning for a world other than the launcher's). */
     int threads = fsdp_train_threads(c, comm);
@@ -562,137 +556,161 @@ static fsdp_status write_trace(const char *path, fsdp_comm_t *comm) {
 
 /* ---------------------------------------------------------------- the loop */
 
-fsdp_status fsdp_train_run(const fsdp_train_config *cfg_in, fsdp_comm_t *comm, FILE *out,
-                           fsdp_train_result *res) {
-    fsdp_train_config cfg = *cfg_in;
-    fsdp_train_config *c = &cfg;
-    const int rank = fsdp_comm_rank(comm), world = fsdp_comm_size(comm), rank0 = rank == 0;
-    FILE *o = rank0 ? out : NULL;
-    fsdp_train_result rr = {0, 0, NAN, NAN, 0};
-    run_model rm = {0};
-    fsdp_loader train = {0}, val = {0};
-    train.file.fd = val.file.fd = -1;
-    int have_val = 0;
-    int32_t *in = NULL, *tg = NULL;
-    char *train_path = NULL, *val_path = NULL, *step_dir = NULL, *saved = NULL;
-    int metrics = -1, lock = -1;
-    cJSON *cj = NULL;
-    fsdp_ckpt_state st = {0, 0, 0, {0, 0}};
+/* ---------------------------------------------------------------- the train command */
+
+/* Everything one `train` run holds, so that each part of it is a function of its own. */
+typedef struct {
+    fsdp_train_config cfg; /* resolved: vocabulary, --init-from as an absolute path */
+    char init_abs[PATH_MAX];
+    fsdp_comm_t *comm;
+    int rank, world, threads;
+    FILE *o; /* rank 0's output, NULL on the others */
+    int tty;
+    run_model rm;
+    fsdp_loader train, val;
+    int have_val;
+    int32_t *in, *tg; /* one micro-batch's input and target tokens (b, T) */
+    char *train_path, *val_path;
+    int metrics, lock; /* file descriptors, -1 when closed */
+    cJSON *cj;         /* the config the checkpoints record */
+    fsdp_ckpt_state st;
     fsdp_plan plan;
-    memset(&plan, 0, sizeof plan);
-    fsdp_io_inputs_reset();
-    fsdp_status s = resolve_config(c, world);
-    char init_abs[PATH_MAX]; /* the manifest records where the run started: an absolute path */
-    if (s == FSDP_OK && c->init_from && realpath(c->init_from, init_abs)) c->init_from = init_abs;
-    s = fsdp_ckpt_agree(comm, s, "checking the settings");
-    if (s != FSDP_OK) goto done;
-    if (!c->resume && c->steps == 0) {
-        if (o)
-            fprintf(o, "nothing to do: --steps 0 trains no step (no checkpoint, metrics, report or trace is "
-                       "written)\n");
-        goto done;
-    }
+    int first, last; /* the steps this run trains */
+    double t_loop, t_steps;
+    int steps_timed;
+    fsdp_train_result rr;
+} train_run;
+
+/* What one step measured. */
+typedef struct {
+    int step;
+    double lr, dt;
+    float loss, norm; /* loss: the mean over the global batch */
+} step_record;
+
+/* The settings every rank agrees on, the checkpoint folder (this run's alone, writable), the data, the
+ * model and its memory plan, the config record. */
+static fsdp_status run_setup(train_run *r) {
+    fsdp_train_config *c = &r->cfg;
+    fsdp_comm_t *comm = r->comm;
+    fsdp_status s = resolve_config(c, r->world);
+    if (s == FSDP_OK && c->init_from && realpath(c->init_from, r->init_abs)) c->init_from = r->init_abs;
+    FSDP_TRY(fsdp_ckpt_agree(comm, s, "checking the settings"));
+    if (!c->resume && c->steps == 0) return FSDP_OK; /* run_start says so */
     /* The checkpoint folder first: it exists, this run alone uses it (every rank's lock, held to the
      * end), and every rank can write a file into it — found now, not at the first save. */
-    if (rank0) s = fsdp_mkdirs(c->checkpoint_dir);
+    s = r->rank == 0 ? fsdp_mkdirs(c->checkpoint_dir) : FSDP_OK;
     s = fsdp_ckpt_agree(comm, s, "creating the checkpoint folder");
-    if (s == FSDP_OK) s = fsdp_ckpt_lock(c->checkpoint_dir, rank, &lock);
-    if (s == FSDP_OK) s = probe_folder(c->checkpoint_dir, rank);
-    s = fsdp_ckpt_agree(comm, s, "locking the checkpoint folder");
-    if (s != FSDP_OK) goto done;
+    if (s == FSDP_OK) s = fsdp_ckpt_lock(c->checkpoint_dir, r->rank, &r->lock);
+    if (s == FSDP_OK) s = probe_folder(c->checkpoint_dir, r->rank);
+    FSDP_TRY(fsdp_ckpt_agree(comm, s, "locking the checkpoint folder"));
 
-    int threads = fsdp_train_threads(c, comm);
-    omp_set_num_threads(threads);
-    if (o) {
-        fsdp_train_config_print(o, c);
-        fprintf(o, "  world size %d (%s), %d OpenMP thread%s per rank\n", world, fsdp_comm_backend_name(comm),
-                threads, threads == 1 ? "" : "s");
+    r->threads = fsdp_train_threads(c, comm);
+    omp_set_num_threads(r->threads);
+    if (r->o) {
+        fsdp_train_config_print(r->o, c);
+        fprintf(r->o, "  world size %d (%s), %d OpenMP thread%s per rank\n", r->world,
+                fsdp_comm_backend_name(comm), r->threads, r->threads == 1 ? "" : "s");
         /* Which GEMM path runs: native bf16, or the exact bf16-via-f32 fallback on CPUs without it. */
         fsdp_dtype pdt = c->precision == FSDP_PRECISION_MIXED ? FSDP_BF16 : FSDP_F32;
-        fprintf(o, "  GEMMs: %s path (oneDNN %s, ISA %s)\n", fsdp_gemm_path_name(fsdp_gemm_path_for(pdt)),
+        fprintf(r->o, "  GEMMs: %s path (oneDNN %s, ISA %s)\n", fsdp_gemm_path_name(fsdp_gemm_path_for(pdt)),
                 fsdp_gemm_impl_name(pdt), fsdp_kernels_isa_name());
     }
-    train_path = fsdp_strdupf("%s/train.bin", c->data);
-    val_path = fsdp_strdupf("%s/val.bin", c->data);
-    if (!train_path || !val_path) {
-        s = FSDP_ERR(FSDP_ENOMEM, "no memory for paths");
-        goto done;
-    }
+    r->train_path = fsdp_strdupf("%s/train.bin", c->data);
+    r->val_path = fsdp_strdupf("%s/val.bin", c->data);
+    if (!r->train_path || !r->val_path) return FSDP_ERR(FSDP_ENOMEM, "no memory for paths");
     /* The data set's files are never outputs, read by this run or not. */
-    fsdp_io_note_input(val_path);
+    fsdp_io_note_input(r->val_path);
     char *meta_path = fsdp_strdupf("%s/meta.json", c->data);
     if (meta_path) fsdp_io_note_input(meta_path);
     free(meta_path);
-    s = fsdp_loader_init(&train, train_path, c->vocab, c->batch, c->seq_len, c->micro_batches, rank, world);
-    if (s == FSDP_OK && c->eval_every > 0 && access(val_path, F_OK) == 0) {
+    s = fsdp_loader_init(&r->train, r->train_path, c->vocab, c->batch, c->seq_len, c->micro_batches, r->rank,
+                         r->world);
+    if (s == FSDP_OK && c->eval_every > 0 && access(r->val_path, F_OK) == 0) {
         /* val.bin too small for one batch only turns evaluation off; a corrupt one is an error */
         fsdp_token_file probe;
-        s = fsdp_tokens_open(&probe, val_path, c->vocab);
+        s = fsdp_tokens_open(&probe, r->val_path, c->vocab);
         if (s == FSDP_OK) {
             int big = probe.ntok >= (uint64_t)c->batch * (uint64_t)c->seq_len + 1;
             fsdp_tokens_close(&probe);
             if (big) {
-                s = fsdp_loader_init(&val, val_path, c->vocab, c->batch, c->seq_len, c->micro_batches, rank,
-                                     world);
-                have_val = s == FSDP_OK;
-            } else if (o) {
-                fprintf(o, "note: %s is smaller than one batch: no validation\n", val_path);
+                s = fsdp_loader_init(&r->val, r->val_path, c->vocab, c->batch, c->seq_len, c->micro_batches,
+                                     r->rank, r->world);
+                r->have_val = s == FSDP_OK;
+            } else if (r->o) {
+                fprintf(r->o, "note: %s is smaller than one batch: no validation\n", r->val_path);
             }
         }
-    } else if (s == FSDP_OK && c->eval_every > 0 && o) {
-        fprintf(o, "note: no %s: no validation\n", val_path);
+    } else if (s == FSDP_OK && c->eval_every > 0 && r->o) {
+        fprintf(r->o, "note: no %s: no validation\n", r->val_path);
     }
-    s = fsdp_ckpt_agree(comm, s, "opening the data");
-    if (s != FSDP_OK) goto done;
-    if (o)
-        fprintf(o, "data: %s: %llu tokens (%llu batches of %d x %d)%s\n", train_path,
-                (unsigned long long)train.file.ntok, (unsigned long long)fsdp_loader_num_batches(&train),
-                c->batch, c->seq_len, have_val ? ", val.bin for validation" : "");
+    FSDP_TRY(fsdp_ckpt_agree(comm, s, "opening the data"));
+    if (r->o)
+        fprintf(r->o, "data: %s: %llu tokens (%llu batches of %d x %d)%s\n", r->train_path,
+                (unsigned long long)r->train.file.ntok,
+                (unsigned long long)fsdp_loader_num_batches(&r->train), c->batch, c->seq_len,
+                r->have_val ? ", val.bin for validation" : "");
 
-    size_t bt = (size_t)train.b * (size_t)c->seq_len;
-    s = fsdp_mem_alloc((void **)&in, sizeof(int32_t) * bt, FSDP_MEM_ACTIVATION);
-    if (s == FSDP_OK) s = fsdp_mem_alloc((void **)&tg, sizeof(int32_t) * bt, FSDP_MEM_ACTIVATION);
-    if (s == FSDP_OK) s = model_build(c, comm, &rm);
+    size_t bt = (size_t)r->train.b * (size_t)c->seq_len;
+    s = fsdp_mem_alloc((void **)&r->in, sizeof(int32_t) * bt, FSDP_MEM_ACTIVATION);
+    if (s == FSDP_OK) s = fsdp_mem_alloc((void **)&r->tg, sizeof(int32_t) * bt, FSDP_MEM_ACTIVATION);
+    if (s == FSDP_OK) s = model_build(c, comm, &r->rm);
     /* The prediction the end-of-run report compares against (the same arithmetic as --plan). */
-    if (s == FSDP_OK) s = fsdp_train_plan_compute(c, world, threads, have_val, fsdp_comm_shm_active(comm), &plan);
-    s = fsdp_ckpt_agree(comm, s, "building the model");
-    if (s != FSDP_OK) goto done;
-    if (o) {
-        const gpt_config *gc = gpt_get_config(rm.model);
-        fprintf(
-            o, "model: GPT-2 layout, %d layers, width %d, %d heads, vocab %d (padded %d), %zu parameters\n",
-            gc->n_layer, gc->n_embd, gc->n_head, gc->vocab_size, gc->padded_vocab_size, gpt_num_params(gc));
+    if (s == FSDP_OK)
+        s = fsdp_train_plan_compute(c, r->world, r->threads, r->have_val, fsdp_comm_shm_active(comm),
+                                    &r->plan);
+    FSDP_TRY(fsdp_ckpt_agree(comm, s, "building the model"));
+    if (r->o) {
+        const gpt_config *gc = gpt_get_config(r->rm.model);
+        fprintf(r->o,
+                "model: GPT-2 layout, %d layers, width %d, %d heads, vocab %d (padded %d), %zu parameters\n",
+                gc->n_layer, gc->n_embd, gc->n_head, gc->vocab_size, gc->padded_vocab_size,
+                gpt_num_params(gc));
     }
-    cj = fsdp_train_config_to_json(c);
-    if (!cj) {
-        s = FSDP_ERR(FSDP_ENOMEM, "no memory for the config record");
-        goto done;
-    }
+    r->cj = fsdp_train_config_to_json(c);
+    if (!r->cj) return FSDP_ERR(FSDP_ENOMEM, "no memory for the config record");
     if (c->init_from && !c->resume) { /* where the run starts: the folder and its fingerprint */
         uint32_t crc = 0;
         char fp[32];
         s = fsdp_hf_fingerprint(c->init_from, &crc);
         snprintf(fp, sizeof fp, "crc32c:%08x", (unsigned)crc);
-        if (s == FSDP_OK && !cJSON_AddStringToObject(cj, "init-from-fingerprint", fp))
+        if (s == FSDP_OK && !cJSON_AddStringToObject(r->cj, "init-from-fingerprint", fp))
             s = FSDP_ERR(FSDP_ENOMEM, "no memory for the config record");
-        s = fsdp_ckpt_agree(comm, s, "fingerprinting --init-from");
-        if (s != FSDP_OK) goto done;
+        FSDP_TRY(fsdp_ckpt_agree(comm, s, "fingerprinting --init-from"));
     }
+    return FSDP_OK;
+}
 
-    /* Resume, or start fresh (never on top of an existing run's checkpoints). */
+/* Resume, or start fresh (never on top of an existing run's checkpoints); the steps to train; every
+ * other output checked before the first step. *nothing: there is no step to train (said why). */
+static fsdp_status run_start(train_run *r, int *nothing) {
+    fsdp_train_config *c = &r->cfg;
+    fsdp_comm_t *comm = r->comm;
+    fsdp_status s = FSDP_OK;
+    *nothing = 1;
+    if (!c->resume && c->steps == 0) {
+        if (r->o)
+            fprintf(r->o,
+                    "nothing to do: --steps 0 trains no step (no checkpoint, metrics, report or trace is "
+                    "written)\n");
+        return FSDP_OK;
+    }
     if (c->resume) {
+        char *step_dir = NULL;
         s = fsdp_ckpt_resolve(c->checkpoint_dir, &step_dir);
-        if (s == FSDP_OK) s = fsdp_ckpt_load(rm.eng, step_dir, &st);
-        if (s == FSDP_OK) s = carry_init_from(step_dir, cj);
+        if (s == FSDP_OK) s = fsdp_ckpt_load(r->rm.eng, step_dir, &r->st);
+        if (s == FSDP_OK) s = carry_init_from(step_dir, r->cj);
         if (s == FSDP_OK) {
-            fsdp_loader_state ls = {st.data_pos, st.data_epoch};
-            s = fsdp_loader_set_state(&train, ls);
+            fsdp_loader_state ls = {r->st.data_pos, r->st.data_epoch};
+            s = fsdp_loader_set_state(&r->train, ls);
         }
         s = fsdp_ckpt_agree(comm, s, "resuming");
-        if (s != FSDP_OK) goto done;
-        if (o)
-            fprintf(o, "resumed from %s at step %lld (data position %llu, epoch %llu)\n", step_dir,
-                    (long long)st.step, (unsigned long long)st.data_pos, (unsigned long long)st.data_epoch);
+        if (s == FSDP_OK && r->o)
+            fprintf(r->o, "resumed from %s at step %lld (data position %llu, epoch %llu)\n", step_dir,
+                    (long long)r->st.step, (unsigned long long)r->st.data_pos,
+                    (unsigned long long)r->st.data_epoch);
+        free(step_dir);
+        if (s != FSDP_OK) return s;
     } else {
         if (fsdp_ckpt_has_latest(c->checkpoint_dir))
             s = fsdp_set_error(
@@ -703,219 +721,274 @@ fsdp_status fsdp_train_run(const fsdp_train_config *cfg_in, fsdp_comm_t *comm, F
         s = fsdp_ckpt_agree(comm, s, "checking the checkpoint folder");
         fsdp_hf_stats hs = {0, 0};
         if (s == FSDP_OK)
-            s = c->init_from ? fsdp_hf_load(rm.eng, c->init_from, &hs) : fsdp_engine_init_params(rm.eng);
+            s = c->init_from ? fsdp_hf_load(r->rm.eng, c->init_from, &hs)
+                             : fsdp_engine_init_params(r->rm.eng);
         /* The share of the weights each rank read: its shard's, not the whole model. */
         float share = hs.model_elems ? (float)((double)hs.read_elems / (double)hs.model_elems) : 0,
               mx = share, sum = share;
-        if (s == FSDP_OK && c->init_from && world > 1) {
+        if (s == FSDP_OK && c->init_from && r->world > 1) {
             s = fsdp_comm_all_reduce(comm, &share, &mx, 1, FSDP_F32, FSDP_MAX);
             if (s == FSDP_OK) s = fsdp_comm_all_reduce(comm, &share, &sum, 1, FSDP_F32, FSDP_SUM);
         }
-        if (s != FSDP_OK) goto done;
-        if (o && c->init_from)
-            fprintf(o,
+        if (s != FSDP_OK) return s;
+        if (r->o && c->init_from)
+            fprintf(r->o,
                     "initialised from %s: each rank read at most %.1f%% of the weights' elements (all ranks "
                     "together %.1f%%)\n",
                     c->init_from, 100.0 * mx, 100.0 * sum);
-        rng_seed(st.rng, (uint64_t)c->seed ^ 0x5A4D504C45ull);
+        rng_seed(r->st.rng, (uint64_t)c->seed ^ 0x5A4D504C45ull);
     }
-    const int last = c->stop_at > 0 && c->stop_at < c->steps ? c->stop_at : c->steps;
-    if ((int)st.step + 1 > last) {
-        if (o)
+    r->first = (int)r->st.step + 1;
+    r->last = c->stop_at > 0 && c->stop_at < c->steps ? c->stop_at : c->steps;
+    if (r->first > r->last) {
+        if (r->o)
             fprintf(
-                o,
+                r->o,
                 "nothing to do: the checkpoint is at step %lld and this run ends at step %d (--steps %d%s): "
                 "nothing was trained or written; raise --steps to train on\n",
-                (long long)st.step, last, c->steps, c->stop_at > 0 ? ", --stop-at" : "");
-        goto done;
+                (long long)r->st.step, r->last, c->steps, c->stop_at > 0 ? ", --stop-at" : "");
+        return FSDP_OK;
     }
     /* Every other output, before the first step (rank 0 writes them): --metrics is opened now, and
      * --report and --trace must be creatable where they go. */
-    if (rank0 && c->metrics) s = open_metrics(c->metrics, &metrics);
-    if (s == FSDP_OK && rank0 && c->report) s = fsdp_out_check(c->report, "--report");
-    if (s == FSDP_OK && rank0 && c->trace) s = fsdp_out_check(c->trace, "--trace");
-    s = fsdp_ckpt_agree(comm, s, "checking the output files");
-    if (s != FSDP_OK) goto done;
-
+    if (r->rank == 0 && c->metrics) s = open_metrics(c->metrics, &r->metrics);
+    if (s == FSDP_OK && r->rank == 0 && c->report) s = fsdp_out_check(c->report, "--report");
+    if (s == FSDP_OK && r->rank == 0 && c->trace) s = fsdp_out_check(c->trace, "--trace");
+    FSDP_TRY(fsdp_ckpt_agree(comm, s, "checking the output files"));
     if (c->trace) { /* after a barrier, so the ranks' time origins roughly agree */
-        s = fsdp_comm_barrier(comm);
-        if (s == FSDP_OK) s = fsdp_trace_enable(rank);
-        if (s != FSDP_OK) goto done;
+        FSDP_TRY(fsdp_comm_barrier(comm));
+        FSDP_TRY(fsdp_trace_enable(r->rank));
     }
-    const int tty = o && isatty(fileno(o));
-    const int first = (int)st.step + 1;
-    const double tokens_per_step = (double)c->batch * (double)c->seq_len;
-    double t_loop = fsdp_time_s(), t_steps = 0;
-    int steps_timed = 0, last_saved = (int)st.step;
-    rr.first_step = first;
-    rr.last_step = first - 1;
+    r->tty = r->o && isatty(fileno(r->o));
+    r->t_loop = fsdp_time_s();
+    r->rr.first_step = r->first;
+    r->rr.last_step = r->first - 1;
     fsdp_mem_reset_peaks();
+    *nothing = 0;
+    return FSDP_OK;
+}
+
+/* One optimizer step: the micro-batches' forward and backward (the engine reduces the gradients
+ * into the shards), clipping, AdamW; the loss averaged over the global batch. */
+static fsdp_status train_step(train_run *r, int step, step_record *rec) {
+    const fsdp_train_config *c = &r->cfg;
+    fsdp_engine_t *eng = r->rm.eng;
+    double t0 = fsdp_time_s();
     char span[32];
-    for (int step = first; step <= last; step++) {
-        double t0 = fsdp_time_s();
-        snprintf(span, sizeof span, "step %d", step);
-        fsdp_trace_begin(span, "step");
-        double lr = fsdp_train_lr(c, step);
-        s = fsdp_engine_begin_step(rm.eng, c->micro_batches);
-        double lsum = 0;
-        for (int m = 0; m < c->micro_batches && s == FSDP_OK; m++) {
-            float loss = 0;
-            s = fsdp_engine_begin_micro(rm.eng, m);
-            if (s == FSDP_OK) s = fsdp_loader_micro(&train, m, in, tg);
-            if (s == FSDP_OK) s = gpt_forward(rm.model, in, tg, train.b, c->seq_len, &loss);
-            if (s == FSDP_OK) s = gpt_backward(rm.model, 1.0f);
-            lsum += loss;
-        }
-        float norm = 0;
-        if (s == FSDP_OK) s = fsdp_engine_clip_grad_norm(rm.eng, (float)c->clip, &norm);
-        fsdp_adamw_config ac = fsdp_adamw_config_default();
-        ac.lr = (float)lr;
-        ac.beta1 = (float)c->beta1;
-        ac.beta2 = (float)c->beta2;
-        ac.eps = (float)c->eps;
-        ac.weight_decay = (float)c->weight_decay;
-        if (s == FSDP_OK) s = fsdp_engine_adamw_step(rm.eng, &ac);
-        float loss = (float)(lsum / c->micro_batches), gloss = loss;
-        if (s == FSDP_OK && world > 1) s = fsdp_comm_all_reduce(comm, &loss, &gloss, 1, FSDP_F32, FSDP_AVG);
-        if (s != FSDP_OK) goto done;
-        fsdp_trace_end(span, "step");
-        fsdp_loader_advance(&train);
-        double dt = fsdp_time_s() - t0;
-        if (step > first || last == first) { /* the first step warms caches: not in the average */
-            t_steps += dt;
-            steps_timed++;
-        }
-        double avg = steps_timed ? t_steps / steps_timed : dt, tps = tokens_per_step / dt;
-        rr.last_step = step;
-        rr.last_loss = gloss;
-        rr.tokens_per_s = steps_timed ? tokens_per_step / avg : tps;
-        if (c->metrics) {
-            if (metrics >= 0) {
-                char line[512];
-                int n = snprintf(line, sizeof line,
-                                 "{\"step\": %d, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, "
-                                 "\"tokens_per_s\": %.1f, \"step_s\": %.6f, \"peak_mem_bytes\": %zu}\n",
-                                 step, gloss, lr, norm, tps, dt, fsdp_mem_total_peak());
-                s = write_metrics(metrics, c->metrics, line, n);
-            }
-            s = fsdp_ckpt_agree(comm, s, "writing --metrics"); /* rank 0 writes: the others must learn */
-            if (s != FSDP_OK) goto done;
-        }
-        if (o) {
-            char eta[32], peak[32];
-            fmt_eta(eta, sizeof eta, avg * (last - step));
-            fmt_bytes(peak, sizeof peak, fsdp_mem_total_peak());
-            if (tty) {
-                fprintf(o, "\rstep %d/%d | loss %.4f | %.0f tok/s | ETA %s | peak %s   ", step, c->steps,
-                        gloss, rr.tokens_per_s, eta, peak);
-                fflush(o);
-            } else if (step == first || step == last || step % c->log_every == 0) {
-                fprintf(o, "step %d/%d loss %.4f lr %.3e grad_norm %.4f %.0f tok/s ETA %s peak %s\n", step,
-                        c->steps, gloss, lr, norm, rr.tokens_per_s, eta, peak);
-                fflush(o);
-            }
-        }
-        if (have_val && (step % c->eval_every == 0 || step == last)) {
-            float vl;
-            fsdp_trace_begin("eval", "eval");
-            s = evaluate(&rm, &val, c, comm, in, tg, &vl);
-            if (s != FSDP_OK) goto done;
-            fsdp_trace_end("eval", "eval");
-            rr.last_val_loss = vl;
-            if (o) fprintf(o, "%sstep %d: val loss %.4f\n", tty ? "\n" : "", step, vl);
-            if (c->metrics) {
-                if (metrics >= 0) {
-                    char line[128];
-                    int n = snprintf(line, sizeof line, "{\"step\": %d, \"val_loss\": %.9g}\n", step, vl);
-                    s = write_metrics(metrics, c->metrics, line, n);
-                }
-                s = fsdp_ckpt_agree(comm, s, "writing --metrics");
-                if (s != FSDP_OK) goto done;
-            }
-        }
-        if ((c->checkpoint_every > 0 && step % c->checkpoint_every == 0) || step == last) {
-            fsdp_loader_state ls = fsdp_loader_get_state(&train);
-            st.step = step;
-            st.data_pos = ls.pos;
-            st.data_epoch = ls.epoch;
-            fsdp_trace_begin("checkpoint", "checkpoint");
-            s = fsdp_ckpt_save(rm.eng, c->checkpoint_dir, cj, &st, &saved);
-            if (s != FSDP_OK) goto done;
-            fsdp_trace_end("checkpoint", "checkpoint");
-            last_saved = step;
-            if (o) fprintf(o, "%ssaved %s\n", tty ? "\n" : "", saved);
-            free(saved);
-            saved = NULL;
-        }
-        if (step == c->trace_steps) fsdp_trace_disable();
+    snprintf(span, sizeof span, "step %d", step);
+    fsdp_trace_begin(span, "step");
+    rec->step = step;
+    rec->lr = fsdp_train_lr(c, step);
+    FSDP_TRY(fsdp_engine_begin_step(eng, c->micro_batches));
+    double lsum = 0;
+    for (int m = 0; m < c->micro_batches; m++) {
+        float loss = 0;
+        FSDP_TRY(fsdp_engine_begin_micro(eng, m));
+        FSDP_TRY(fsdp_loader_micro(&r->train, m, r->in, r->tg));
+        FSDP_TRY(gpt_forward(r->rm.model, r->in, r->tg, r->train.b, c->seq_len, &loss));
+        FSDP_TRY(gpt_backward(r->rm.model, 1.0f));
+        lsum += loss;
     }
-    fsdp_trace_disable();
-    (void)last_saved;
-    if (metrics >= 0) { /* the last lines' fate is known only after fsync and close */
-        s = fsdp_io_close_sync(metrics, c->metrics);
-        metrics = -1;
+    FSDP_TRY(fsdp_engine_clip_grad_norm(eng, (float)c->clip, &rec->norm));
+    fsdp_adamw_config ac = fsdp_adamw_config_default();
+    ac.lr = (float)rec->lr;
+    ac.beta1 = (float)c->beta1;
+    ac.beta2 = (float)c->beta2;
+    ac.eps = (float)c->eps;
+    ac.weight_decay = (float)c->weight_decay;
+    FSDP_TRY(fsdp_engine_adamw_step(eng, &ac));
+    float loss = (float)(lsum / c->micro_batches);
+    rec->loss = loss;
+    if (r->world > 1) FSDP_TRY(fsdp_comm_all_reduce(r->comm, &loss, &rec->loss, 1, FSDP_F32, FSDP_AVG));
+    fsdp_trace_end(span, "step");
+    fsdp_loader_advance(&r->train);
+    rec->dt = fsdp_time_s() - t0;
+    return FSDP_OK;
+}
+
+/* A --metrics line from rank 0 (the others learn whether it was written). */
+static fsdp_status metrics_line(train_run *r, const char *line, int n) {
+    if (!r->cfg.metrics) return FSDP_OK;
+    fsdp_status s = r->metrics >= 0 ? write_metrics(r->metrics, r->cfg.metrics, line, n) : FSDP_OK;
+    return fsdp_ckpt_agree(r->comm, s, "writing --metrics");
+}
+
+/* The step's --metrics line and progress output. */
+static fsdp_status log_step(train_run *r, const step_record *rec) {
+    const fsdp_train_config *c = &r->cfg;
+    const double tokens_per_step = (double)c->batch * (double)c->seq_len;
+    if (rec->step > r->first || r->last == r->first) { /* the first step warms caches: not averaged */
+        r->t_steps += rec->dt;
+        r->steps_timed++;
     }
-    s = fsdp_ckpt_agree(comm, s, "closing --metrics");
-    if (s != FSDP_OK) goto done;
-    if (o && tty) fputc('\n', o);
-    if (o && rr.last_step >= rr.first_step) {
+    double avg = r->steps_timed ? r->t_steps / r->steps_timed : rec->dt, tps = tokens_per_step / rec->dt;
+    r->rr.last_step = rec->step;
+    r->rr.last_loss = rec->loss;
+    r->rr.tokens_per_s = r->steps_timed ? tokens_per_step / avg : tps;
+    char line[512];
+    int n = snprintf(line, sizeof line,
+                     "{\"step\": %d, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, "
+                     "\"tokens_per_s\": %.1f, \"step_s\": %.6f, \"peak_mem_bytes\": %zu}\n",
+                     rec->step, rec->loss, rec->lr, rec->norm, tps, rec->dt, fsdp_mem_total_peak());
+    FSDP_TRY(metrics_line(r, line, n));
+    if (r->o) {
+        char eta[32], peak[32];
+        fmt_eta(eta, sizeof eta, avg * (r->last - rec->step));
+        fmt_bytes(peak, sizeof peak, fsdp_mem_total_peak());
+        if (r->tty) {
+            fprintf(r->o, "\rstep %d/%d | loss %.4f | %.0f tok/s | ETA %s | peak %s   ", rec->step, c->steps,
+                    rec->loss, r->rr.tokens_per_s, eta, peak);
+            fflush(r->o);
+        } else if (rec->step == r->first || rec->step == r->last || rec->step % c->log_every == 0) {
+            fprintf(r->o, "step %d/%d loss %.4f lr %.3e grad_norm %.4f %.0f tok/s ETA %s peak %s\n",
+                    rec->step, c->steps, rec->loss, rec->lr, rec->norm, r->rr.tokens_per_s, eta, peak);
+            fflush(r->o);
+        }
+    }
+    return FSDP_OK;
+}
+
+/* Validation every --eval-every steps and at the last. */
+static fsdp_status maybe_evaluate(train_run *r, int step) {
+    const fsdp_train_config *c = &r->cfg;
+    if (!r->have_val || (step % c->eval_every != 0 && step != r->last)) return FSDP_OK;
+    float vl;
+    fsdp_trace_begin("eval", "eval");
+    FSDP_TRY(evaluate(&r->rm, &r->val, c, r->comm, r->in, r->tg, &vl));
+    fsdp_trace_end("eval", "eval");
+    r->rr.last_val_loss = vl;
+    if (r->o) fprintf(r->o, "%sstep %d: val loss %.4f\n", r->tty ? "\n" : "", step, vl);
+    char line[128];
+    int n = snprintf(line, sizeof line, "{\"step\": %d, \"val_loss\": %.9g}\n", step, vl);
+    return metrics_line(r, line, n);
+}
+
+/* A checkpoint every --checkpoint-every steps and at the last. */
+static fsdp_status maybe_checkpoint(train_run *r, int step) {
+    const fsdp_train_config *c = &r->cfg;
+    if (!((c->checkpoint_every > 0 && step % c->checkpoint_every == 0) || step == r->last)) return FSDP_OK;
+    fsdp_loader_state ls = fsdp_loader_get_state(&r->train);
+    r->st.step = step;
+    r->st.data_pos = ls.pos;
+    r->st.data_epoch = ls.epoch;
+    char *saved = NULL;
+    fsdp_trace_begin("checkpoint", "checkpoint");
+    FSDP_TRY(fsdp_ckpt_save(r->rm.eng, c->checkpoint_dir, r->cj, &r->st, &saved));
+    fsdp_trace_end("checkpoint", "checkpoint");
+    if (r->o) fprintf(r->o, "%ssaved %s\n", r->tty ? "\n" : "", saved);
+    free(saved);
+    return FSDP_OK;
+}
+
+/* After the last step: --metrics closed (its last lines' fate is known only then), the summary line,
+ * predicted vs measured memory (max over ranks, since the loop began: model states, steps, evals and
+ * checkpoints; not the sample), --report and --trace. */
+static fsdp_status run_report(train_run *r) {
+    const fsdp_train_config *c = &r->cfg;
+    fsdp_comm_t *comm = r->comm;
+    fsdp_status s = FSDP_OK;
+    if (r->metrics >= 0) {
+        s = fsdp_io_close_sync(r->metrics, c->metrics);
+        r->metrics = -1;
+    }
+    FSDP_TRY(fsdp_ckpt_agree(comm, s, "closing --metrics"));
+    if (r->o && r->tty) fputc('\n', r->o);
+    if (r->o && r->rr.last_step >= r->rr.first_step) {
         char peak[32];
         fmt_bytes(peak, sizeof peak, fsdp_mem_total_peak());
-        fprintf(o, "done: steps %d..%d in %.1f s, %.0f tokens/s, final loss %.4f, peak memory %s per rank\n",
-                rr.first_step, rr.last_step, fsdp_time_s() - t_loop, rr.tokens_per_s, rr.last_loss, peak);
+        fprintf(r->o,
+                "done: steps %d..%d in %.1f s, %.0f tokens/s, final loss %.4f, peak memory %s per rank\n",
+                r->rr.first_step, r->rr.last_step, fsdp_time_s() - r->t_loop, r->rr.tokens_per_s,
+                r->rr.last_loss, peak);
     }
-    /* Predicted vs measured peaks, max over ranks (since the loop began: model states, steps, evals and
-     * checkpoints; not the sample below). */
     fsdp_mem_peaks meas;
     fsdp_mem_peaks_local(&meas);
-    s = fsdp_mem_peaks_max(comm, &meas);
-    if (s != FSDP_OK) goto done;
-    if (o) {
-        fprintf(o, "memory per rank, predicted vs measured (max over %d rank%s):\n", world,
-                world == 1 ? "" : "s");
-        fsdp_plan_print(o, &plan, &meas);
+    FSDP_TRY(fsdp_mem_peaks_max(comm, &meas));
+    if (r->o) {
+        fprintf(r->o, "memory per rank, predicted vs measured (max over %d rank%s):\n", r->world,
+                r->world == 1 ? "" : "s");
+        fsdp_plan_print(r->o, &r->plan, &meas);
         char cached[32];
         fmt_bytes(cached, sizeof cached, fsdp_mem_cached_peak());
-        fprintf(o, "allocator cache (rank 0): up to %s of freed blocks kept for reuse, not counted above\n",
+        fprintf(r->o,
+                "allocator cache (rank 0): up to %s of freed blocks kept for reuse, not counted above\n",
                 cached);
     }
-    if (rank0 && c->report) s = write_report(c->report, &plan, &meas);
+    s = r->rank == 0 && c->report ? write_report(c->report, &r->plan, &meas) : FSDP_OK;
     s = fsdp_ckpt_agree(comm, s, "writing the --report file");
     if (s == FSDP_OK && c->trace) s = write_trace(c->trace, comm);
-    if (s != FSDP_OK) goto done;
-    if (o && (c->report || c->trace))
-        fprintf(o, "wrote%s%s%s%s\n", c->report ? " " : "", c->report ? c->report : "", c->trace ? " " : "",
-                c->trace ? c->trace : "");
-    if (c->sample_tokens > 0) {
-        if (o)
-            fprintf(o, "sample (%d tokens, temperature %g, top-k %d):\n", c->sample_tokens, c->temperature,
-                    c->top_k);
-        char *tpath = NULL;
-        fsdp_bpe *bpe = NULL;
-        s = find_tokenizer(NULL, c->init_from, c->data, &tpath);
-        if (s == FSDP_OK) s = load_tokenizer(tpath, c->vocab, &bpe);
-        s = fsdp_ckpt_agree(comm, s, "loading the tokenizer");
-        if (s == FSDP_OK)
-            s = generate(rm.model, c, comm, c->vocab == FSDP_BYTE_VOCAB || bpe ? c->prompt : "",
-                         c->sample_tokens, st.rng, o, bpe);
-        fsdp_bpe_free(bpe);
-        free(tpath);
+    if (s != FSDP_OK) return s;
+    if (r->o && (c->report || c->trace))
+        fprintf(r->o, "wrote%s%s%s%s\n", c->report ? " " : "", c->report ? c->report : "",
+                c->trace ? " " : "", c->trace ? c->trace : "");
+    return FSDP_OK;
+}
+
+/* --sample-tokens of text from the trained model. */
+static fsdp_status run_sample(train_run *r) {
+    const fsdp_train_config *c = &r->cfg;
+    if (c->sample_tokens <= 0) return FSDP_OK;
+    if (r->o)
+        fprintf(r->o, "sample (%d tokens, temperature %g, top-k %d):\n", c->sample_tokens, c->temperature,
+                c->top_k);
+    char *tpath = NULL;
+    fsdp_bpe *bpe = NULL;
+    fsdp_status s = find_tokenizer(NULL, c->init_from, c->data, &tpath);
+    if (s == FSDP_OK) s = load_tokenizer(tpath, c->vocab, &bpe);
+    s = fsdp_ckpt_agree(r->comm, s, "loading the tokenizer");
+    if (s == FSDP_OK)
+        s = generate(r->rm.model, c, r->comm, c->vocab == FSDP_BYTE_VOCAB || bpe ? c->prompt : "",
+                     c->sample_tokens, r->st.rng, r->o, bpe);
+    fsdp_bpe_free(bpe);
+    free(tpath);
+    return s;
+}
+
+static void run_free(train_run *r) {
+    if (r->cfg.trace) fsdp_trace_free();
+    if (r->metrics >= 0) close(r->metrics); /* only on a failure, which is already being reported */
+    fsdp_ckpt_unlock(r->lock);
+    cJSON_Delete(r->cj);
+    fsdp_mem_free(r->tg);
+    fsdp_mem_free(r->in);
+    model_free(&r->rm);
+    fsdp_loader_free(&r->val);
+    fsdp_loader_free(&r->train);
+    free(r->val_path);
+    free(r->train_path);
+}
+
+fsdp_status fsdp_train_run(const fsdp_train_config *cfg, fsdp_comm_t *comm, FILE *out,
+                           fsdp_train_result *res) {
+    train_run *r = calloc(1, sizeof *r);
+    if (r == NULL) return FSDP_ERR(FSDP_ENOMEM, "no memory for the run state");
+    r->cfg = *cfg;
+    r->comm = comm;
+    r->rank = fsdp_comm_rank(comm);
+    r->world = fsdp_comm_size(comm);
+    r->o = r->rank == 0 ? out : NULL;
+    r->train.file.fd = r->val.file.fd = -1;
+    r->metrics = r->lock = -1;
+    r->rr = (fsdp_train_result){0, 0, NAN, NAN, 0};
+    fsdp_io_inputs_reset();
+
+    int nothing = 1;
+    fsdp_status s = run_setup(r);
+    if (s == FSDP_OK) s = run_start(r, &nothing);
+    for (int step = r->first; s == FSDP_OK && !nothing && step <= r->last; step++) {
+        step_record rec;
+        s = train_step(r, step, &rec);
+        if (s == FSDP_OK) s = log_step(r, &rec);
+        if (s == FSDP_OK) s = maybe_evaluate(r, step);
+        if (s == FSDP_OK) s = maybe_checkpoint(r, step);
+        if (step == r->cfg.trace_steps) fsdp_trace_disable();
     }
-done:
-    if (c->trace) fsdp_trace_free();
-    if (res) *res = rr;
-    if (metrics >= 0) close(metrics); /* only on a failure, which is already being reported */
-    fsdp_ckpt_unlock(lock);
-    cJSON_Delete(cj);
-    free(saved);
-    free(step_dir);
-    fsdp_mem_free(tg);
-    fsdp_mem_free(in);
-    model_free(&rm);
-    fsdp_loader_free(&val);
-    fsdp_loader_free(&train);
-    free(val_path);
-    free(train_path);
+    fsdp_trace_disable();
+    if (s == FSDP_OK && !nothing) s = run_report(r);
+    if (s == FSDP_OK && !nothing) s = run_sample(r);
+    if (res) *res = r->rr;
+    run_free(r);
+    free(r);
     return s;
 }
 
