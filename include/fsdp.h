@@ -79,11 +79,14 @@ void fsdp_clear_error(void);
 
 /* ---------------------------------------------------------------- core: dtypes */
 
-typedef enum { FSDP_F32 = 0, FSDP_BF16 = 1 } fsdp_dtype;
+/* F32 and BF16 are the numeric types of tensors. I32, I64 (signed, two's complement) and U8 (raw
+ * bytes) exist for the communicator: sizes, ids, lengths and texts travel as what they are. The shard
+ * engine and the kernels accept F32/BF16 only. */
+typedef enum { FSDP_F32 = 0, FSDP_BF16 = 1, FSDP_I32 = 2, FSDP_I64 = 3, FSDP_U8 = 4 } fsdp_dtype;
 typedef uint16_t fsdp_bf16; /* raw bfloat16 bits */
 
-size_t fsdp_dtype_size(fsdp_dtype t);
-const char *fsdp_dtype_name(fsdp_dtype t);
+size_t fsdp_dtype_size(fsdp_dtype t);      /* bytes per element; 0 for a value that is no dtype */
+const char *fsdp_dtype_name(fsdp_dtype t); /* "f32", "bf16", "i32", "i64", "u8" */
 
 /* f32 -> bf16 rounds to nearest, ties to even; NaN stays a quiet NaN with its sign; infinities,
  * signed zeros and subnormals are kept (subnormals rounded like any other value). */
@@ -196,8 +199,13 @@ void fsdp_comm_abort(fsdp_comm_t *c, int code);
 /* Rules for every collective, on every backend:
  * - count 0 is a no-op returning FSDP_OK (buffers may then be NULL).
  * - FSDP_EINVAL, before anything is communicated: a NULL buffer with count > 0, world*count*size
- *   overflowing, a dtype other than F32/BF16, an op other than SUM/AVG/MAX, a root outside [0, size),
- *   or buffers that overlap other than in the documented in-place position.
+ *   overflowing, a dtype that is not an fsdp_dtype, an op other than SUM/AVG/MAX, a reduction the
+ *   dtype does not have (below), a root outside [0, size), or buffers that overlap other than in the
+ *   documented in-place position.
+ * - Dtypes: all-gather and broadcast move any dtype (bits untouched). Reductions: F32 and BF16 with
+ *   SUM/AVG/MAX; I32 and I64 with SUM/MAX (exact, so independent of order; a sum must fit the type);
+ *   U8 is bytes, not numbers: no reduction. Integer types travel as MPI's own integer types; the
+ *   shared-memory transport carries F32/BF16 only, the others take Open MPI's collectives.
  * - Every rank must pass the same count, dtype, op and root, in the same collective order. This is not
  *   checked (it would cost a collective): a mismatch gives a wrong result, an MPI error or a timeout.
  * - AVG = SUM, then one division by the world size. MAX is supported by both reductions.

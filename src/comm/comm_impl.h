@@ -21,9 +21,9 @@ typedef enum {
 typedef enum {
     PH_NONE = 0,    /* nothing posted: done */
     PH_FINAL,       /* the posted step is the last one; nothing to do after it */
-    PH_RS_NATIVE,   /* MPI_Ireduce_scatter_block (F32): divide by world for AVG afterwards */
+    PH_RS_NATIVE,   /* MPI_Ireduce_scatter_block (F32, I32, I64): divide by world for AVG afterwards */
     PH_RS_A2A,      /* MPI_Ialltoall into stage: reduce the world contributions into recv afterwards */
-    PH_AR_F32,      /* MPI_Iallreduce of chunk [off, off+len): AVG divide, then the next chunk */
+    PH_AR_NATIVE,   /* MPI_Iallreduce (F32, I32, I64) of chunk [off, off+len): AVG divide, next chunk */
     PH_AR_BF16_A2A, /* MPI_Ialltoallv of chunk blocks into stage: reduce own block, then all-gatherv */
     PH_AR_BF16_AG   /* MPI_Iallgatherv of the reduced blocks of the chunk: then the next chunk */
 } comm_phase;
@@ -124,7 +124,7 @@ int comm_drain_stale(fsdp_comm_t *c, double grace);
 
 /* Reduces world contributions laid out at src + s*stride (elements, dtype t) for s = 0..world-1 into
  * dst[0..n): fp32 accumulation in rank order, AVG divides once, BF16 rounds once at the end; MAX
- * propagates NaN. dst must not overlap src. */
+ * propagates NaN. I32/I64: exact integer SUM/MAX. dst must not overlap src. */
 void comm_reduce_blocks(void *dst, const void *src, size_t stride, int world, size_t n, fsdp_dtype t,
                         fsdp_reduce_op op);
 /* The same reduction with contribution s at src[s] (n elements each); dst may equal src[0] only if

@@ -99,9 +99,19 @@ void comm_mpi_abort(fsdp_comm_t *c, int code) {
 /* ------------------------------------------------------------------------------------- datatypes */
 
 static MPI_Datatype base_type(fsdp_dtype t) {
-    /* bf16 travels as opaque 16-bit words: MPI never does arithmetic on it. */
-    return t == FSDP_BF16 ? MPI_UINT16_T : MPI_FLOAT;
+    switch (t) {
+    case FSDP_F32: return MPI_FLOAT;
+    case FSDP_BF16: return MPI_UINT16_T; /* opaque 16-bit words: MPI never does arithmetic on bf16 */
+    case FSDP_I32: return MPI_INT32_T;
+    case FSDP_I64: return MPI_INT64_T;
+    case FSDP_U8: return MPI_UINT8_T;
+    }
+    return MPI_DATATYPE_NULL; /* not reached: check_args refuses other values */
 }
+
+/* F32, I32 and I64 reduce inside MPI with its own types and ops (exact for the integers; for F32 the
+ * ops MPI has always been trusted with); BF16 never does (see the reduce-scatter below). */
+static int mpi_reduces(fsdp_dtype t) { return t == FSDP_F32 || t == FSDP_I32 || t == FSDP_I64; }
 
 /* Count and datatype describing n contiguous elements. Up to int_limit elements that is (n, base);
  * above it, MPI's int counts would overflow, so one derived type of exactly n elements (q chunks of
@@ -177,11 +187,11 @@ static fsdp_status post_ar_chunk(fsdp_comm_req_t *r) {
     char *recv = (char *)r->recv + r->off * es;
     const char *send = (const char *)r->send + r->off * es;
     int rc;
-    if (r->t == FSDP_F32) {
-        rc = MPI_Iallreduce(r->in_place ? MPI_IN_PLACE : send, recv, (int)r->len, MPI_FLOAT,
+    if (mpi_reduces(r->t)) {
+        rc = MPI_Iallreduce(r->in_place ? MPI_IN_PLACE : send, recv, (int)r->len, base_type(r->t),
                             r->op == FSDP_MAX ? MPI_MAX : MPI_SUM, c->comm, &r->mreq);
         if (rc != MPI_SUCCESS) return mpi_fail(c, rc, "MPI_Iallreduce", "all-reduce");
-        r->phase = PH_AR_F32;
+        r->phase = PH_AR_NATIVE;
         return FSDP_OK;
     }
     /* BF16: reduce-scatter by alltoallv (block s of the chunk, len_s elements, to rank s), then each
@@ -238,15 +248,15 @@ fsdp_status comm_mpi_start(fsdp_comm_req_t *r) {
         if (rc != MPI_SUCCESS) return mpi_fail(c, rc, "MPI_Iallgather", name);
         return FSDP_OK;
     case COLL_REDUCE_SCATTER:
-        if (r->t == FSDP_F32 && r->count <= c->int_limit) {
+        if (mpi_reduces(r->t) && r->count <= c->int_limit) {
             rc = MPI_Ireduce_scatter_block(r->in_place ? MPI_IN_PLACE : r->send, r->recv, (int)r->count,
-                                           MPI_FLOAT, r->op == FSDP_MAX ? MPI_MAX : MPI_SUM, c->comm,
+                                           base_type(r->t), r->op == FSDP_MAX ? MPI_MAX : MPI_SUM, c->comm,
                                            &r->mreq);
             r->phase = PH_RS_NATIVE;
             if (rc != MPI_SUCCESS) return mpi_fail(c, rc, "MPI_Ireduce_scatter_block", name);
             return FSDP_OK;
         }
-        /* BF16 (and F32 above int_limit): all-to-all of the blocks, then a local reduction in fp32, in
+        /* BF16 (and the others above int_limit): all-to-all of the blocks, then a local reduction in fp32, in
          * rank order, rounded once. Not a user-defined MPI_Op on bf16: MPI combines partial results
          * pairwise along its algorithm's tree or ring, so every hop would round to bf16 again and the
          * result would depend on the world size and the algorithm. The all-to-all moves the same
@@ -292,7 +302,7 @@ fsdp_status comm_mpi_progress(fsdp_comm_req_t *r, int *done) {
             comm_reduce_blocks(r->recv, r->stage, r->count, c->size, r->count, r->t, r->op);
             r->phase = PH_NONE;
             break;
-        case PH_AR_F32:
+        case PH_AR_NATIVE:
             if (r->op == FSDP_AVG) divide_f32((float *)r->recv + r->off, r->len, c->size);
             r->off += r->len;
             if (r->off < r->count)
