@@ -506,7 +506,7 @@ fsdp_status fsdp_plan_unit_layout(const fsdp_plan_unit *u, size_t align, int wor
                                   size_t *padded);
 /* This process's measured peaks (fsdp_mem_peak per category, fsdp_mem_total_peak). */
 void fsdp_mem_peaks_local(fsdp_mem_peaks *out);
-/* Collective: *inout := the element-wise maximum over ranks (exact: sizes travel as raw bits). */
+/* Collective: *inout := the element-wise maximum over ranks (exact: sizes travel as I64). */
 fsdp_status fsdp_mem_peaks_max(fsdp_comm_t *c, fsdp_mem_peaks *inout);
 /* Table: category, predicted bytes and MiB, plain-data-parallel MiB and, if measured != NULL, measured
  * bytes and MiB with the difference; then the ZeRO reference. f: an open stream (stdout). */

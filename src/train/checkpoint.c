@@ -419,7 +419,7 @@ fsdp_status fsdp_ckpt_save_parts(fsdp_comm_t *comm, const char *ckpt_dir, const 
     char *latest = fsdp_strdupf("%s/latest", ckpt_dir);
     uint32_t *crcs = calloc((size_t)world, 4);
     uint64_t *bytes = calloc((size_t)world, 8);
-    float *info = calloc((size_t)world * 4, sizeof(float));
+    int64_t *info = calloc((size_t)world * 2, sizeof(int64_t)); /* (crc, bytes) of every rank */
     int tmp_made = 0;
     if (!tmp || !fin || !shard || !manifest || !latest || !crcs || !bytes || !info)
         s = FSDP_ERR(FSDP_ENOMEM, "no memory for checkpoint paths");
@@ -442,21 +442,17 @@ fsdp_status fsdp_ckpt_save_parts(fsdp_comm_t *comm, const char *ckpt_dir, const 
     s = fsdp_ckpt_write_shard(shard, rank, world, n_units, units, parts, st, &crc, &nbytes);
     s = fsdp_ckpt_agree(comm, s, "writing a shard file");
     if (s != FSDP_OK) goto done;
-    /* Every rank's (crc, bytes) to rank 0 for the manifest: 16 raw bytes per rank, moved as 4 floats. */
-    unsigned char mine[16] = {0};
-    memcpy(mine, &crc, 4);
-    memcpy(mine + 8, &nbytes, 8);
+    /* Every rank's (crc, bytes) to rank 0 for the manifest. */
+    int64_t mine[2] = {(int64_t)crc, (int64_t)nbytes};
     if (comm && world > 1) {
-        float send[4];
-        memcpy(send, mine, 16);
-        s = fsdp_comm_all_gather(comm, send, info, 4, FSDP_F32);
+        s = fsdp_comm_all_gather(comm, mine, info, 2, FSDP_I64);
         if (s != FSDP_OK) goto done;
     } else {
-        memcpy(info, mine, 16);
+        memcpy(info, mine, sizeof mine);
     }
     for (int r = 0; r < world; r++) {
-        memcpy(&crcs[r], (unsigned char *)info + 16 * r, 4);
-        memcpy(&bytes[r], (unsigned char *)info + 16 * r + 8, 8);
+        crcs[r] = (uint32_t)info[2 * r];
+        bytes[r] = (uint64_t)info[2 * r + 1];
     }
     if (rank == 0) {
         s = fsdp_ckpt_write_manifest(manifest, world, config, n_units, units, st, crcs, bytes);

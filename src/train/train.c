@@ -223,13 +223,13 @@ fsdp_status fsdp_train_plan(const fsdp_train_config *cfg, fsdp_comm_t *comm, FIL
 /* Picks a token from logits[0..V) with temperature and top-k; rank 0 decides, every rank learns it. */
 static fsdp_status pick_token(const float *logits, int V, double temperature, int top_k, uint64_t rng[2],
                               fsdp_comm_t *comm, int *tok) {
-    float chosen = 0;
+    int32_t chosen = 0;
     if (!comm || fsdp_comm_rank(comm) == 0) {
         int best = 0;
         for (int i = 1; i < V; i++)
             if (logits[i] > logits[best]) best = i;
         if (temperature <= 0) {
-            chosen = (float)best;
+            chosen = best;
         } else {
             /* threshold = the k-th largest logit (k = V when top_k is 0 or >= V) */
             float thr = -INFINITY;
@@ -260,11 +260,14 @@ static fsdp_status pick_token(const float *logits, int V, double temperature, in
                     break;
                 }
             }
-            chosen = (float)pick;
+            chosen = pick;
         }
     }
-    if (comm && fsdp_comm_size(comm) > 1) FSDP_TRY(fsdp_comm_broadcast(comm, &chosen, 1, FSDP_F32, 0));
-    *tok = (int)chosen;
+    if (comm && fsdp_comm_size(comm) > 1) FSDP_TRY(fsdp_comm_broadcast(comm, &chosen, 1, FSDP_I32, 0));
+    if (chosen < 0 || chosen >= V)
+        return FSDP_ERR(FSDP_EFORMAT, "rank 0 sent token id %d, outside the vocabulary [0, %d)", (int)chosen,
+                        V);
+    *tok = chosen;
     return FSDP_OK;
 }
 
