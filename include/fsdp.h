@@ -66,7 +66,8 @@ typedef enum {
     FSDP_EIO,          /* file system error */
     FSDP_EFORMAT,      /* a file or message is malformed (magic, version, size, checksum) */
     FSDP_EUNSUPPORTED, /* valid request this build or machine cannot do */
-    FSDP_EINTERNAL     /* broken invariant: a bug in fsdp.c */
+    FSDP_EINTERNAL,    /* broken invariant: a bug in fsdp.c */
+    FSDP_EPEER         /* this rank was fine but another rank failed (fsdp_comm_agree) */
 } fsdp_status;
 
 const char *fsdp_strerror(fsdp_status s);
@@ -195,6 +196,22 @@ int fsdp_comm_shm_active(const fsdp_comm_t *c); /* 1 if the shared-memory transp
 void fsdp_comm_set_label(fsdp_comm_t *c, const char *label);
 /* Ends every rank of the job (MPI_Abort), or exits the process for self. Programs only. */
 void fsdp_comm_abort(fsdp_comm_t *c, int code);
+
+/* Agreement on a step that can fail on some ranks only (a file one rank cannot read, rank 0's output):
+ * without it the ranks that were fine would wait in their next collective. Collective: every rank
+ * passes its own outcome s of the step `what`. Returns
+ * - FSDP_OK when no rank failed;
+ * - s itself on a rank that failed (its message kept);
+ * - FSDP_EPEER on a rank that was fine while some rank failed, with the message "<what> failed on rank
+ *   r (its message says why)" naming the lowest failing rank r;
+ * - the agreement's own communication failure (FSDP_ECOMM, FSDP_ETIMEOUT, FSDP_ESTATE): nothing was
+ *   agreed, the job must end with fsdp_comm_abort.
+ * c NULL or world size 1: s unchanged. One all-reduce (MAX) of one int64. */
+fsdp_status fsdp_comm_agree(fsdp_comm_t *c, fsdp_status s, const char *what);
+/* After the last fsdp_comm_agree on c: the lowest failing rank and (status != NULL) its status, so
+ * every rank can end an agreed failure the same way; -1 (*status FSDP_OK) when that agreement found
+ * no failure, none was made, or it failed itself. */
+int fsdp_comm_agreed_failure(const fsdp_comm_t *c, fsdp_status *status);
 
 /* Rules for every collective, on every backend:
  * - count 0 is a no-op returning FSDP_OK (buffers may then be NULL).

@@ -105,6 +105,8 @@ fsdp_status fsdp_comm_init(fsdp_comm_t **out, const fsdp_comm_config *cfg, int *
     c->shm_allowed = cfg->shm != 0;
     c->shm_win = MPI_WIN_NULL;
     c->int_limit = INT_MAX;
+    c->agreed_rank = -1;
+    c->agreed_status = FSDP_OK;
     c->rank = 0;
     c->size = 1;
     c->local_size = 1;

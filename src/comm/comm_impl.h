@@ -44,6 +44,8 @@ struct fsdp_comm {
     int mpi_inited_here;            /* fsdp_comm_init called MPI_Init_thread: free finalises */
     MPI_Comm comm;                  /* MPI backend: a duplicate of MPI_COMM_WORLD with MPI_ERRORS_RETURN */
     struct fsdp_comm_req *inflight; /* started, not yet complete, in start order (via next_inflight) */
+    int agreed_rank;                /* fsdp_comm_agree: lowest failing rank of the last one, or -1 */
+    fsdp_status agreed_status;      /* its status (FSDP_OK with agreed_rank -1) */
     /* Shared-memory transport (comm_shm.c), when every rank is on this host. */
     int shm_allowed;      /* from the config */
     int shm_on;           /* set up and in use */

@@ -19,6 +19,7 @@ const char *fsdp_strerror(fsdp_status s) {
     case FSDP_EFORMAT: return "malformed data";
     case FSDP_EUNSUPPORTED: return "unsupported";
     case FSDP_EINTERNAL: return "internal error";
+    case FSDP_EPEER: return "another rank failed";
     }
     return "unknown status";
 }

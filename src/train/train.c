@@ -215,7 +215,7 @@ static fsdp_status plan_local(const fsdp_train_config *cfg_in, fsdp_comm_t *comm
 
 fsdp_status fsdp_train_plan(const fsdp_train_config *cfg, fsdp_comm_t *comm, FILE *out) {
     fsdp_io_inputs_reset();
-    return fsdp_ckpt_agree(comm, plan_local(cfg, comm, out), "--plan");
+    return fsdp_comm_agree(comm, plan_local(cfg, comm, out), "--plan");
 }
 
 /* ---------------------------------------------------------------- sampling */
@@ -433,11 +433,11 @@ static fsdp_status write_trace(const char *path, fsdp_comm_t *comm) {
             out.fd = -1;
         }
     }
-    s = fsdp_ckpt_agree(comm, s, "creating the --trace file");
+    s = fsdp_comm_agree(comm, s, "creating the --trace file");
     if (s == FSDP_OK) s = fsdp_trace_write(rank0 ? out.tmp : path, comm); /* only rank 0 writes */
     if (rank0 && s == FSDP_OK) s = fsdp_out_commit(&out);
     fsdp_out_abort(&out);
-    return fsdp_ckpt_agree(comm, s, "writing the --trace file");
+    return fsdp_comm_agree(comm, s, "writing the --trace file");
 }
 
 /* ---------------------------------------------------------------- the loop */
@@ -462,7 +462,7 @@ fsdp_status fsdp_train_run(const fsdp_train_config *cfg_in, fsdp_comm_t *comm, F
     memset(&plan, 0, sizeof plan);
     fsdp_io_inputs_reset();
     fsdp_status s = resolve_config(c, world);
-    s = fsdp_ckpt_agree(comm, s, "checking the settings");
+    s = fsdp_comm_agree(comm, s, "checking the settings");
     if (s != FSDP_OK) goto done;
     if (!c->resume && c->steps == 0) {
         if (o)
@@ -473,10 +473,10 @@ fsdp_status fsdp_train_run(const fsdp_train_config *cfg_in, fsdp_comm_t *comm, F
     /* The checkpoint folder first: it exists, this run alone uses it (every rank's lock, held to the
      * end), and every rank can write a file into it — found now, not at the first save. */
     if (rank0) s = fsdp_mkdirs(c->checkpoint_dir);
-    s = fsdp_ckpt_agree(comm, s, "creating the checkpoint folder");
+    s = fsdp_comm_agree(comm, s, "creating the checkpoint folder");
     if (s == FSDP_OK) s = fsdp_ckpt_lock(c->checkpoint_dir, rank, &lock);
     if (s == FSDP_OK) s = probe_folder(c->checkpoint_dir, rank);
-    s = fsdp_ckpt_agree(comm, s, "locking the checkpoint folder");
+    s = fsdp_comm_agree(comm, s, "locking the checkpoint folder");
     if (s != FSDP_OK) goto done;
 
     int threads = fsdp_train_threads(c, comm);
@@ -520,7 +520,7 @@ fsdp_status fsdp_train_run(const fsdp_train_config *cfg_in, fsdp_comm_t *comm, F
     } else if (s == FSDP_OK && c->eval_every > 0 && o) {
         fprintf(o, "note: no %s: no validation\n", val_path);
     }
-    s = fsdp_ckpt_agree(comm, s, "opening the data");
+    s = fsdp_comm_agree(comm, s, "opening the data");
     if (s != FSDP_OK) goto done;
     if (o)
         fprintf(o, "data: %s: %llu tokens (%llu batches of %d x %d)%s\n", train_path,
@@ -533,7 +533,7 @@ fsdp_status fsdp_train_run(const fsdp_train_config *cfg_in, fsdp_comm_t *comm, F
     if (s == FSDP_OK) s = model_build(c, comm, &rm);
     /* The prediction the end-of-run report compares against (the same arithmetic as --plan). */
     if (s == FSDP_OK) s = fsdp_train_plan_compute(c, world, threads, have_val, fsdp_comm_shm_active(comm), &plan);
-    s = fsdp_ckpt_agree(comm, s, "building the model");
+    s = fsdp_comm_agree(comm, s, "building the model");
     if (s != FSDP_OK) goto done;
     if (o) {
         const gpt_config *gc = gpt_get_config(rm.model);
@@ -555,7 +555,7 @@ fsdp_status fsdp_train_run(const fsdp_train_config *cfg_in, fsdp_comm_t *comm, F
             fsdp_loader_state ls = {st.data_pos, st.data_epoch};
             s = fsdp_loader_set_state(&train, ls);
         }
-        s = fsdp_ckpt_agree(comm, s, "resuming");
+        s = fsdp_comm_agree(comm, s, "resuming");
         if (s != FSDP_OK) goto done;
         if (o)
             fprintf(o, "resumed from %s at step %lld (data position %llu, epoch %llu)\n", step_dir,
@@ -567,7 +567,7 @@ fsdp_status fsdp_train_run(const fsdp_train_config *cfg_in, fsdp_comm_t *comm, F
                 "%s already holds checkpoints of a run: pass --resume to continue it, or choose "
                 "another --checkpoint-dir (nothing was changed)",
                 c->checkpoint_dir);
-        s = fsdp_ckpt_agree(comm, s, "checking the checkpoint folder");
+        s = fsdp_comm_agree(comm, s, "checking the checkpoint folder");
         if (s == FSDP_OK) s = fsdp_engine_init_params(rm.eng);
         if (s != FSDP_OK) goto done;
         rng_seed(st.rng, (uint64_t)c->seed ^ 0x5A4D504C45ull);
@@ -587,7 +587,7 @@ fsdp_status fsdp_train_run(const fsdp_train_config *cfg_in, fsdp_comm_t *comm, F
     if (rank0 && c->metrics) s = open_metrics(c->metrics, &metrics);
     if (s == FSDP_OK && rank0 && c->report) s = fsdp_out_check(c->report, "--report");
     if (s == FSDP_OK && rank0 && c->trace) s = fsdp_out_check(c->trace, "--trace");
-    s = fsdp_ckpt_agree(comm, s, "checking the output files");
+    s = fsdp_comm_agree(comm, s, "checking the output files");
     if (s != FSDP_OK) goto done;
 
     if (c->trace) { /* after a barrier, so the ranks' time origins roughly agree */
@@ -651,7 +651,7 @@ fsdp_status fsdp_train_run(const fsdp_train_config *cfg_in, fsdp_comm_t *comm, F
                                  step, gloss, lr, norm, tps, dt, fsdp_mem_total_peak());
                 s = write_metrics(metrics, c->metrics, line, n);
             }
-            s = fsdp_ckpt_agree(comm, s, "writing --metrics"); /* rank 0 writes: the others must learn */
+            s = fsdp_comm_agree(comm, s, "writing --metrics"); /* rank 0 writes: the others must learn */
             if (s != FSDP_OK) goto done;
         }
         if (o) {
@@ -682,7 +682,7 @@ fsdp_status fsdp_train_run(const fsdp_train_config *cfg_in, fsdp_comm_t *comm, F
                     int n = snprintf(line, sizeof line, "{\"step\": %d, \"val_loss\": %.9g}\n", step, vl);
                     s = write_metrics(metrics, c->metrics, line, n);
                 }
-                s = fsdp_ckpt_agree(comm, s, "writing --metrics");
+                s = fsdp_comm_agree(comm, s, "writing --metrics");
                 if (s != FSDP_OK) goto done;
             }
         }
@@ -708,7 +708,7 @@ fsdp_status fsdp_train_run(const fsdp_train_config *cfg_in, fsdp_comm_t *comm, F
         s = fsdp_io_close_sync(metrics, c->metrics);
         metrics = -1;
     }
-    s = fsdp_ckpt_agree(comm, s, "closing --metrics");
+    s = fsdp_comm_agree(comm, s, "closing --metrics");
     if (s != FSDP_OK) goto done;
     if (o && tty) fputc('\n', o);
     if (o && rr.last_step >= rr.first_step) {
@@ -733,7 +733,7 @@ fsdp_status fsdp_train_run(const fsdp_train_config *cfg_in, fsdp_comm_t *comm, F
                 cached);
     }
     if (rank0 && c->report) s = write_report(c->report, &plan, &meas);
-    s = fsdp_ckpt_agree(comm, s, "writing the --report file");
+    s = fsdp_comm_agree(comm, s, "writing the --report file");
     if (s == FSDP_OK && c->trace) s = write_trace(c->trace, comm);
     if (s != FSDP_OK) goto done;
     if (o && (c->report || c->trace))
@@ -784,9 +784,9 @@ static fsdp_status load_checkpoint_model(const char *dir, fsdp_comm_t *comm, fsd
     c->main_grad = FSDP_MAIN_GRAD_LAZY;
     c->accum = FSDP_ACCUM_SHARDED;
     c->recompute = 0;
-    s = fsdp_ckpt_agree(comm, s, "reading the checkpoint's manifest");
+    s = fsdp_comm_agree(comm, s, "reading the checkpoint's manifest");
     if (s == FSDP_OK) s = model_build(c, comm, rm);
-    s = fsdp_ckpt_agree(comm, s, "building the checkpoint's model");
+    s = fsdp_comm_agree(comm, s, "building the checkpoint's model");
     if (s == FSDP_OK) s = fsdp_ckpt_load(rm->eng, step_dir, st);
     free(step_dir);
     return s;
