@@ -55,7 +55,10 @@ fsdp_status fsdp_wrap_error_at(fsdp_status s, const char *where, const char *fmt
     va_start(ap, fmt);
     vsnprintf(ctx, sizeof ctx, fmt, ap);
     va_end(ap);
-    snprintf(last_error, sizeof last_error, "%s: %s: %s", where, ctx, inner);
+    if (where != NULL)
+        snprintf(last_error, sizeof last_error, "%s: %s: %s", where, ctx, inner);
+    else
+        snprintf(last_error, sizeof last_error, "%s: %s", ctx, inner);
     return s;
 }
 
