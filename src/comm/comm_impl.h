@@ -21,9 +21,9 @@ typedef enum {
 typedef enum {
     PH_NONE = 0,    /* nothing posted: done */
     PH_FINAL,       /* the posted step is the last one; nothing to do after it */
-    PH_RS_NATIVE,   /* MPI_Ireduce_scatter_block (F32, I32, I64): divide by world for AVG afterwards */
+    PH_RS_NATIVE,   /* MPI_Ireduce_scatter_block (F32): divide by world for AVG afterwards */
     PH_RS_A2A,      /* MPI_Ialltoall into stage: reduce the world contributions into recv afterwards */
-    PH_AR_NATIVE,   /* MPI_Iallreduce (F32, I32, I64) of chunk [off, off+len): AVG divide, next chunk */
+    PH_AR_F32,      /* MPI_Iallreduce of chunk [off, off+len): AVG divide, then the next chunk */
     PH_AR_BF16_A2A, /* MPI_Ialltoallv of chunk blocks into stage: reduce own block, then all-gatherv */
     PH_AR_BF16_AG   /* MPI_Iallgatherv of the reduced blocks of the chunk: then the next chunk */
 } comm_phase;

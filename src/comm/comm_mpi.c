@@ -98,6 +98,9 @@ void comm_mpi_abort(fsdp_comm_t *c, int code) {
 
 /* ------------------------------------------------------------------------------------- datatypes */
 
+/* MPI's type for each dtype. I32 and I64 take the same all-to-all paths as BF16 (the reductions below
+ * that are not F32's native ones): moved as MPI's integer types, reduced locally and exactly
+ * (comm_reduce_blocks), so the order of the contributions cannot matter. */
 static MPI_Datatype base_type(fsdp_dtype t) {
     switch (t) {
     case FSDP_F32: return MPI_FLOAT;
@@ -108,10 +111,6 @@ static MPI_Datatype base_type(fsdp_dtype t) {
     }
     return MPI_DATATYPE_NULL; /* not reached: check_args refuses other values */
 }
-
-/* F32, I32 and I64 reduce inside MPI with its own types and ops (exact for the integers; for F32 the
- * ops MPI has always been trusted with); BF16 never does (see the reduce-scatter below). */
-static int mpi_reduces(fsdp_dtype t) { return t == FSDP_F32 || t == FSDP_I32 || t == FSDP_I64; }
 
 /* Count and datatype describing n contiguous elements. Up to int_limit elements that is (n, base);
  * above it, MPI's int counts would overflow, so one derived type of exactly n elements (q chunks of
@@ -169,12 +168,11 @@ static void divide_f32(float *x, size_t n, int world) {
         x[i] /= (float)world;
 }
 
-/* Largest all-reduce chunk: elements, <= int_limit. For BF16 the alltoallv displacements
+/* Largest all-reduce chunk: elements, <= int_limit; the alltoallv displacements
  * (world-1)*ceil(len/world) < len + world must stay ints too. */
 static size_t ar_chunk_cap(const fsdp_comm_req_t *r) {
     size_t cap = r->c->int_limit;
-    if (r->t == FSDP_BF16 && cap > (size_t)INT_MAX - (size_t)r->c->size)
-        cap = (size_t)INT_MAX - (size_t)r->c->size;
+    if (cap > (size_t)INT_MAX - (size_t)r->c->size) cap = (size_t)INT_MAX - (size_t)r->c->size;
     return cap;
 }
 
@@ -187,11 +185,11 @@ static fsdp_status post_ar_chunk(fsdp_comm_req_t *r) {
     char *recv = (char *)r->recv + r->off * es;
     const char *send = (const char *)r->send + r->off * es;
     int rc;
-    if (mpi_reduces(r->t)) {
-        rc = MPI_Iallreduce(r->in_place ? MPI_IN_PLACE : send, recv, (int)r->len, base_type(r->t),
+    if (r->t == FSDP_F32) {
+        rc = MPI_Iallreduce(r->in_place ? MPI_IN_PLACE : send, recv, (int)r->len, MPI_FLOAT,
                             r->op == FSDP_MAX ? MPI_MAX : MPI_SUM, c->comm, &r->mreq);
         if (rc != MPI_SUCCESS) return mpi_fail(c, rc, "MPI_Iallreduce", "all-reduce");
-        r->phase = PH_AR_NATIVE;
+        r->phase = PH_AR_F32;
         return FSDP_OK;
     }
     /* BF16: reduce-scatter by alltoallv (block s of the chunk, len_s elements, to rank s), then each
@@ -215,8 +213,8 @@ static fsdp_status post_ar_chunk(fsdp_comm_req_t *r) {
     }
     for (int s = 0; s < w; s++)
         rcnt[s] = scnt[c->rank];
-    rc =
-        MPI_Ialltoallv(send, scnt, sdsp, MPI_UINT16_T, r->stage, rcnt, rdsp, MPI_UINT16_T, c->comm, &r->mreq);
+    rc = MPI_Ialltoallv(send, scnt, sdsp, base_type(r->t), r->stage, rcnt, rdsp, base_type(r->t), c->comm,
+                        &r->mreq);
     if (rc != MPI_SUCCESS) return mpi_fail(c, rc, "MPI_Ialltoallv", "all-reduce");
     r->phase = PH_AR_BF16_A2A;
     return FSDP_OK;
@@ -248,15 +246,15 @@ fsdp_status comm_mpi_start(fsdp_comm_req_t *r) {
         if (rc != MPI_SUCCESS) return mpi_fail(c, rc, "MPI_Iallgather", name);
         return FSDP_OK;
     case COLL_REDUCE_SCATTER:
-        if (mpi_reduces(r->t) && r->count <= c->int_limit) {
+        if (r->t == FSDP_F32 && r->count <= c->int_limit) {
             rc = MPI_Ireduce_scatter_block(r->in_place ? MPI_IN_PLACE : r->send, r->recv, (int)r->count,
-                                           base_type(r->t), r->op == FSDP_MAX ? MPI_MAX : MPI_SUM, c->comm,
+                                           MPI_FLOAT, r->op == FSDP_MAX ? MPI_MAX : MPI_SUM, c->comm,
                                            &r->mreq);
             r->phase = PH_RS_NATIVE;
             if (rc != MPI_SUCCESS) return mpi_fail(c, rc, "MPI_Ireduce_scatter_block", name);
             return FSDP_OK;
         }
-        /* BF16 (and the others above int_limit): all-to-all of the blocks, then a local reduction in fp32, in
+        /* BF16 (and F32 above int_limit): all-to-all of the blocks, then a local reduction in fp32, in
          * rank order, rounded once. Not a user-defined MPI_Op on bf16: MPI combines partial results
          * pairwise along its algorithm's tree or ring, so every hop would round to bf16 again and the
          * result would depend on the world size and the algorithm. The all-to-all moves the same
@@ -302,7 +300,7 @@ fsdp_status comm_mpi_progress(fsdp_comm_req_t *r, int *done) {
             comm_reduce_blocks(r->recv, r->stage, r->count, c->size, r->count, r->t, r->op);
             r->phase = PH_NONE;
             break;
-        case PH_AR_NATIVE:
+        case PH_AR_F32:
             if (r->op == FSDP_AVG) divide_f32((float *)r->recv + r->off, r->len, c->size);
             r->off += r->len;
             if (r->off < r->count)
@@ -317,8 +315,8 @@ fsdp_status comm_mpi_progress(fsdp_comm_req_t *r, int *done) {
             if (mine > 0)
                 comm_reduce_blocks(chunk + (size_t)c->rank * r->blk * es, r->stage, r->blk, w, mine, r->t,
                                    r->op);
-            rc = MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_UINT16_T, chunk, scnt, sdsp, MPI_UINT16_T, c->comm,
-                                 &r->mreq);
+            rc = MPI_Iallgatherv(MPI_IN_PLACE, 0, base_type(r->t), chunk, scnt, sdsp, base_type(r->t),
+                                 c->comm, &r->mreq);
             if (rc != MPI_SUCCESS) return mpi_fail(c, rc, "MPI_Iallgatherv", name);
             r->phase = PH_AR_BF16_AG;
             break;
