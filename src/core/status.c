@@ -55,10 +55,10 @@ fsdp_status fsdp_wrap_error_at(fsdp_status s, const char *where, const char *fmt
     va_start(ap, fmt);
     vsnprintf(ctx, sizeof ctx, fmt, ap);
     va_end(ap);
-    if (where != NULL)
-        snprintf(last_error, sizeof last_error, "%s: %s: %s", where, ctx, inner);
-    else
-        snprintf(last_error, sizeof last_error, "%s: %s", ctx, inner);
+    /* "where: ctx: inner", or "ctx: inner" without a where; truncated to fit. */
+    int n = snprintf(last_error, sizeof last_error, "%s%s%s: %s", where ? where : "", where ? ": " : "", ctx,
+                     inner);
+    (void)n; /* truncation is the documented behaviour */
     return s;
 }
 
