@@ -161,6 +161,25 @@ static int overlaps(const void *a, size_t abytes, const void *b, size_t bbytes) 
     return x < y + bbytes && y < x + abytes;
 }
 
+/* Every dtype moves (all-gather, broadcast); reductions: F32/BF16 with SUM/AVG/MAX, I32/I64 with
+ * SUM/MAX, U8 none (include/fsdp.h). */
+static fsdp_status check_dtype_op(comm_coll k, fsdp_dtype t, fsdp_reduce_op op) {
+    const char *name = comm_coll_name(k);
+    if (k != COLL_BARRIER && fsdp_dtype_size(t) == 0)
+        return FSDP_ERR(FSDP_EINVAL, "%s: dtype %d is not an fsdp_dtype (F32, BF16, I32, I64, U8)", name,
+                        (int)t);
+    if (k != COLL_REDUCE_SCATTER && k != COLL_ALL_REDUCE) return FSDP_OK;
+    if (op != FSDP_SUM && op != FSDP_AVG && op != FSDP_MAX)
+        return FSDP_ERR(FSDP_EINVAL, "%s: reduce op %d is not FSDP_SUM, FSDP_AVG or FSDP_MAX", name, (int)op);
+    if (t == FSDP_U8)
+        return FSDP_ERR(FSDP_EINVAL, "%s: U8 is bytes, not numbers, and has no reduction; use I32 or I64",
+                        name);
+    if (op == FSDP_AVG && (t == FSDP_I32 || t == FSDP_I64))
+        return FSDP_ERR(FSDP_EINVAL, "%s: AVG of %s would not be an integer; use SUM and divide", name,
+                        fsdp_dtype_name(t));
+    return FSDP_OK;
+}
+
 /* Checks one collective's arguments (identical rules for every backend, so a bad call fails the same
  * way with or without a launcher) and fills *req. Wrong use is FSDP_EINVAL. A count that differs
  * between ranks cannot be detected without an extra collective and is not checked: it is undefined
@@ -175,18 +194,7 @@ static fsdp_status check_args(fsdp_comm_t *c, comm_coll k, const void *send, voi
                         "%s on rank %d: an earlier collective timed out, so this communicator is out of "
                         "step with the other ranks; end the job with fsdp_comm_abort",
                         name, c->rank);
-    if (k != COLL_BARRIER && fsdp_dtype_size(t) == 0)
-        return FSDP_ERR(FSDP_EINVAL, "%s: dtype %d is not an fsdp_dtype (F32, BF16, I32, I64, U8)", name,
-                        (int)t);
-    int reduces = k == COLL_REDUCE_SCATTER || k == COLL_ALL_REDUCE;
-    if (reduces && op != FSDP_SUM && op != FSDP_AVG && op != FSDP_MAX)
-        return FSDP_ERR(FSDP_EINVAL, "%s: reduce op %d is not FSDP_SUM, FSDP_AVG or FSDP_MAX", name, (int)op);
-    if (reduces && t == FSDP_U8)
-        return FSDP_ERR(FSDP_EINVAL, "%s: U8 is bytes, not numbers, and has no reduction; use I32 or I64",
-                        name);
-    if (reduces && op == FSDP_AVG && (t == FSDP_I32 || t == FSDP_I64))
-        return FSDP_ERR(FSDP_EINVAL, "%s: AVG of %s would not be an integer; use SUM and divide", name,
-                        fsdp_dtype_name(t));
+    FSDP_TRY(check_dtype_op(k, t, op));
     if (k == COLL_BROADCAST && (root < 0 || root >= c->size))
         return FSDP_ERR(FSDP_EINVAL, "broadcast: root %d is outside [0, %d) (world size %d)", root, c->size,
                         c->size);
