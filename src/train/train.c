@@ -254,7 +254,7 @@ static fsdp_status plan_local(const fsdp_train_config *cfg_in, fsdp_comm_t *comm
 
 fsdp_status fsdp_train_plan(const fsdp_train_config *cfg, fsdp_comm_t *comm, FILE *out) {
     fsdp_io_inputs_reset();
-    return fsdp_ckpt_agree(comm, plan_local(cfg, comm, out), "--plan");
+    return fsdp_comm_agree(comm, plan_local(cfg, comm, out), "--plan");
 }
 
 /* ---------------------------------------------------------------- sampling */
@@ -262,13 +262,13 @@ fsdp_status fsdp_train_plan(const fsdp_train_config *cfg, fsdp_comm_t *comm, FIL
 /* Picks a token from logits[0..V) with temperature and top-k; rank 0 decides, every rank learns it. */
 static fsdp_status pick_token(const float *logits, int V, double temperature, int top_k, uint64_t rng[2],
                               fsdp_comm_t *comm, int *tok) {
-    float chosen = 0;
+    int32_t chosen = 0;
     if (!comm || fsdp_comm_rank(comm) == 0) {
         int best = 0;
         for (int i = 1; i < V; i++)
             if (logits[i] > logits[best]) best = i;
         if (temperature <= 0) {
-            chosen = (float)best;
+            chosen = best;
         } else {
             /* threshold = the k-th largest logit (k = V when top_k is 0 or >= V) */
             float thr = -INFINITY;
@@ -299,11 +299,14 @@ static fsdp_status pick_token(const float *logits, int V, double temperature, in
                     break;
                 }
             }
-            chosen = (float)pick;
+            chosen = pick;
         }
     }
-    if (comm && fsdp_comm_size(comm) > 1) FSDP_TRY(fsdp_comm_broadcast(comm, &chosen, 1, FSDP_F32, 0));
-    *tok = (int)chosen;
+    if (comm && fsdp_comm_size(comm) > 1) FSDP_TRY(fsdp_comm_broadcast(comm, &chosen, 1, FSDP_I32, 0));
+    if (chosen < 0 || chosen >= V)
+        return FSDP_ERR(FSDP_EFORMAT, "rank 0 sent token id %d, outside the vocabulary [0, %d)", (int)chosen,
+                        V);
+    *tok = chosen;
     return FSDP_OK;
 }
 
@@ -553,11 +556,11 @@ static fsdp_status write_trace(const char *path, fsdp_comm_t *comm) {
             out.fd = -1;
         }
     }
-    s = fsdp_ckpt_agree(comm, s, "creating the --trace file");
+    s = fsdp_comm_agree(comm, s, "creating the --trace file");
     if (s == FSDP_OK) s = fsdp_trace_write(rank0 ? out.tmp : path, comm); /* only rank 0 writes */
     if (rank0 && s == FSDP_OK) s = fsdp_out_commit(&out);
     fsdp_out_abort(&out);
-    return fsdp_ckpt_agree(comm, s, "writing the --trace file");
+    return fsdp_comm_agree(comm, s, "writing the --trace file");
 }
 
 /* ---------------------------------------------------------------- the loop */
@@ -584,7 +587,7 @@ fsdp_status fsdp_train_run(const fsdp_train_config *cfg_in, fsdp_comm_t *comm, F
     fsdp_status s = resolve_config(c, world);
     char init_abs[PATH_MAX]; /* the manifest records where the run started: an absolute path */
     if (s == FSDP_OK && c->init_from && realpath(c->init_from, init_abs)) c->init_from = init_abs;
-    s = fsdp_ckpt_agree(comm, s, "checking the settings");
+    s = fsdp_comm_agree(comm, s, "checking the settings");
     if (s != FSDP_OK) goto done;
     if (!c->resume && c->steps == 0) {
         if (o)
@@ -595,10 +598,10 @@ fsdp_status fsdp_train_run(const fsdp_train_config *cfg_in, fsdp_comm_t *comm, F
     /* The checkpoint folder first: it exists, this run alone uses it (every rank's lock, held to the
      * end), and every rank can write a file into it — found now, not at the first save. */
     if (rank0) s = fsdp_mkdirs(c->checkpoint_dir);
-    s = fsdp_ckpt_agree(comm, s, "creating the checkpoint folder");
+    s = fsdp_comm_agree(comm, s, "creating the checkpoint folder");
     if (s == FSDP_OK) s = fsdp_ckpt_lock(c->checkpoint_dir, rank, &lock);
     if (s == FSDP_OK) s = probe_folder(c->checkpoint_dir, rank);
-    s = fsdp_ckpt_agree(comm, s, "locking the checkpoint folder");
+    s = fsdp_comm_agree(comm, s, "locking the checkpoint folder");
     if (s != FSDP_OK) goto done;
 
     int threads = fsdp_train_threads(c, comm);
@@ -642,7 +645,7 @@ fsdp_status fsdp_train_run(const fsdp_train_config *cfg_in, fsdp_comm_t *comm, F
     } else if (s == FSDP_OK && c->eval_every > 0 && o) {
         fprintf(o, "note: no %s: no validation\n", val_path);
     }
-    s = fsdp_ckpt_agree(comm, s, "opening the data");
+    s = fsdp_comm_agree(comm, s, "opening the data");
     if (s != FSDP_OK) goto done;
     if (o)
         fprintf(o, "data: %s: %llu tokens (%llu batches of %d x %d)%s\n", train_path,
@@ -655,7 +658,7 @@ fsdp_status fsdp_train_run(const fsdp_train_config *cfg_in, fsdp_comm_t *comm, F
     if (s == FSDP_OK) s = model_build(c, comm, &rm);
     /* The prediction the end-of-run report compares against (the same arithmetic as --plan). */
     if (s == FSDP_OK) s = fsdp_train_plan_compute(c, world, threads, have_val, fsdp_comm_shm_active(comm), &plan);
-    s = fsdp_ckpt_agree(comm, s, "building the model");
+    s = fsdp_comm_agree(comm, s, "building the model");
     if (s != FSDP_OK) goto done;
     if (o) {
         const gpt_config *gc = gpt_get_config(rm.model);
@@ -675,7 +678,7 @@ fsdp_status fsdp_train_run(const fsdp_train_config *cfg_in, fsdp_comm_t *comm, F
         snprintf(fp, sizeof fp, "crc32c:%08x", (unsigned)crc);
         if (s == FSDP_OK && !cJSON_AddStringToObject(cj, "init-from-fingerprint", fp))
             s = FSDP_ERR(FSDP_ENOMEM, "no memory for the config record");
-        s = fsdp_ckpt_agree(comm, s, "fingerprinting --init-from");
+        s = fsdp_comm_agree(comm, s, "fingerprinting --init-from");
         if (s != FSDP_OK) goto done;
     }
 
@@ -688,7 +691,7 @@ fsdp_status fsdp_train_run(const fsdp_train_config *cfg_in, fsdp_comm_t *comm, F
             fsdp_loader_state ls = {st.data_pos, st.data_epoch};
             s = fsdp_loader_set_state(&train, ls);
         }
-        s = fsdp_ckpt_agree(comm, s, "resuming");
+        s = fsdp_comm_agree(comm, s, "resuming");
         if (s != FSDP_OK) goto done;
         if (o)
             fprintf(o, "resumed from %s at step %lld (data position %llu, epoch %llu)\n", step_dir,
@@ -700,7 +703,7 @@ fsdp_status fsdp_train_run(const fsdp_train_config *cfg_in, fsdp_comm_t *comm, F
                 "%s already holds checkpoints of a run: pass --resume to continue it, or choose "
                 "another --checkpoint-dir (nothing was changed)",
                 c->checkpoint_dir);
-        s = fsdp_ckpt_agree(comm, s, "checking the checkpoint folder");
+        s = fsdp_comm_agree(comm, s, "checking the checkpoint folder");
         fsdp_hf_stats hs = {0, 0};
         if (s == FSDP_OK)
             s = c->init_from ? fsdp_hf_load(rm.eng, c->init_from, &hs) : fsdp_engine_init_params(rm.eng);
@@ -734,7 +737,7 @@ fsdp_status fsdp_train_run(const fsdp_train_config *cfg_in, fsdp_comm_t *comm, F
     if (rank0 && c->metrics) s = open_metrics(c->metrics, &metrics);
     if (s == FSDP_OK && rank0 && c->report) s = fsdp_out_check(c->report, "--report");
     if (s == FSDP_OK && rank0 && c->trace) s = fsdp_out_check(c->trace, "--trace");
-    s = fsdp_ckpt_agree(comm, s, "checking the output files");
+    s = fsdp_comm_agree(comm, s, "checking the output files");
     if (s != FSDP_OK) goto done;
 
     if (c->trace) { /* after a barrier, so the ranks' time origins roughly agree */
@@ -798,7 +801,7 @@ fsdp_status fsdp_train_run(const fsdp_train_config *cfg_in, fsdp_comm_t *comm, F
                                  step, gloss, lr, norm, tps, dt, fsdp_mem_total_peak());
                 s = write_metrics(metrics, c->metrics, line, n);
             }
-            s = fsdp_ckpt_agree(comm, s, "writing --metrics"); /* rank 0 writes: the others must learn */
+            s = fsdp_comm_agree(comm, s, "writing --metrics"); /* rank 0 writes: the others must learn */
             if (s != FSDP_OK) goto done;
         }
         if (o) {
@@ -829,7 +832,7 @@ fsdp_status fsdp_train_run(const fsdp_train_config *cfg_in, fsdp_comm_t *comm, F
                     int n = snprintf(line, sizeof line, "{\"step\": %d, \"val_loss\": %.9g}\n", step, vl);
                     s = write_metrics(metrics, c->metrics, line, n);
                 }
-                s = fsdp_ckpt_agree(comm, s, "writing --metrics");
+                s = fsdp_comm_agree(comm, s, "writing --metrics");
                 if (s != FSDP_OK) goto done;
             }
         }
@@ -855,7 +858,7 @@ fsdp_status fsdp_train_run(const fsdp_train_config *cfg_in, fsdp_comm_t *comm, F
         s = fsdp_io_close_sync(metrics, c->metrics);
         metrics = -1;
     }
-    s = fsdp_ckpt_agree(comm, s, "closing --metrics");
+    s = fsdp_comm_agree(comm, s, "closing --metrics");
     if (s != FSDP_OK) goto done;
     if (o && tty) fputc('\n', o);
     if (o && rr.last_step >= rr.first_step) {
@@ -880,7 +883,7 @@ fsdp_status fsdp_train_run(const fsdp_train_config *cfg_in, fsdp_comm_t *comm, F
                 cached);
     }
     if (rank0 && c->report) s = write_report(c->report, &plan, &meas);
-    s = fsdp_ckpt_agree(comm, s, "writing the --report file");
+    s = fsdp_comm_agree(comm, s, "writing the --report file");
     if (s == FSDP_OK && c->trace) s = write_trace(c->trace, comm);
     if (s != FSDP_OK) goto done;
     if (o && (c->report || c->trace))
@@ -894,7 +897,7 @@ fsdp_status fsdp_train_run(const fsdp_train_config *cfg_in, fsdp_comm_t *comm, F
         fsdp_bpe *bpe = NULL;
         s = find_tokenizer(NULL, c->init_from, c->data, &tpath);
         if (s == FSDP_OK) s = load_tokenizer(tpath, c->vocab, &bpe);
-        s = fsdp_ckpt_agree(comm, s, "loading the tokenizer");
+        s = fsdp_comm_agree(comm, s, "loading the tokenizer");
         if (s == FSDP_OK)
             s = generate(rm.model, c, comm, c->vocab == FSDP_BYTE_VOCAB || bpe ? c->prompt : "",
                          c->sample_tokens, st.rng, o, bpe);
@@ -939,9 +942,9 @@ static fsdp_status load_checkpoint_model(const char *dir, fsdp_comm_t *comm, fsd
     c->main_grad = FSDP_MAIN_GRAD_LAZY;
     c->accum = FSDP_ACCUM_SHARDED;
     c->recompute = 0;
-    s = fsdp_ckpt_agree(comm, s, "reading the checkpoint's manifest");
+    s = fsdp_comm_agree(comm, s, "reading the checkpoint's manifest");
     if (s == FSDP_OK) s = model_build(c, comm, rm);
-    s = fsdp_ckpt_agree(comm, s, "building the checkpoint's model");
+    s = fsdp_comm_agree(comm, s, "building the checkpoint's model");
     if (s == FSDP_OK) s = fsdp_ckpt_load(rm->eng, step_dir, st);
     free(step_dir);
     return s;
@@ -954,9 +957,9 @@ static fsdp_status load_hf_model(const char *dir, fsdp_comm_t *comm, fsdp_train_
     c->precision = FSDP_PRECISION_FP32;
     c->strategy = FSDP_FULL_SHARD;
     c->recompute = 0;
-    s = fsdp_ckpt_agree(comm, s, "reading --init-from's config.json");
+    s = fsdp_comm_agree(comm, s, "reading --init-from's config.json");
     if (s == FSDP_OK) s = model_build(c, comm, rm);
-    s = fsdp_ckpt_agree(comm, s, "building --init-from's model");
+    s = fsdp_comm_agree(comm, s, "building --init-from's model");
     if (s == FSDP_OK) s = fsdp_hf_load(rm->eng, dir, NULL);
     return s;
 }
@@ -1007,7 +1010,7 @@ fsdp_status fsdp_sample_run(const fsdp_train_config *cfg, fsdp_comm_t *comm, FIL
         s = cfg->init_from ? find_tokenizer(cfg->tokenizer, cfg->init_from, NULL, &tpath)
                            : fsdp_train_ckpt_tokenizer(cfg->tokenizer, cfg->checkpoint, &tpath);
         if (s == FSDP_OK) s = load_tokenizer(tpath, c.vocab, &bpe);
-        s = fsdp_ckpt_agree(comm, s, "loading the tokenizer");
+        s = fsdp_comm_agree(comm, s, "loading the tokenizer");
         c.kv_cache = cfg->kv_cache;
         double t0 = fsdp_time_s();
         if (s == FSDP_OK)
@@ -1087,5 +1090,5 @@ static fsdp_status write_logits(run_model *rm, const fsdp_train_config *cfg, fsd
 done:
     fsdp_out_abort(&o);
     free(toks);
-    return fsdp_ckpt_agree(comm, s, "writing --logits");
+    return fsdp_comm_agree(comm, s, "writing --logits");
 }
