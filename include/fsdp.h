@@ -66,7 +66,8 @@ typedef enum {
     FSDP_EIO,          /* file system error */
     FSDP_EFORMAT,      /* a file or message is malformed (magic, version, size, checksum) */
     FSDP_EUNSUPPORTED, /* valid request this build or machine cannot do */
-    FSDP_EINTERNAL     /* broken invariant: a bug in fsdp.c */
+    FSDP_EINTERNAL,    /* broken invariant: a bug in fsdp.c */
+    FSDP_EPEER         /* this rank was fine but another rank failed (fsdp_comm_agree) */
 } fsdp_status;
 
 const char *fsdp_strerror(fsdp_status s);
@@ -79,11 +80,14 @@ void fsdp_clear_error(void);
 
 /* ---------------------------------------------------------------- core: dtypes */
 
-typedef enum { FSDP_F32 = 0, FSDP_BF16 = 1 } fsdp_dtype;
+/* F32 and BF16 are the numeric types of tensors. I32, I64 (signed, two's complement) and U8 (raw
+ * bytes) exist for the communicator: sizes, ids, lengths and texts travel as what they are. The shard
+ * engine and the kernels accept F32/BF16 only. */
+typedef enum { FSDP_F32 = 0, FSDP_BF16 = 1, FSDP_I32 = 2, FSDP_I64 = 3, FSDP_U8 = 4 } fsdp_dtype;
 typedef uint16_t fsdp_bf16; /* raw bfloat16 bits */
 
-size_t fsdp_dtype_size(fsdp_dtype t);
-const char *fsdp_dtype_name(fsdp_dtype t);
+size_t fsdp_dtype_size(fsdp_dtype t);      /* bytes per element; 0 for a value that is no dtype */
+const char *fsdp_dtype_name(fsdp_dtype t); /* "f32", "bf16", "i32", "i64", "u8" */
 
 /* f32 -> bf16 rounds to nearest, ties to even; NaN stays a quiet NaN with its sign; infinities,
  * signed zeros and subnormals are kept (subnormals rounded like any other value). */
@@ -195,11 +199,32 @@ void fsdp_comm_set_label(fsdp_comm_t *c, const char *label);
 /* Ends every rank of the job (MPI_Abort), or exits the process for self. Programs only. */
 void fsdp_comm_abort(fsdp_comm_t *c, int code);
 
+/* Agreement on a step that can fail on some ranks only (a file one rank cannot read, rank 0's output):
+ * without it the ranks that were fine would wait in their next collective. Collective: every rank
+ * passes its own outcome s of the step `what`. Returns
+ * - FSDP_OK when no rank failed;
+ * - s itself on a rank that failed (its message kept);
+ * - FSDP_EPEER on a rank that was fine while some rank failed, with the message "<what> failed on rank
+ *   r (its message says why)" naming the lowest failing rank r;
+ * - the agreement's own communication failure (FSDP_ECOMM, FSDP_ETIMEOUT, FSDP_ESTATE): nothing was
+ *   agreed, the job must end with fsdp_comm_abort.
+ * c NULL or world size 1: s unchanged. One all-reduce (MAX) of one int64. */
+fsdp_status fsdp_comm_agree(fsdp_comm_t *c, fsdp_status s, const char *what);
+/* After the last fsdp_comm_agree on c: the lowest failing rank and (status != NULL) its status, so
+ * every rank can end an agreed failure the same way; -1 (*status FSDP_OK) when that agreement found
+ * no failure, none was made, or it failed itself. */
+int fsdp_comm_agreed_failure(const fsdp_comm_t *c, fsdp_status *status);
+
 /* Rules for every collective, on every backend:
  * - count 0 is a no-op returning FSDP_OK (buffers may then be NULL).
  * - FSDP_EINVAL, before anything is communicated: a NULL buffer with count > 0, world*count*size
- *   overflowing, a dtype other than F32/BF16, an op other than SUM/AVG/MAX, a root outside [0, size),
- *   or buffers that overlap other than in the documented in-place position.
+ *   overflowing, a dtype that is not an fsdp_dtype, an op other than SUM/AVG/MAX, a reduction the
+ *   dtype does not have (below), a root outside [0, size), or buffers that overlap other than in the
+ *   documented in-place position.
+ * - Dtypes: all-gather and broadcast move any dtype (bits untouched). Reductions: F32 and BF16 with
+ *   SUM/AVG/MAX; I32 and I64 with SUM/MAX (exact, so independent of order; a sum must fit the type);
+ *   U8 is bytes, not numbers: no reduction. Integer types travel as MPI's own integer types; the
+ *   shared-memory transport carries F32/BF16 only, the others take Open MPI's collectives.
  * - Every rank must pass the same count, dtype, op and root, in the same collective order. This is not
  *   checked (it would cost a collective): a mismatch gives a wrong result, an MPI error or a timeout.
  * - AVG = SUM, then one division by the world size. MAX is supported by both reductions.
@@ -500,7 +525,7 @@ fsdp_status fsdp_plan_unit_layout(const fsdp_plan_unit *u, size_t align, int wor
                                   size_t *padded);
 /* This process's measured peaks (fsdp_mem_peak per category, fsdp_mem_total_peak). */
 void fsdp_mem_peaks_local(fsdp_mem_peaks *out);
-/* Collective: *inout := the element-wise maximum over ranks (exact: sizes travel as raw bits). */
+/* Collective: *inout := the element-wise maximum over ranks (exact: sizes travel as I64). */
 fsdp_status fsdp_mem_peaks_max(fsdp_comm_t *c, fsdp_mem_peaks *inout);
 /* Table: category, predicted bytes and MiB, plain-data-parallel MiB and, if measured != NULL, measured
  * bytes and MiB with the difference; then the ZeRO reference. f: an open stream (stdout). */

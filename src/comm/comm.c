@@ -106,6 +106,8 @@ fsdp_status fsdp_comm_init(fsdp_comm_t **out, const fsdp_comm_config *cfg, int *
     c->shm_allowed = cfg->shm != 0;
     c->shm_win = MPI_WIN_NULL;
     c->int_limit = INT_MAX;
+    c->agreed_rank = -1;
+    c->agreed_status = FSDP_OK;
     c->rank = 0;
     c->size = 1;
     c->local_size = 1;
@@ -160,6 +162,25 @@ static int overlaps(const void *a, size_t abytes, const void *b, size_t bbytes) 
     return x < y + bbytes && y < x + abytes;
 }
 
+/* Every dtype moves (all-gather, broadcast); reductions: F32/BF16 with SUM/AVG/MAX, I32/I64 with
+ * SUM/MAX, U8 none (include/fsdp.h). */
+static fsdp_status check_dtype_op(comm_coll k, fsdp_dtype t, fsdp_reduce_op op) {
+    const char *name = comm_coll_name(k);
+    if (k != COLL_BARRIER && fsdp_dtype_size(t) == 0)
+        return FSDP_ERR(FSDP_EINVAL, "%s: dtype %d is not an fsdp_dtype (F32, BF16, I32, I64, U8)", name,
+                        (int)t);
+    if (k != COLL_REDUCE_SCATTER && k != COLL_ALL_REDUCE) return FSDP_OK;
+    if (op != FSDP_SUM && op != FSDP_AVG && op != FSDP_MAX)
+        return FSDP_ERR(FSDP_EINVAL, "%s: reduce op %d is not FSDP_SUM, FSDP_AVG or FSDP_MAX", name, (int)op);
+    if (t == FSDP_U8)
+        return FSDP_ERR(FSDP_EINVAL, "%s: U8 is bytes, not numbers, and has no reduction; use I32 or I64",
+                        name);
+    if (op == FSDP_AVG && (t == FSDP_I32 || t == FSDP_I64))
+        return FSDP_ERR(FSDP_EINVAL, "%s: AVG of %s would not be an integer; use SUM and divide", name,
+                        fsdp_dtype_name(t));
+    return FSDP_OK;
+}
+
 /* Checks one collective's arguments (identical rules for every backend, so a bad call fails the same
  * way with or without a launcher) and fills *req. Wrong use is FSDP_EINVAL. A count that differs
  * between ranks cannot be detected without an extra collective and is not checked: it is undefined
@@ -174,11 +195,7 @@ static fsdp_status check_args(fsdp_comm_t *c, comm_coll k, const void *send, voi
                         "%s on rank %d: an earlier collective timed out, so this communicator is out of "
                         "step with the other ranks; end the job with fsdp_comm_abort",
                         name, c->rank);
-    if (k != COLL_BARRIER && t != FSDP_F32 && t != FSDP_BF16)
-        return FSDP_ERR(FSDP_EINVAL, "%s: dtype %d is not FSDP_F32 or FSDP_BF16", name, (int)t);
-    if ((k == COLL_REDUCE_SCATTER || k == COLL_ALL_REDUCE) && op != FSDP_SUM && op != FSDP_AVG &&
-        op != FSDP_MAX)
-        return FSDP_ERR(FSDP_EINVAL, "%s: reduce op %d is not FSDP_SUM, FSDP_AVG or FSDP_MAX", name, (int)op);
+    FSDP_TRY(check_dtype_op(k, t, op));
     if (k == COLL_BROADCAST && (root < 0 || root >= c->size))
         return FSDP_ERR(FSDP_EINVAL, "broadcast: root %d is outside [0, %d) (world size %d)", root, c->size,
                         c->size);
@@ -261,11 +278,41 @@ static void self_run(fsdp_comm_req_t *r) {
 
 /* --------------------------------------------------------------------------------- reduction helper */
 
+/* Integer SUM/MAX: exact, so the order does not matter; sums wrap in unsigned arithmetic rather than
+ * overflow (the documented contract is that they fit). Contribution s as in reduce_impl. */
+#define REDUCE_INT(T, UT)                                                                                    \
+    do {                                                                                                     \
+        T *d = dst;                                                                                          \
+        for (int s = 0; s < world; s++) {                                                                    \
+            const T *p = src ? (const T *)src[s] : (const T *)base + (size_t)s * stride;                     \
+            if (s == 0)                                                                                      \
+                memmove(d, p, n * sizeof(T));                                                                \
+            else if (op == FSDP_MAX)                                                                         \
+                for (size_t i = 0; i < n; i++)                                                               \
+                    d[i] = p[i] > d[i] ? p[i] : d[i];                                                        \
+            else                                                                                             \
+                for (size_t i = 0; i < n; i++)                                                               \
+                    d[i] = (T)((UT)d[i] + (UT)p[i]);                                                         \
+        }                                                                                                    \
+    } while (0)
+
+static void reduce_int(void *dst, const void *const *src, const void *base, size_t stride, int world,
+                       size_t n, fsdp_dtype t, fsdp_reduce_op op) {
+    if (t == FSDP_I32)
+        REDUCE_INT(int32_t, uint32_t);
+    else
+        REDUCE_INT(int64_t, uint64_t);
+}
+
 /* Contribution s is src[s] when src != NULL, else base + s*stride (elements). */
 static void reduce_impl(void *dst, const void *const *src, const void *base, size_t stride, int world,
                         size_t n, fsdp_dtype t, fsdp_reduce_op op) {
     /* Tiles keep the fp32 accumulator in L1 while the contributions stream past in rank order. The
      * bulk bf16 helpers are bit-identical to the scalar conversions (one fp32 add per element). */
+    if (t == FSDP_I32 || t == FSDP_I64) {
+        reduce_int(dst, src, base, stride, world, n, t, op);
+        return;
+    }
     enum { TILE = 2048 };
     float acc[TILE]; /* fp32 partial results of one tile */
     size_t es = fsdp_dtype_size(t);

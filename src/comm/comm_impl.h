@@ -50,6 +50,8 @@ struct fsdp_comm {
     pthread_t thr;
     pthread_mutex_t mu;
     long thr_interval_us;
+    int agreed_rank;                /* fsdp_comm_agree: lowest failing rank of the last one, or -1 */
+    fsdp_status agreed_status;      /* its status (FSDP_OK with agreed_rank -1) */
     /* Shared-memory transport (comm_shm.c), when every rank is on this host. */
     int shm_allowed;      /* from the config */
     int shm_on;           /* set up and in use */
@@ -137,7 +139,7 @@ int comm_drain_stale(fsdp_comm_t *c, double grace);
 
 /* Reduces world contributions laid out at src + s*stride (elements, dtype t) for s = 0..world-1 into
  * dst[0..n): fp32 accumulation in rank order, AVG divides once, BF16 rounds once at the end; MAX
- * propagates NaN. dst must not overlap src. */
+ * propagates NaN. I32/I64: exact integer SUM/MAX. dst must not overlap src. */
 void comm_reduce_blocks(void *dst, const void *src, size_t stride, int world, size_t n, fsdp_dtype t,
                         fsdp_reduce_op op);
 /* The same reduction with contribution s at src[s] (n elements each); dst may equal src[0] only if

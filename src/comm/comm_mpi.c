@@ -196,9 +196,18 @@ void comm_mpi_abort(fsdp_comm_t *c, int code) {
 
 /* ------------------------------------------------------------------------------------- datatypes */
 
+/* MPI's type for each dtype. I32 and I64 take the same all-to-all paths as BF16 (the reductions below
+ * that are not F32's native ones): moved as MPI's integer types, reduced locally and exactly
+ * (comm_reduce_blocks), so the order of the contributions cannot matter. */
 static MPI_Datatype base_type(fsdp_dtype t) {
-    /* bf16 travels as opaque 16-bit words: MPI never does arithmetic on it. */
-    return t == FSDP_BF16 ? MPI_UINT16_T : MPI_FLOAT;
+    switch (t) {
+    case FSDP_F32: return MPI_FLOAT;
+    case FSDP_BF16: return MPI_UINT16_T; /* opaque 16-bit words: MPI never does arithmetic on bf16 */
+    case FSDP_I32: return MPI_INT32_T;
+    case FSDP_I64: return MPI_INT64_T;
+    case FSDP_U8: return MPI_UINT8_T;
+    }
+    return MPI_DATATYPE_NULL; /* not reached: check_args refuses other values */
 }
 
 /* Count and datatype describing n contiguous elements. Up to int_limit elements that is (n, base);

@@ -153,8 +153,10 @@ void comm_shm_free(fsdp_comm_t *c) {
     c->shm_on = 0;
 }
 
+/* F32/BF16 only: the integer and byte types are small control values (sizes, ids, texts) that Open
+ * MPI's collectives carry well enough, and the transport's reductions are floating-point ones. */
 int comm_shm_eligible(const fsdp_comm_req_t *r) {
-    return r->c->shm_on &&
+    return r->c->shm_on && (r->t == FSDP_F32 || r->t == FSDP_BF16) &&
            (r->coll == COLL_ALL_GATHER || r->coll == COLL_REDUCE_SCATTER || r->coll == COLL_ALL_REDUCE);
 }
 

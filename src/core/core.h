@@ -1,6 +1,10 @@
 /* core.h — internals shared by every layer: error helpers and small utilities.
  * Library code reports failures with FSDP_ERR(status, fmt, ...) which records the message and
- * returns the status; FSDP_TRY propagates a failure unchanged (its message already set). */
+ * returns the status; FSDP_TRY propagates a failure unchanged (its message already set); FSDP_WRAP
+ * adds context in front of a failure's own message. Below the trainer a message starts with where
+ * it arose (the function, or the public entry point a check belongs to); the trainer's messages are
+ * for the person at the command line and name flags, files and ranks instead (fsdp_set_error,
+ * FSDP_WRAP_USER). */
 #ifndef FSDP_CORE_H
 #define FSDP_CORE_H
 
@@ -16,6 +20,8 @@ fsdp_status fsdp_set_error_at(fsdp_status s, const char *where, const char *fmt,
 /* Keep the failure's own message and put "where: context: " in front of it (the inner message is
  * copied first, so it may come from fsdp_last_error()). Evaluates to s. */
 #define FSDP_WRAP(s, ...) fsdp_wrap_error_at((s), __func__, __VA_ARGS__)
+/* The same without the function name: "context: inner message" (the trainer's style). */
+#define FSDP_WRAP_USER(s, ...) fsdp_wrap_error_at((s), NULL, __VA_ARGS__)
 fsdp_status fsdp_wrap_error_at(fsdp_status s, const char *where, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 

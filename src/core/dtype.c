@@ -15,6 +15,9 @@ size_t fsdp_dtype_size(fsdp_dtype t) {
     switch (t) {
     case FSDP_F32: return 4;
     case FSDP_BF16: return 2;
+    case FSDP_I32: return 4;
+    case FSDP_I64: return 8;
+    case FSDP_U8: return 1;
     }
     return 0;
 }
@@ -23,6 +26,9 @@ const char *fsdp_dtype_name(fsdp_dtype t) {
     switch (t) {
     case FSDP_F32: return "f32";
     case FSDP_BF16: return "bf16";
+    case FSDP_I32: return "i32";
+    case FSDP_I64: return "i64";
+    case FSDP_U8: return "u8";
     }
     return "unknown";
 }

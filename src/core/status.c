@@ -19,6 +19,7 @@ const char *fsdp_strerror(fsdp_status s) {
     case FSDP_EFORMAT: return "malformed data";
     case FSDP_EUNSUPPORTED: return "unsupported";
     case FSDP_EINTERNAL: return "internal error";
+    case FSDP_EPEER: return "another rank failed";
     }
     return "unknown status";
 }
@@ -54,7 +55,10 @@ fsdp_status fsdp_wrap_error_at(fsdp_status s, const char *where, const char *fmt
     va_start(ap, fmt);
     vsnprintf(ctx, sizeof ctx, fmt, ap);
     va_end(ap);
-    snprintf(last_error, sizeof last_error, "%s: %s: %s", where, ctx, inner);
+    /* "where: ctx: inner", or "ctx: inner" without a where; truncated to fit. */
+    int n = snprintf(last_error, sizeof last_error, "%s%s%s: %s", where ? where : "", where ? ": " : "", ctx,
+                     inner);
+    (void)n; /* truncation is the documented behaviour */
     return s;
 }
 

@@ -1,7 +1,7 @@
 /* trace.c — Chrome-trace JSON (Perfetto, chrome://tracing): duration events recorded cheaply while
  * enabled (one flag test when not), the allocator's timeline turned into per-category memory counters,
  * and one file written by rank 0 with every rank's events (pid = rank). docs/DESIGN.md section 5. */
-#include "core/core.h"
+#include "core/trace_impl.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -9,11 +9,6 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* Internal, for fsdp_trace_write in src/shard/plan.c (core cannot call the communicator, so the
- * collective gather lives one layer up; both files carry these two declarations). */
-fsdp_status core_trace_serialise(char **text, size_t *len);
-fsdp_status core_trace_write_file(const char *path, const char *body, size_t len);
 
 typedef struct {
     double t_s; /* seconds since fsdp_trace_enable */
@@ -232,7 +227,6 @@ fsdp_status core_trace_write_file(const char *path, const char *body, size_t len
     return FSDP_OK;
 }
 
-/* This rank's events as JSON records, each followed by ",\n"; *text is malloc'd (free it). */
 fsdp_status core_trace_serialise(char **text, size_t *len) {
     sbuf b = {0};
     serialise_local(&b);

@@ -1,17 +1,14 @@
 /* plan.c — the memory plan: predicts each allocator category's per-rank peak for a set of units, a
  * world size and the engine's policies, without allocating the model. It computes the engine's flat
  * layout and replays one training step's allocations in the order unit.c, main_grad.c and the comm
- * backends perform them; plus the table printer, the exact max-over-ranks and the JSON report. */
+ * backends perform them; plus the table printer and the JSON report (the measured peaks they compare
+ * with come from src/comm/comm_peaks.c). */
 #include "shard/shard.h"
 
 #include <errno.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* Internal, from src/core/trace.c (see fsdp_trace_write at the end of this file). */
-fsdp_status core_trace_serialise(char **text, size_t *len);
-fsdp_status core_trace_write_file(const char *path, const char *body, size_t len);
 
 /* ---------------------------------------------------------------- layout (the engine's own) */
 
@@ -328,51 +325,6 @@ done:
     return st;
 }
 
-/* ---------------------------------------------------------------- measured peaks */
-
-void fsdp_mem_peaks_local(fsdp_mem_peaks *out) {
-    if (out == NULL) return;
-    for (int c = 0; c < FSDP_MEM_NCAT; c++)
-        out->peak[c] = fsdp_mem_peak((fsdp_mem_cat)c);
-    out->total = fsdp_mem_total_peak();
-}
-
-/* Sizes do not fit a float exactly and the communicator reduces only F32/BF16, so every rank's values
- * are all-gathered as raw 16-bit words (BF16 all-gather moves bits untouched) and maxed locally. */
-#define PEAK_VALS  (FSDP_MEM_NCAT + 1)
-#define PEAK_WORDS (PEAK_VALS * 4)
-fsdp_status fsdp_mem_peaks_max(fsdp_comm_t *c, fsdp_mem_peaks *inout) {
-    if (c == NULL || inout == NULL) return FSDP_ERR(FSDP_EINVAL, "comm and inout must not be NULL");
-    int w = fsdp_comm_size(c);
-    uint16_t mine[PEAK_WORDS];
-    for (int k = 0; k < PEAK_VALS; k++) {
-        uint64_t v = k < FSDP_MEM_NCAT ? inout->peak[k] : inout->total;
-        for (int b = 0; b < 4; b++)
-            mine[k * 4 + b] = (uint16_t)(v >> (16 * b));
-    }
-    uint16_t *all = malloc((size_t)w * sizeof mine);
-    if (all == NULL) return FSDP_ERR(FSDP_ENOMEM, "peaks of %d ranks", w);
-    fsdp_comm_set_label(c, "memory peaks max over ranks");
-    fsdp_status st = fsdp_comm_all_gather(c, mine, all, PEAK_WORDS, FSDP_BF16);
-    if (st == FSDP_OK) {
-        for (int k = 0; k < PEAK_VALS; k++) {
-            uint64_t best = 0;
-            for (int r = 0; r < w; r++) {
-                uint64_t v = 0;
-                for (int b = 0; b < 4; b++)
-                    v |= (uint64_t)all[(size_t)r * PEAK_WORDS + (size_t)k * 4 + (size_t)b] << (16 * b);
-                if (v > best) best = v;
-            }
-            if (k < FSDP_MEM_NCAT)
-                inout->peak[k] = (size_t)best;
-            else
-                inout->total = (size_t)best;
-        }
-    }
-    free(all);
-    return st;
-}
-
 /* ---------------------------------------------------------------- printing and JSON */
 
 static double mib(size_t b) { return (double)b / (1024.0 * 1024.0); }
@@ -464,77 +416,4 @@ fsdp_status fsdp_plan_write_json(const char *path, const fsdp_plan *p, const fsd
     if (fclose(f) != 0 || bad)
         return FSDP_ERR(FSDP_EIO, "writing '%s' failed: %s; check free space", path, strerror(errno));
     return FSDP_OK;
-}
-
-/* ---------------------------------------------------------------- trace: one file for every rank */
-
-/* fsdp_trace_write lives here, not in core/trace.c, because it needs the communicator (core sits
- * below comm). Lengths travel as four 16-bit words (BF16 all-gather moves raw bits), so any size is
- * exact; the communicator has no gather, so every rank receives every text and rank 0 writes. The
- * gather buffers are plain malloc on purpose: writing a trace must not change the memory figures. */
-static void put_u64(uint16_t *w, uint64_t v) {
-    for (int k = 0; k < 4; k++)
-        w[k] = (uint16_t)(v >> (16 * k));
-}
-static uint64_t get_u64(const uint16_t *w) {
-    uint64_t v = 0;
-    for (int k = 0; k < 4; k++)
-        v |= (uint64_t)w[k] << (16 * k);
-    return v;
-}
-
-fsdp_status fsdp_trace_write(const char *path, fsdp_comm_t *comm) {
-    if (path == NULL || path[0] == '\0') return FSDP_ERR(FSDP_EINVAL, "trace path must not be empty");
-    char *text = NULL, *all = NULL, *joined = NULL, *pad = NULL;
-    size_t len = 0;
-    uint16_t *lens = NULL;
-    FSDP_TRY(core_trace_serialise(&text, &len));
-    int world = comm ? fsdp_comm_size(comm) : 1, rank = comm ? fsdp_comm_rank(comm) : 0;
-    fsdp_status st = FSDP_OK;
-    if (world == 1) {
-        st = core_trace_write_file(path, text, len);
-        goto done;
-    }
-    uint16_t mine[4];
-    lens = malloc((size_t)world * sizeof mine);
-    if (lens == NULL) {
-        st = FSDP_ERR(FSDP_ENOMEM, "trace lengths of %d ranks", world);
-        goto done;
-    }
-    put_u64(mine, len);
-    fsdp_comm_set_label(comm, "trace write: lengths");
-    if ((st = fsdp_comm_all_gather(comm, mine, lens, 4, FSDP_BF16)) != FSDP_OK) goto done;
-    size_t longest = 0, sum = 0;
-    for (int r = 0; r < world; r++) {
-        size_t l = (size_t)get_u64(lens + 4 * r);
-        if (l > longest) longest = l;
-        sum += l;
-    }
-    size_t words = longest / 2 + 1, slot = 2 * words; /* >= 1 word, room for an odd length */
-    pad = calloc(1, slot);
-    all = malloc((size_t)world * slot);
-    joined = malloc(sum + 1);
-    if (pad == NULL || all == NULL || joined == NULL) {
-        st = FSDP_ERR(FSDP_ENOMEM, "trace gather buffers: %zu bytes x %d ranks", slot, world);
-        goto done;
-    }
-    if (len) memcpy(pad, text, len);
-    fsdp_comm_set_label(comm, "trace write: events");
-    if ((st = fsdp_comm_all_gather(comm, pad, all, words, FSDP_BF16)) != FSDP_OK) goto done;
-    if (rank == 0) {
-        size_t at = 0;
-        for (int r = 0; r < world; r++) {
-            size_t l = (size_t)get_u64(lens + 4 * r);
-            memcpy(joined + at, all + (size_t)r * slot, l);
-            at += l;
-        }
-        st = core_trace_write_file(path, joined, at);
-    }
-done:
-    free(joined);
-    free(all);
-    free(pad);
-    free(lens);
-    free(text);
-    return st;
 }

@@ -263,35 +263,6 @@ fsdp_status fsdp_ckpt_write_manifest(const char *path, int world, const cJSON *c
 
 /* ---------------------------------------------------------------- save protocol */
 
-/* The lowest failing rank of the last agreement that found a failure; -1 after one that found none. */
-static int agreed_failed_rank = -1;
-
-fsdp_status fsdp_ckpt_agree(fsdp_comm_t *comm, fsdp_status s, const char *what) {
-    if (!comm || fsdp_comm_size(comm) == 1) return s;
-    int world = fsdp_comm_size(comm), rank = fsdp_comm_rank(comm);
-    /* MAX of (world - rank) * 16 + status over the failing ranks (0 where none failed): the lowest
-     * failing rank and its status, exact in f32 for world < 2^20. */
-    FSDP_INVARIANT((int)FSDP_EINTERNAL < 16);
-    if (world >= (1 << 20)) return FSDP_ERR(FSDP_EUNSUPPORTED, "agreement on %d ranks (at most 2^20)", world);
-    float mine = s == FSDP_OK ? 0.0f : (float)((world - rank) * 16 + (int)s), r = 0;
-    fsdp_status cs = fsdp_comm_all_reduce(comm, &mine, &r, 1, FSDP_F32, FSDP_MAX);
-    if (cs != FSDP_OK) {
-        agreed_failed_rank = -1; /* nothing was agreed: the communicator itself failed */
-        return cs;
-    }
-    int v = (int)r;
-    if (v == 0) {
-        agreed_failed_rank = -1;
-        return s;
-    }
-    int failed = world - v / 16;
-    agreed_failed_rank = failed;
-    if (s != FSDP_OK) return s;
-    return fsdp_set_error((fsdp_status)(v % 16), "%s failed on rank %d (its message says why)", what, failed);
-}
-
-int fsdp_ckpt_agreed_failure(void) { return agreed_failed_rank; }
-
 fsdp_status fsdp_ckpt_lock(const char *ckpt_dir, int rank, int *fd_out) {
     *fd_out = -1;
     char *path = fsdp_strdupf("%s/.lock.rank_%05d", ckpt_dir, rank);
@@ -419,7 +390,7 @@ fsdp_status fsdp_ckpt_save_parts(fsdp_comm_t *comm, const char *ckpt_dir, const 
     char *latest = fsdp_strdupf("%s/latest", ckpt_dir);
     uint32_t *crcs = calloc((size_t)world, 4);
     uint64_t *bytes = calloc((size_t)world, 8);
-    float *info = calloc((size_t)world * 4, sizeof(float));
+    int64_t *info = calloc((size_t)world * 2, sizeof(int64_t)); /* (crc, bytes) of every rank */
     int tmp_made = 0;
     if (!tmp || !fin || !shard || !manifest || !latest || !crcs || !bytes || !info)
         s = FSDP_ERR(FSDP_ENOMEM, "no memory for checkpoint paths");
@@ -434,29 +405,25 @@ fsdp_status fsdp_ckpt_save_parts(fsdp_comm_t *comm, const char *ckpt_dir, const 
                 tmp_made = 1;
         }
     }
-    s = fsdp_ckpt_agree(comm, s, "preparing the checkpoint folder");
+    s = fsdp_comm_agree(comm, s, "preparing the checkpoint folder");
     if (s != FSDP_OK) goto done;
 
     uint32_t crc = 0;
     uint64_t nbytes = 0;
     s = fsdp_ckpt_write_shard(shard, rank, world, n_units, units, parts, st, &crc, &nbytes);
-    s = fsdp_ckpt_agree(comm, s, "writing a shard file");
+    s = fsdp_comm_agree(comm, s, "writing a shard file");
     if (s != FSDP_OK) goto done;
-    /* Every rank's (crc, bytes) to rank 0 for the manifest: 16 raw bytes per rank, moved as 4 floats. */
-    unsigned char mine[16] = {0};
-    memcpy(mine, &crc, 4);
-    memcpy(mine + 8, &nbytes, 8);
+    /* Every rank's (crc, bytes) to rank 0 for the manifest. */
+    int64_t mine[2] = {(int64_t)crc, (int64_t)nbytes};
     if (comm && world > 1) {
-        float send[4];
-        memcpy(send, mine, 16);
-        s = fsdp_comm_all_gather(comm, send, info, 4, FSDP_F32);
+        s = fsdp_comm_all_gather(comm, mine, info, 2, FSDP_I64);
         if (s != FSDP_OK) goto done;
     } else {
-        memcpy(info, mine, 16);
+        memcpy(info, mine, sizeof mine);
     }
     for (int r = 0; r < world; r++) {
-        memcpy(&crcs[r], (unsigned char *)info + 16 * r, 4);
-        memcpy(&bytes[r], (unsigned char *)info + 16 * r + 8, 8);
+        crcs[r] = (uint32_t)info[2 * r];
+        bytes[r] = (uint64_t)info[2 * r + 1];
     }
     if (rank == 0) {
         s = fsdp_ckpt_write_manifest(manifest, world, config, n_units, units, st, crcs, bytes);
@@ -474,7 +441,7 @@ fsdp_status fsdp_ckpt_save_parts(fsdp_comm_t *comm, const char *ckpt_dir, const 
             s = fsdp_io_write_file_atomic(latest, line, strlen(line), FSDP_OUT_MAY_REPLACE_INPUT);
         }
     }
-    s = fsdp_ckpt_agree(comm, s, "committing the checkpoint");
+    s = fsdp_comm_agree(comm, s, "committing the checkpoint");
 done:
     if (s != FSDP_OK && rank == 0 && tmp_made) fsdp_rm_tree1(tmp);
     if (s == FSDP_OK && final_dir) {

@@ -105,16 +105,6 @@ fsdp_status fsdp_ckpt_resolve(const char *dir, char **step_dir);
 /* 1 if ckpt_dir has a `latest` pointer. */
 int fsdp_ckpt_has_latest(const char *ckpt_dir);
 
-/* Every rank learns whether any rank failed: a rank that did not fail gets the lowest failing rank's
- * status with the message "<what> failed on rank r (its message says why)". comm NULL or world 1: s
- * unchanged. Collective. */
-fsdp_status fsdp_ckpt_agree(fsdp_comm_t *comm, fsdp_status s, const char *what);
-
-/* After an fsdp_ckpt_agree that found a failure: the lowest failing rank (every rank has then
- * returned an error and learned its status); -1 after one that found none, or before any. main()
- * ends an agreed failure with MPI_Finalize on every rank, any other failure with an abort. */
-int fsdp_ckpt_agreed_failure(void);
-
 /* One run per checkpoint folder: an exclusive flock(2) on ckpt_dir/.lock.rank_NNNNN (created if
  * need be), which the kernel releases when the process ends however it ends. Every rank that writes
  * into the folder takes its own, for the whole run; the file then names the holder (pid, host,

@@ -81,7 +81,7 @@ fsdp_status fsdp_ckpt_save(fsdp_engine_t *eng, const char *ckpt_dir, const struc
                                     v.adam_v + (off - v.offset)};
     }
     /* A failure above is local; agree before the collective save so no rank waits forever. */
-    s = fsdp_ckpt_agree(comm, s, "describing the model for a checkpoint");
+    s = fsdp_comm_agree(comm, s, "describing the model for a checkpoint");
     if (s == FSDP_OK) s = fsdp_ckpt_save_parts(comm, ckpt_dir, config, n, units, parts, st, final_dir);
     free(parts);
     free_desc(units, n);
@@ -144,7 +144,7 @@ fsdp_status fsdp_ckpt_load(fsdp_engine_t *eng, const char *step_dir, fsdp_ckpt_s
         if (s == FSDP_OK) s = fsdp_ckpt_read_range(r, u, v.offset, v.numel, v.master, v.adam_m, v.adam_v);
     }
     if (s == FSDP_OK) s = fsdp_ckpt_state_get(r, st);
-    s = fsdp_ckpt_agree(comm, s, "loading the checkpoint");
+    s = fsdp_comm_agree(comm, s, "loading the checkpoint");
     if (s == FSDP_OK) fsdp_engine_set_step_count(eng, st->step);
     fsdp_ckpt_close(r);
     free_desc(units, n);

@@ -518,11 +518,8 @@ fsdp_status fsdp_train_config_from_json(fsdp_train_config *cfg, const cJSON *j, 
         } else {
             return fsdp_set_error(FSDP_EFORMAT, "%s: config \"%s\" has the wrong type", what, o->name);
         }
-        if (set_value(cfg, o, buf) != FSDP_OK) {
-            char msg[512];
-            snprintf(msg, sizeof msg, "%s", fsdp_last_error());
-            return fsdp_set_error(FSDP_EFORMAT, "%s: config value is invalid: %s", what, msg);
-        }
+        if (set_value(cfg, o, buf) != FSDP_OK)
+            return FSDP_WRAP_USER(FSDP_EFORMAT, "%s: config value is invalid", what);
     }
     if (cfg->vocab < 2 || cfg->width % cfg->heads || cfg->seq_len > cfg->max_seq_len)
         return fsdp_set_error(FSDP_EFORMAT,

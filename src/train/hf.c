@@ -485,7 +485,7 @@ fsdp_status fsdp_hf_load(fsdp_engine_t *eng, const char *dir, fsdp_hf_stats *sta
     if (s == FSDP_OK) s = check_lm_head(&h, root, c.vocab);
     if (h.files) src_free(&h);
     if (stats) *stats = st;
-    return fsdp_ckpt_agree(fsdp_engine_comm(eng), s, "loading --init-from");
+    return fsdp_comm_agree(fsdp_engine_comm(eng), s, "loading --init-from");
 }
 
 fsdp_status fsdp_hf_fingerprint(const char *dir, uint32_t *crc) {

@@ -248,7 +248,7 @@ static fsdp_status plan_local(const fsdp_train_config *cfg_in, fsdp_comm_t *comm
 
 fsdp_status fsdp_train_plan(const fsdp_train_config *cfg, fsdp_comm_t *comm, FILE *out) {
     fsdp_io_inputs_reset();
-    return fsdp_ckpt_agree(comm, plan_local(cfg, comm, out), "--plan");
+    return fsdp_comm_agree(comm, plan_local(cfg, comm, out), "--plan");
 }
 
 /* ---------------------------------------------------------------- sampling */
@@ -256,13 +256,13 @@ fsdp_status fsdp_train_plan(const fsdp_train_config *cfg, fsdp_comm_t *comm, FIL
 /* Picks a token from logits[0..V) with temperature and top-k; rank 0 decides, every rank learns it. */
 static fsdp_status pick_token(const float *logits, int V, double temperature, int top_k, uint64_t rng[2],
                               fsdp_comm_t *comm, int *tok) {
-    float chosen = 0;
+    int32_t chosen = 0;
     if (!comm || fsdp_comm_rank(comm) == 0) {
         int best = 0;
         for (int i = 1; i < V; i++)
             if (logits[i] > logits[best]) best = i;
         if (temperature <= 0) {
-            chosen = (float)best;
+            chosen = best;
         } else {
             /* threshold = the k-th largest logit (k = V when top_k is 0 or >= V) */
             float thr = -INFINITY;
@@ -293,11 +293,14 @@ static fsdp_status pick_token(const float *logits, int V, double temperature, in
                     break;
                 }
             }
-            chosen = (float)pick;
+            chosen = pick;
         }
     }
-    if (comm && fsdp_comm_size(comm) > 1) FSDP_TRY(fsdp_comm_broadcast(comm, &chosen, 1, FSDP_F32, 0));
-    *tok = (int)chosen;
+    if (comm && fsdp_comm_size(comm) > 1) FSDP_TRY(fsdp_comm_broadcast(comm, &chosen, 1, FSDP_I32, 0));
+    if (chosen < 0 || chosen >= V)
+        return FSDP_ERR(FSDP_EFORMAT, "rank 0 sent token id %d, outside the vocabulary [0, %d)", (int)chosen,
+                        V);
+    *tok = chosen;
     return FSDP_OK;
 }
 
@@ -547,11 +550,11 @@ static fsdp_status write_trace(const char *path, fsdp_comm_t *comm) {
             out.fd = -1;
         }
     }
-    s = fsdp_ckpt_agree(comm, s, "creating the --trace file");
+    s = fsdp_comm_agree(comm, s, "creating the --trace file");
     if (s == FSDP_OK) s = fsdp_trace_write(rank0 ? out.tmp : path, comm); /* only rank 0 writes */
     if (rank0 && s == FSDP_OK) s = fsdp_out_commit(&out);
     fsdp_out_abort(&out);
-    return fsdp_ckpt_agree(comm, s, "writing the --trace file");
+    return fsdp_comm_agree(comm, s, "writing the --trace file");
 }
 
 /* ---------------------------------------------------------------- the loop */
@@ -595,15 +598,15 @@ static fsdp_status run_setup(train_run *r) {
     fsdp_comm_t *comm = r->comm;
     fsdp_status s = resolve_config(c, r->world);
     if (s == FSDP_OK && c->init_from && realpath(c->init_from, r->init_abs)) c->init_from = r->init_abs;
-    FSDP_TRY(fsdp_ckpt_agree(comm, s, "checking the settings"));
+    FSDP_TRY(fsdp_comm_agree(comm, s, "checking the settings"));
     if (!c->resume && c->steps == 0) return FSDP_OK; /* run_start says so */
     /* The checkpoint folder first: it exists, this run alone uses it (every rank's lock, held to the
      * end), and every rank can write a file into it — found now, not at the first save. */
     s = r->rank == 0 ? fsdp_mkdirs(c->checkpoint_dir) : FSDP_OK;
-    s = fsdp_ckpt_agree(comm, s, "creating the checkpoint folder");
+    s = fsdp_comm_agree(comm, s, "creating the checkpoint folder");
     if (s == FSDP_OK) s = fsdp_ckpt_lock(c->checkpoint_dir, r->rank, &r->lock);
     if (s == FSDP_OK) s = probe_folder(c->checkpoint_dir, r->rank);
-    FSDP_TRY(fsdp_ckpt_agree(comm, s, "locking the checkpoint folder"));
+    FSDP_TRY(fsdp_comm_agree(comm, s, "locking the checkpoint folder"));
 
     r->threads = fsdp_train_threads(c, comm);
     omp_set_num_threads(r->threads);
@@ -644,7 +647,7 @@ static fsdp_status run_setup(train_run *r) {
     } else if (s == FSDP_OK && c->eval_every > 0 && r->o) {
         fprintf(r->o, "note: no %s: no validation\n", r->val_path);
     }
-    FSDP_TRY(fsdp_ckpt_agree(comm, s, "opening the data"));
+    FSDP_TRY(fsdp_comm_agree(comm, s, "opening the data"));
     if (r->o)
         fprintf(r->o, "data: %s: %llu tokens (%llu batches of %d x %d)%s\n", r->train_path,
                 (unsigned long long)r->train.file.ntok,
@@ -659,7 +662,7 @@ static fsdp_status run_setup(train_run *r) {
     if (s == FSDP_OK)
         s = fsdp_train_plan_compute(c, r->world, r->threads, r->have_val, fsdp_comm_shm_active(comm),
                                     &r->plan);
-    FSDP_TRY(fsdp_ckpt_agree(comm, s, "building the model"));
+    FSDP_TRY(fsdp_comm_agree(comm, s, "building the model"));
     if (r->o) {
         const gpt_config *gc = gpt_get_config(r->rm.model);
         fprintf(r->o,
@@ -676,7 +679,7 @@ static fsdp_status run_setup(train_run *r) {
         snprintf(fp, sizeof fp, "crc32c:%08x", (unsigned)crc);
         if (s == FSDP_OK && !cJSON_AddStringToObject(r->cj, "init-from-fingerprint", fp))
             s = FSDP_ERR(FSDP_ENOMEM, "no memory for the config record");
-        FSDP_TRY(fsdp_ckpt_agree(comm, s, "fingerprinting --init-from"));
+        FSDP_TRY(fsdp_comm_agree(comm, s, "fingerprinting --init-from"));
     }
     return FSDP_OK;
 }
@@ -704,7 +707,7 @@ static fsdp_status run_start(train_run *r, int *nothing) {
             fsdp_loader_state ls = {r->st.data_pos, r->st.data_epoch};
             s = fsdp_loader_set_state(&r->train, ls);
         }
-        s = fsdp_ckpt_agree(comm, s, "resuming");
+        s = fsdp_comm_agree(comm, s, "resuming");
         if (s == FSDP_OK && r->o)
             fprintf(r->o, "resumed from %s at step %lld (data position %llu, epoch %llu)\n", step_dir,
                     (long long)r->st.step, (unsigned long long)r->st.data_pos,
@@ -718,7 +721,7 @@ static fsdp_status run_start(train_run *r, int *nothing) {
                 "%s already holds checkpoints of a run: pass --resume to continue it, or choose "
                 "another --checkpoint-dir (nothing was changed)",
                 c->checkpoint_dir);
-        s = fsdp_ckpt_agree(comm, s, "checking the checkpoint folder");
+        s = fsdp_comm_agree(comm, s, "checking the checkpoint folder");
         fsdp_hf_stats hs = {0, 0};
         if (s == FSDP_OK)
             s = c->init_from ? fsdp_hf_load(r->rm.eng, c->init_from, &hs)
@@ -754,7 +757,7 @@ static fsdp_status run_start(train_run *r, int *nothing) {
     if (r->rank == 0 && c->metrics) s = open_metrics(c->metrics, &r->metrics);
     if (s == FSDP_OK && r->rank == 0 && c->report) s = fsdp_out_check(c->report, "--report");
     if (s == FSDP_OK && r->rank == 0 && c->trace) s = fsdp_out_check(c->trace, "--trace");
-    FSDP_TRY(fsdp_ckpt_agree(comm, s, "checking the output files"));
+    FSDP_TRY(fsdp_comm_agree(comm, s, "checking the output files"));
     if (c->trace) { /* after a barrier, so the ranks' time origins roughly agree */
         FSDP_TRY(fsdp_comm_barrier(comm));
         FSDP_TRY(fsdp_trace_enable(r->rank));
@@ -810,7 +813,7 @@ static fsdp_status train_step(train_run *r, int step, step_record *rec) {
 static fsdp_status metrics_line(train_run *r, const char *line, int n) {
     if (!r->cfg.metrics) return FSDP_OK;
     fsdp_status s = r->metrics >= 0 ? write_metrics(r->metrics, r->cfg.metrics, line, n) : FSDP_OK;
-    return fsdp_ckpt_agree(r->comm, s, "writing --metrics");
+    return fsdp_comm_agree(r->comm, s, "writing --metrics");
 }
 
 /* The step's --metrics line and progress output. */
@@ -891,7 +894,7 @@ static fsdp_status run_report(train_run *r) {
         s = fsdp_io_close_sync(r->metrics, c->metrics);
         r->metrics = -1;
     }
-    FSDP_TRY(fsdp_ckpt_agree(comm, s, "closing --metrics"));
+    FSDP_TRY(fsdp_comm_agree(comm, s, "closing --metrics"));
     if (r->o && r->tty) fputc('\n', r->o);
     if (r->o && r->rr.last_step >= r->rr.first_step) {
         char peak[32];
@@ -915,7 +918,7 @@ static fsdp_status run_report(train_run *r) {
                 cached);
     }
     s = r->rank == 0 && c->report ? write_report(c->report, &r->plan, &meas) : FSDP_OK;
-    s = fsdp_ckpt_agree(comm, s, "writing the --report file");
+    s = fsdp_comm_agree(comm, s, "writing the --report file");
     if (s == FSDP_OK && c->trace) s = write_trace(c->trace, comm);
     if (s != FSDP_OK) return s;
     if (r->o && (c->report || c->trace))
@@ -935,7 +938,7 @@ static fsdp_status run_sample(train_run *r) {
     fsdp_bpe *bpe = NULL;
     fsdp_status s = find_tokenizer(NULL, c->init_from, c->data, &tpath);
     if (s == FSDP_OK) s = load_tokenizer(tpath, c->vocab, &bpe);
-    s = fsdp_ckpt_agree(r->comm, s, "loading the tokenizer");
+    s = fsdp_comm_agree(r->comm, s, "loading the tokenizer");
     if (s == FSDP_OK)
         s = generate(r->rm.model, c, r->comm, c->vocab == FSDP_BYTE_VOCAB || bpe ? c->prompt : "",
                      c->sample_tokens, r->st.rng, r->o, bpe);
@@ -1012,9 +1015,9 @@ static fsdp_status load_checkpoint_model(const char *dir, fsdp_comm_t *comm, fsd
     c->main_grad = FSDP_MAIN_GRAD_LAZY;
     c->accum = FSDP_ACCUM_SHARDED;
     c->recompute = 0;
-    s = fsdp_ckpt_agree(comm, s, "reading the checkpoint's manifest");
+    s = fsdp_comm_agree(comm, s, "reading the checkpoint's manifest");
     if (s == FSDP_OK) s = model_build(c, comm, rm);
-    s = fsdp_ckpt_agree(comm, s, "building the checkpoint's model");
+    s = fsdp_comm_agree(comm, s, "building the checkpoint's model");
     if (s == FSDP_OK) s = fsdp_ckpt_load(rm->eng, step_dir, st);
     free(step_dir);
     return s;
@@ -1027,9 +1030,9 @@ static fsdp_status load_hf_model(const char *dir, fsdp_comm_t *comm, fsdp_train_
     c->precision = FSDP_PRECISION_FP32;
     c->strategy = FSDP_FULL_SHARD;
     c->recompute = 0;
-    s = fsdp_ckpt_agree(comm, s, "reading --init-from's config.json");
+    s = fsdp_comm_agree(comm, s, "reading --init-from's config.json");
     if (s == FSDP_OK) s = model_build(c, comm, rm);
-    s = fsdp_ckpt_agree(comm, s, "building --init-from's model");
+    s = fsdp_comm_agree(comm, s, "building --init-from's model");
     if (s == FSDP_OK) s = fsdp_hf_load(rm->eng, dir, NULL);
     return s;
 }
@@ -1080,7 +1083,7 @@ fsdp_status fsdp_sample_run(const fsdp_train_config *cfg, fsdp_comm_t *comm, FIL
         s = cfg->init_from ? find_tokenizer(cfg->tokenizer, cfg->init_from, NULL, &tpath)
                            : fsdp_train_ckpt_tokenizer(cfg->tokenizer, cfg->checkpoint, &tpath);
         if (s == FSDP_OK) s = load_tokenizer(tpath, c.vocab, &bpe);
-        s = fsdp_ckpt_agree(comm, s, "loading the tokenizer");
+        s = fsdp_comm_agree(comm, s, "loading the tokenizer");
         c.kv_cache = cfg->kv_cache;
         double t0 = fsdp_time_s();
         if (s == FSDP_OK)
@@ -1160,5 +1163,5 @@ static fsdp_status write_logits(run_model *rm, const fsdp_train_config *cfg, fsd
 done:
     fsdp_out_abort(&o);
     free(toks);
-    return fsdp_ckpt_agree(comm, s, "writing --logits");
+    return fsdp_comm_agree(comm, s, "writing --logits");
 }

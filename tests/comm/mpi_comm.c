@@ -228,7 +228,7 @@ static void test_einval(fsdp_comm_t *c) {
     CHECK_ERR(fsdp_comm_reduce_scatter(c, buf, buf + 8, (size_t)PTRDIFF_MAX / 4 / (size_t)W + 1, FSDP_F32,
                                        FSDP_SUM),
               FSDP_EINVAL, "overflows");
-    CHECK_ERR(fsdp_comm_all_gather(c, buf, buf + 8, 1, (fsdp_dtype)3), FSDP_EINVAL, "dtype");
+    CHECK_ERR(fsdp_comm_all_gather(c, buf, buf + 8, 1, (fsdp_dtype)7), FSDP_EINVAL, "dtype");
     CHECK_ERR(fsdp_comm_all_reduce(c, buf, buf + 8, 1, FSDP_F32, (fsdp_reduce_op)3), FSDP_EINVAL, "op");
     CHECK_ERR(fsdp_comm_broadcast(c, buf, 1, FSDP_F32, W), FSDP_EINVAL, "root");
     CHECK_ERR(fsdp_comm_broadcast(c, buf, 1, FSDP_BF16, -3), FSDP_EINVAL, "root");

@@ -3,12 +3,8 @@
  * are JSON-escaped, and the memory counters follow the allocator (the bytes held per category after
  * each allocation and free). With a path argument it also leaves the file there for
  * tests/core/check_trace.py (tests/core/trace.cmake). */
-#include "fsdp.h"
+#include "core/trace_impl.h" /* core_trace_serialise, core_trace_write_file */
 #include "test_util.h"
-
-/* Internal, from src/core/trace.c (fsdp_trace_write itself is in the shard layer). */
-fsdp_status core_trace_serialise(char **text, size_t *len);
-fsdp_status core_trace_write_file(const char *path, const char *body, size_t len);
 
 static size_t count(const char *s, const char *needle) {
     size_t n = 0;

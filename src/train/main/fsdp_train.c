@@ -3,7 +3,6 @@
  * (0 fine, 2 bad command line, 1 anything else; docs/TRAINER.md). All the work lives in the fsdp_train
  * library. */
 #include "fsdp.h"
-#include "train/checkpoint.h"
 #include "train/config.h"
 #include "train/data.h"
 #include "train/train.h"
@@ -14,7 +13,7 @@
 
 /* Exit code of a failure: 2 when the command line is wrong (a flag's value, or flags that do not fit
  * the launcher's ranks, the data or the checkpoint folder: FSDP_EINVAL, found before or after launch),
- * 1 for anything else. Every rank of an agreed failure carries the failing rank's status. */
+ * 1 for anything else. Every rank of an agreed failure exits with the failing rank's code. */
 static int exit_code(fsdp_status s) { return s == FSDP_OK ? 0 : s == FSDP_EINVAL ? 2 : 1; }
 
 /* One message per failure: rank 0's, plus the failing rank's own when another rank failed first.
@@ -27,6 +26,12 @@ static void report(fsdp_status s, int rank, int world, int agreed_rank) {
         fprintf(stderr, "fsdp-train: [rank %d] error: %s\n", rank, msg[0] ? msg : fsdp_strerror(s));
     else
         fprintf(stderr, "fsdp-train: error: %s\n", msg[0] ? msg : fsdp_strerror(s));
+}
+
+/* 1 when every rank knows of the failure s: another rank's (FSDP_EPEER, from an agreement), or this
+ * rank's own, passed to an agreement that found it (the lowest failing rank's, or a later one's). */
+static int agreed_failure(const fsdp_comm_t *comm, fsdp_status s) {
+    return s == FSDP_EPEER || (s != FSDP_OK && fsdp_comm_agreed_failure(comm, NULL) >= 0);
 }
 
 static fsdp_status prepare(const fsdp_train_config *c) {
@@ -89,19 +94,21 @@ int main(int argc, char **argv) {
         /* Standard output is an output too: a full disk under `> log` is an error, not a lost log. */
         if (s == FSDP_OK && rank == 0 && (fflush(stdout) != 0 || ferror(stdout)))
             s = fsdp_set_error(FSDP_EIO, "cannot write the standard output: %s", strerror(errno));
-        /* Agreement: a failure every rank knows of (fsdp_ckpt_agree) ends with MPI_Finalize on every
+        /* Agreement: a failure every rank knows of (fsdp_comm_agree) ends with MPI_Finalize on every
          * rank, the same exit code and one message. Ranks that are fine, and a single-process command's
          * rank 0 (the others did nothing), agree once more here; a rank that failed alone elsewhere may
          * have left the others inside a collective, so only an abort can end that job. */
-        int agreed = world == 1 || (s != FSDP_OK && fsdp_ckpt_agreed_failure() >= 0);
+        int agreed = world == 1 || agreed_failure(comm, s);
         if (!agreed && (s == FSDP_OK || single)) {
-            s = fsdp_ckpt_agree(comm, s,
+            s = fsdp_comm_agree(comm, s,
                                 cfg.cmd == FSDP_CMD_TRAIN ? "the run" : fsdp_train_cmd_name(cfg.cmd));
-            agreed = s == FSDP_OK || fsdp_ckpt_agreed_failure() >= 0;
+            agreed = s == FSDP_OK || agreed_failure(comm, s);
         }
         if (s != FSDP_OK) {
-            code = exit_code(s);
-            report(s, rank, world, agreed && world > 1 ? fsdp_ckpt_agreed_failure() : -1);
+            fsdp_status failed = s; /* another rank's failure: exit as that rank does */
+            if (s == FSDP_EPEER) fsdp_comm_agreed_failure(comm, &failed);
+            code = exit_code(failed);
+            report(s, rank, world, agreed && world > 1 ? fsdp_comm_agreed_failure(comm, NULL) : -1);
             if (!agreed) fsdp_comm_abort(comm, code);
         }
     }
