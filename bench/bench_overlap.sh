@@ -8,6 +8,8 @@
 # inside those steps (bench/trace_comm.py on --trace). Prints a markdown table; logs in OUT_DIR.
 # usage: bench/bench_overlap.sh [BUILD_DIR (build)] [OUT_DIR (BUILD_DIR/bench_overlap)]
 #   QUICK=1: a tiny model (checks the script; figures meaningless)
+#   WORLDS="2 4": the multi-rank world sizes (default 2; 4 ranks on 2 cores oversubscribe them)
+#   PRECISIONS="fp32 mixed" (default both)
 set -euo pipefail
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=$(cd "${1:-$SRC/build}" && pwd)
@@ -60,11 +62,13 @@ print(f'{sum(v) / len(v):.1f}')")
     share=$(python3 -c "print(f'{$cm:.3f} s ({100 * $cm / $st:.1f}%)' if $st > 0 else 'n/a')")
     echo "| $p | $w | $tr | $inf | $tps | $ratio | $share | $st |"
 }
-for p in fp32 mixed; do
+for p in ${PRECISIONS:-fp32 mixed}; do
     run w1_$p $p 1 self 2
-    run w2_${p}_sync $p 2 shm 0
-    run w2_${p}_overlap $p 2 shm 2
-    run w2_${p}_mpi $p 2 mpi 2
+    for w in ${WORLDS:-2}; do
+        run w${w}_${p}_sync $p "$w" shm 0
+        run w${w}_${p}_overlap $p "$w" shm 2
+        run w${w}_${p}_mpi $p "$w" mpi 2
+    done
 done
 echo
 echo "Commands: build/fsdp-train ${M[*]} --data DATA --precision P --steps $STEPS --warmup 1 --eval-every 0 --sample-tokens 0 --max-inflight K --trace T.json --metrics M.jsonl; world 2 under tests/mpirun.sh 2 (FSDP_COMM_SHM=0 for Open MPI's collectives); exposed communication: bench/trace_comm.py T.json"
