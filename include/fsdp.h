@@ -187,6 +187,10 @@ fsdp_comm_config fsdp_comm_config_default(void);
 /* argc/argv may be NULL. MPI is initialised here if the backend needs it and it is not yet. */
 fsdp_status fsdp_comm_init(fsdp_comm_t **out, const fsdp_comm_config *cfg, int *argc, char ***argv);
 void fsdp_comm_free(fsdp_comm_t *c); /* finalises MPI if fsdp_comm_init initialised it */
+/* A communicator over the ranks of c that pass the same color (>= 0), ranked by key: MPI_Comm_split.
+ * Collective over c. It has c's timeout and shared-memory setting (used where its ranks share a host);
+ * free it with fsdp_comm_free before c. The self backend gives a world-1 communicator. */
+fsdp_status fsdp_comm_split(fsdp_comm_t *c, int color, int key, fsdp_comm_t **out);
 int fsdp_comm_rank(const fsdp_comm_t *c);
 int fsdp_comm_size(const fsdp_comm_t *c);
 int fsdp_comm_local_size(const fsdp_comm_t *c); /* ranks on this node */
@@ -291,7 +295,9 @@ typedef struct {
     int no_decay; /* AdamW skips weight decay for this tensor (biases, norm weights) */
 } fsdp_tensor_spec;
 
-typedef enum { FSDP_FULL_SHARD = 0, FSDP_SHARD_GRAD_OP, FSDP_NO_SHARD } fsdp_strategy;
+/* HYBRID_SHARD (HSDP): FULL_SHARD within groups of shard_group ranks, replicated across the groups;
+ * gradients reduce-scattered within the group, then all-reduced across groups on the shard only. */
+typedef enum { FSDP_FULL_SHARD = 0, FSDP_SHARD_GRAD_OP, FSDP_NO_SHARD, FSDP_HYBRID_SHARD } fsdp_strategy;
 typedef enum { FSDP_MAIN_GRAD_LAZY = 0, FSDP_MAIN_GRAD_EAGER } fsdp_main_grad_policy;
 typedef enum { FSDP_ACCUM_SHARDED = 0, FSDP_ACCUM_NO_SYNC } fsdp_accum_mode;
 
@@ -304,6 +310,8 @@ typedef struct {
     fsdp_accum_mode accum;           /* ACCUM_SHARDED */
     uint64_t seed;                   /* parameter initialisation */
     size_t align;                    /* tensor alignment in the flat buffer, elements (default 16) */
+    int shard_group;  /* HYBRID_SHARD: ranks per shard group, a divisor of the world size; 0 (default):
+                         the ranks of one host (each host one group) */
     int max_inflight; /* overlap (default 2): from the second step on, up to this many units' all-gathers
                          run ahead of their hooks (prefetch in the recorded forward and backward order)
                          and each reduction runs during the previous unit's backward; 0: every
@@ -332,6 +340,11 @@ int fsdp_engine_num_units(const fsdp_engine_t *e);
 fsdp_unit_t *fsdp_engine_unit(fsdp_engine_t *e, int i);
 const fsdp_engine_config *fsdp_engine_get_config(const fsdp_engine_t *e);
 fsdp_comm_t *fsdp_engine_comm(fsdp_engine_t *e);
+/* The communicator parameters are gathered and gradients reduce-scattered on (the engine's own under
+ * FULL_SHARD / SHARD_GRAD_OP / NO_SHARD; the shard group's under HYBRID_SHARD), and the one that
+ * all-reduces gradient shards across groups (NULL unless HYBRID_SHARD with more than one group). */
+fsdp_comm_t *fsdp_engine_shard_comm(fsdp_engine_t *e);
+fsdp_comm_t *fsdp_engine_replica_comm(fsdp_engine_t *e);
 
 /* Initialises every unit's master shard from cfg.seed, value by global element index: the same
  * weights on any world size. */
@@ -357,10 +370,13 @@ size_t fsdp_unit_numel(const fsdp_unit_t *u); /* unpadded sum of non-alias tenso
 size_t fsdp_unit_padded_numel(const fsdp_unit_t *u); /* flat buffer length, multiple of world */
 
 /* This rank's shard: fp32 master weights, fp32 sharded gradient, AdamW moments, all with the same
- * offsets; [offset, offset+numel) of the flat buffer. Under NO_SHARD the "shard" is everything. */
+ * offsets; [offset, offset+numel) of the flat buffer. Under NO_SHARD the "shard" is everything.
+ * replicas ranks hold this same shard (NO_SHARD: world; HYBRID_SHARD: the groups; else 1); this rank
+ * is replica number `replica` of them (a checkpoint saves slice `replica` of `replicas` of it). */
 typedef struct {
     float *master, *grad, *adam_m, *adam_v;
     size_t offset, numel;
+    int replica, replicas;
 } fsdp_shard_view;
 fsdp_status fsdp_unit_shard(fsdp_unit_t *u, fsdp_shard_view *out);
 
@@ -489,8 +505,12 @@ typedef struct {
     int world;                   /* ranks, >= 1 (default 1) */
     fsdp_engine_config engine;   /* strategy, compute/reduce dtype, main_grad policy, accum, align */
     fsdp_comm_backend backend;   /* staging of the reduction; AUTO: MPI if world > 1, else SELF */
-    int shm;                     /* MPI backend: 1 (default) if the ranks share one host and the
-                                    shared-memory transport reduces (no staging); 0: Open MPI's paths */
+    int shm;                     /* MPI backend: 1 (default) if the gathers' and reduce-scatters'
+                                    communicator (HYBRID: the shard group's) runs on shared memory (no
+                                    staging); 0: Open MPI's paths */
+    int shard_group;             /* HYBRID_SHARD: ranks per group (0: world) */
+    int replica_shm;             /* HYBRID_SHARD: 1 (default) if the across-group all-reduce runs on
+                                    shared memory (the groups share a host), 0: MPI's all-to-all */
     int n_micro;                 /* micro-batches per step, >= 1 (default 1) */
     int steps;                   /* steps replayed: 2 (default) for any run of 2+ steps, 1 for a one-step
                                     run (the first step records the hook order; prefetch starts after) */

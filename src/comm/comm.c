@@ -124,6 +124,33 @@ fail:
     return s;
 }
 
+fsdp_status fsdp_comm_split(fsdp_comm_t *c, int color, int key, fsdp_comm_t **out) {
+    if (out == NULL) return FSDP_ERR(FSDP_EINVAL, "out is NULL; pass the address of an fsdp_comm_t *");
+    *out = NULL;
+    if (c == NULL) return FSDP_ERR(FSDP_EINVAL, "communicator is NULL");
+    if (color < 0) return FSDP_ERR(FSDP_EINVAL, "color %d must be >= 0", color);
+    fsdp_comm_t *n = calloc(1, sizeof *n);
+    if (n == NULL) return FSDP_ERR(FSDP_ENOMEM, "cannot allocate the communicator (%zu bytes)", sizeof *n);
+    n->backend = c->backend;
+    n->timeout_s = c->timeout_s;
+    n->shm_allowed = c->shm_allowed;
+    n->shm_win = MPI_WIN_NULL;
+    n->int_limit = INT_MAX;
+    n->rank = 0;
+    n->size = 1;
+    n->local_size = 1;
+    n->skip_rank = -1; /* test faults stay on the parent */
+    if (c->backend == FSDP_COMM_MPI) {
+        fsdp_status s = comm_mpi_split(c, color, key, n);
+        if (s != FSDP_OK) {
+            free(n);
+            return s;
+        }
+    }
+    *out = n;
+    return FSDP_OK;
+}
+
 void fsdp_comm_free(fsdp_comm_t *c) {
     if (c == NULL) return;
     if (c->backend == FSDP_COMM_MPI) comm_mpi_free(c);
@@ -370,11 +397,19 @@ static void inflight_unlink(fsdp_comm_req_t *r) {
     r->next_inflight = NULL;
 }
 
+/* One lock for every communicator of the process: MPI_THREAD_SERIALIZED is a promise about the whole
+ * process, and sub-communicators (fsdp_comm_split) share it with their parent. Taken only while some
+ * progress thread exists (the count changes only on the caller's thread, between collectives). */
+pthread_mutex_t comm_mpi_mu = PTHREAD_MUTEX_INITIALIZER;
+int comm_mpi_threads;
+
 void comm_lock(fsdp_comm_t *c) {
-    if (c->thr_on) pthread_mutex_lock(&c->mu);
+    (void)c;
+    if (comm_mpi_threads > 0) pthread_mutex_lock(&comm_mpi_mu);
 }
 void comm_unlock(fsdp_comm_t *c) {
-    if (c->thr_on) pthread_mutex_unlock(&c->mu);
+    (void)c;
+    if (comm_mpi_threads > 0) pthread_mutex_unlock(&comm_mpi_mu);
 }
 
 static void req_free(fsdp_comm_req_t *r) {

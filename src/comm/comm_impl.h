@@ -48,7 +48,6 @@ struct fsdp_comm {
     int thr_on;
     volatile int thr_stop;
     pthread_t thr;
-    pthread_mutex_t mu;
     long thr_interval_us;
     int agreed_rank;                /* fsdp_comm_agree: lowest failing rank of the last one, or -1 */
     fsdp_status agreed_status;      /* its status (FSDP_OK with agreed_rank -1) */
@@ -106,8 +105,10 @@ struct fsdp_comm_req {
     struct fsdp_comm_req *next_inflight;
 };
 
-/* The communicator's lock: held around MPI calls and the in-flight list while the progress thread
+/* The process's MPI lock: held around MPI calls and the in-flight lists while any progress thread
  * runs (no-ops otherwise). */
+extern pthread_mutex_t comm_mpi_mu;
+extern int comm_mpi_threads;
 void comm_lock(fsdp_comm_t *c);
 void comm_unlock(fsdp_comm_t *c);
 /* Advances every in-flight MPI request once (lock held); used by fsdp_comm_progress and the thread. */
@@ -115,6 +116,8 @@ void comm_mpi_progress_all(fsdp_comm_t *c);
 
 /* Backend entry points (comm_mpi.c). */
 fsdp_status comm_mpi_init(fsdp_comm_t *c, int *argc, char ***argv);
+/* c: fresh, backend/timeout/shm settings copied from parent; fills the rest from MPI_Comm_split. */
+fsdp_status comm_mpi_split(fsdp_comm_t *parent, int color, int key, fsdp_comm_t *c);
 void comm_mpi_free(fsdp_comm_t *c);
 void comm_mpi_abort(fsdp_comm_t *c, int code) __attribute__((noreturn));
 /* Posts the first step of req (arguments already validated). */

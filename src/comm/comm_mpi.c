@@ -31,16 +31,16 @@ static fsdp_status mpi_fail(const fsdp_comm_t *c, int rc, const char *step, cons
  * default 100; FSDP_COMM_PROGRESS_THREAD=0 turns it off), so a gather or reduction keeps the link
  * busy while the caller computes. Measured on namespace hosts at 1 Gbit/s: without it, overlap made
  * the GPT-2-124M step slower than no overlap (13.3 s vs 10.7 s), since the link idled during every
- * kernel. It needs MPI_THREAD_SERIALIZED: every MPI call, on either thread, holds c->mu. */
+ * kernel. It needs MPI_THREAD_SERIALIZED: every MPI call, on any thread, holds comm_mpi_mu. */
 static void *progress_thread(void *arg) {
     fsdp_comm_t *c = arg;
     while (!c->thr_stop) {
         int busy = 0;
-        pthread_mutex_lock(&c->mu);
+        pthread_mutex_lock(&comm_mpi_mu);
         for (fsdp_comm_req_t *q = c->inflight; q != NULL && !busy; q = q->next_inflight)
             busy = !q->shm && !q->done && !q->stalled && !q->failed;
         if (busy) comm_mpi_progress_all(c);
-        pthread_mutex_unlock(&c->mu);
+        pthread_mutex_unlock(&comm_mpi_mu);
         struct timespec ts = {0, (busy ? c->thr_interval_us : 1000) * 1000L}; /* idle: 1 ms naps */
         nanosleep(&ts, NULL);
     }
@@ -55,12 +55,12 @@ static void thread_start(fsdp_comm_t *c) {
     const char *us = getenv("FSDP_COMM_PROGRESS_US");
     c->thr_interval_us = us ? strtol(us, NULL, 10) : 100;
     if (c->thr_interval_us < 1 || c->thr_interval_us > 100000) c->thr_interval_us = 100;
-    if (pthread_mutex_init(&c->mu, NULL) != 0) return;
     c->thr_stop = 0;
-    c->thr_on = 1; /* before the thread exists: from here every MPI call takes the lock */
+    c->thr_on = 1;
+    comm_mpi_threads++; /* before the thread exists: from here every MPI call takes the lock */
     if (pthread_create(&c->thr, NULL, progress_thread, c) != 0) {
         c->thr_on = 0;
-        pthread_mutex_destroy(&c->mu);
+        comm_mpi_threads--;
     }
 }
 
@@ -69,10 +69,30 @@ static void thread_stop(fsdp_comm_t *c) {
     c->thr_stop = 1;
     pthread_join(c->thr, NULL);
     c->thr_on = 0;
-    pthread_mutex_destroy(&c->mu);
+    comm_mpi_threads--;
 }
 
 int fsdp_comm_progress_thread(const fsdp_comm_t *c) { return c ? c->thr_on : 0; }
+
+/* Rank, size, error handler, node size and the shared-memory transport of c->comm (a duplicate of
+ * MPI_COMM_WORLD, or a split). */
+static fsdp_status setup(fsdp_comm_t *c, const char *who) {
+    /* Failures come back as return codes (FSDP_ECOMM with MPI's text), not as an abort inside MPI. */
+    int rc = MPI_Comm_set_errhandler(c->comm, MPI_ERRORS_RETURN);
+    if (rc == MPI_SUCCESS) rc = MPI_Comm_rank(c->comm, &c->rank);
+    if (rc == MPI_SUCCESS) rc = MPI_Comm_size(c->comm, &c->size);
+    if (rc != MPI_SUCCESS) return mpi_fail(c, rc, "MPI_Comm_rank/size", who);
+    MPI_Comm node = MPI_COMM_NULL;
+    rc = MPI_Comm_split_type(c->comm, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &node);
+    if (rc == MPI_SUCCESS) rc = MPI_Comm_size(node, &c->local_size);
+    if (rc != MPI_SUCCESS) {
+        if (node != MPI_COMM_NULL) MPI_Comm_free(&node);
+        return mpi_fail(c, rc, "MPI_Comm_split_type", who);
+    }
+    fsdp_status s = comm_shm_init(c, node, c->local_size);
+    MPI_Comm_free(&node);
+    return s;
+}
 
 fsdp_status comm_mpi_init(fsdp_comm_t *c, int *argc, char ***argv) {
     int inited = 0, finalized = 0;
@@ -96,25 +116,7 @@ fsdp_status comm_mpi_init(fsdp_comm_t *c, int *argc, char ***argv) {
         s = mpi_fail(c, rc, "MPI_Comm_dup", "fsdp_comm_init");
         goto fail;
     }
-    /* Failures come back as return codes (FSDP_ECOMM with MPI's text), not as an abort inside MPI. */
-    rc = MPI_Comm_set_errhandler(c->comm, MPI_ERRORS_RETURN);
-    if (rc == MPI_SUCCESS) rc = MPI_Comm_rank(c->comm, &c->rank);
-    if (rc == MPI_SUCCESS) rc = MPI_Comm_size(c->comm, &c->size);
-    if (rc != MPI_SUCCESS) {
-        s = mpi_fail(c, rc, "MPI_Comm_rank/size", "fsdp_comm_init");
-        goto fail_dup;
-    }
-    MPI_Comm node = MPI_COMM_NULL;
-    rc = MPI_Comm_split_type(c->comm, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &node);
-    if (rc == MPI_SUCCESS) rc = MPI_Comm_size(node, &c->local_size);
-    if (rc != MPI_SUCCESS) {
-        if (node != MPI_COMM_NULL) MPI_Comm_free(&node);
-        s = mpi_fail(c, rc, "MPI_Comm_split_type", "fsdp_comm_init");
-        goto fail_dup;
-    }
-    s = comm_shm_init(c, node, c->local_size);
-    MPI_Comm_free(&node);
-    if (s != FSDP_OK) goto fail_dup;
+    if ((s = setup(c, "fsdp_comm_init")) != FSDP_OK) goto fail_dup;
     thread_start(c);
     return FSDP_OK;
 fail_dup:
@@ -123,6 +125,16 @@ fail:
     if (c->mpi_inited_here) MPI_Finalize();
     c->mpi_inited_here = 0;
     return s;
+}
+
+fsdp_status comm_mpi_split(fsdp_comm_t *parent, int color, int key, fsdp_comm_t *c) {
+    comm_lock(parent);
+    c->comm = MPI_COMM_NULL;
+    int rc = MPI_Comm_split(parent->comm, color, key, &c->comm);
+    fsdp_status s = rc == MPI_SUCCESS ? setup(c, "fsdp_comm_split") : mpi_fail(parent, rc, "MPI_Comm_split", "fsdp_comm_split");
+    if (s != FSDP_OK && c->comm != MPI_COMM_NULL) MPI_Comm_free(&c->comm);
+    comm_unlock(parent);
+    return s; /* no progress thread of its own: its waits poll it */
 }
 
 void comm_mpi_free(fsdp_comm_t *c) {
@@ -175,7 +187,7 @@ void comm_mpi_abort(fsdp_comm_t *c, int code) {
     fflush(stderr);
     if (c->thr_on) { /* no MPI call may run beside MPI_Abort: stop the thread, or give it 0.5 s */
         c->thr_stop = 1;
-        for (int i = 0; i < 500 && pthread_mutex_trylock(&c->mu) != 0; i++) {
+        for (int i = 0; i < 500 && pthread_mutex_trylock(&comm_mpi_mu) != 0; i++) {
             struct timespec ts = {0, 1000000};
             nanosleep(&ts, NULL);
         }

@@ -161,7 +161,7 @@ fsdp_status shard_reduce_start(fsdp_unit_t *u) {
         shard_set_label(u, no_shard ? "all-reduce grads" : "reduce-scatter grads");
         st = no_shard
                  ? fsdp_comm_iall_reduce(e->comm, mg, mg, u->padded, FSDP_F32, FSDP_SUM, &u->reduce)
-                 : fsdp_comm_ireduce_scatter(e->comm, mg, mg, u->shard_len, FSDP_F32, FSDP_SUM, &u->reduce);
+                 : fsdp_comm_ireduce_scatter(e->shard_comm, mg, mg, u->shard_len, FSDP_F32, FSDP_SUM, &u->reduce);
         return st;
     }
     /* bf16 wire: one cast into a comm buffer, reduced in place; finish upcasts the result into mg. */
@@ -170,7 +170,7 @@ fsdp_status shard_reduce_start(fsdp_unit_t *u) {
     shard_set_label(u, no_shard ? "all-reduce grads (bf16)" : "reduce-scatter grads (bf16)");
     st = no_shard
              ? fsdp_comm_iall_reduce(e->comm, u->wire, u->wire, u->padded, FSDP_BF16, FSDP_SUM, &u->reduce)
-             : fsdp_comm_ireduce_scatter(e->comm, u->wire, u->wire, u->shard_len, FSDP_BF16, FSDP_SUM,
+             : fsdp_comm_ireduce_scatter(e->shard_comm, u->wire, u->wire, u->shard_len, FSDP_BF16, FSDP_SUM,
                                          &u->reduce);
     if (st != FSDP_OK) { /* refused before anything was posted */
         fsdp_mem_free(u->wire);
@@ -207,6 +207,20 @@ fsdp_status shard_reduce_finish(fsdp_unit_t *u) {
         fsdp_bf16_to_f32_n(mg, u->wire, n_out);
         fsdp_mem_free(u->wire);
         u->wire = NULL;
+    }
+    if (e->rep_comm != NULL) { /* HYBRID: the groups' sums of this shard, added across groups in fp32 */
+        shard_set_label(u, "all-reduce grads across groups");
+        fsdp_trace_unit_begin(u->name, "all-reduce");
+        st = fsdp_comm_all_reduce(e->rep_comm, mg, mg, n_out, FSDP_F32, FSDP_SUM);
+        fsdp_trace_unit_end(u->name, "all-reduce");
+        if (st != FSDP_OK) {
+            for (int t = 0; t < u->n_tensors; t++)
+                u->tensors[t].grad_view = NULL;
+            shard_drop(e, st, mg);
+            u->main_grad = NULL;
+            memset(u->touched, 0, ((size_t)u->n_tensors + 63) / 64 * sizeof(uint64_t));
+            return st;
+        }
     }
     const float scale = 1.0f / (float)((double)e->world * (double)e->n_micro);
     float *g = u->grad;

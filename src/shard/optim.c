@@ -155,8 +155,9 @@ fsdp_status fsdp_engine_clip_grad_norm(fsdp_engine_t *e, float max_norm, float *
     float pair[2];
     pair[0] = (float)local;
     pair[1] = (float)(local - (double)pair[0]);
-    fsdp_comm_set_label(e->comm, "engine / clip-grad-norm all-reduce");
-    FSDP_TRY(fsdp_comm_all_reduce(e->comm, pair, pair, 2, FSDP_F32, FSDP_SUM));
+    /* HYBRID: every group holds the same gradient, so the shard group's sum is the whole norm */
+    fsdp_comm_set_label(e->shard_comm, "engine / clip-grad-norm all-reduce");
+    FSDP_TRY(fsdp_comm_all_reduce(e->shard_comm, pair, pair, 2, FSDP_F32, FSDP_SUM));
     double total = (double)pair[0] + (double)pair[1];
     float nrm = (float)sqrt(total > 0.0 ? total : 0.0);
     *norm = nrm;

@@ -94,7 +94,9 @@ typedef struct {
     fsdp_strategy strategy;
     fsdp_dtype reduce;
     fsdp_comm_backend backend;
-    int shm;
+    int shm;         /* the gathers' and reduce-scatters' communicator runs on shared memory */
+    int ngrp;        /* HYBRID: groups (else 1) */
+    int replica_shm; /* HYBRID: the across-group all-reduce runs on shared memory */
 } sim;
 
 /* Staging the MPI backend allocates (category comm) for the gradient reduction of one unit, from the
@@ -103,8 +105,9 @@ typedef struct {
  * world*count elements; all-reduce as an all-to-all into world*ceil(len/world) elements of the first
  * (largest) chunk, len <= INT_MAX - world. The self backend copies nothing. */
 static size_t sim_stage_bytes(const sim *s, const sim_unit *u) {
-    if (s->backend != FSDP_COMM_MPI || (s->shm && s->world > 1)) return 0;
-    size_t w = (size_t)s->world, es = fsdp_dtype_size(s->reduce);
+    size_t w = (size_t)(s->strategy == FSDP_HYBRID_SHARD ? s->world / s->ngrp : s->world);
+    if (s->backend != FSDP_COMM_MPI || (s->shm && w > 1)) return 0;
+    size_t es = fsdp_dtype_size(s->reduce);
     if (s->strategy == FSDP_NO_SHARD) {
         size_t cap = (size_t)INT_MAX - w, len = u->padded < cap ? u->padded : cap;
         return w * ((len + w - 1) / w) * es;
@@ -143,10 +146,21 @@ static fsdp_status sim_reduce_start(void *ctx, int i) {
     sim_add(&s->mem, FSDP_MEM_COMM, s->u[i].stage_bytes);
     return FSDP_OK;
 }
+/* HYBRID: the across-group all-reduce of the fp32 shard (after the group's reduce-scatter), with the
+ * MPI all-to-all's staging unless it runs on shared memory. */
+static size_t sim_replica_stage(const sim *s, const sim_unit *u) {
+    if (s->ngrp < 2 || s->replica_shm || s->backend != FSDP_COMM_MPI) return 0;
+    size_t g = (size_t)s->ngrp, cap = (size_t)INT_MAX - g, len = u->shard_len < cap ? u->shard_len : cap;
+    return g * ((len + g - 1) / g) * sizeof(float);
+}
+
 static fsdp_status sim_reduce_finish(void *ctx, int i) {
     sim *s = ctx;
     sim_sub(&s->mem, FSDP_MEM_COMM, s->u[i].stage_bytes);
     sim_sub(&s->mem, FSDP_MEM_COMM, sim_wire_bytes(s, &s->u[i]));
+    size_t rs = sim_replica_stage(s, &s->u[i]);
+    sim_add(&s->mem, FSDP_MEM_COMM, rs);
+    sim_sub(&s->mem, FSDP_MEM_COMM, rs);
     sim_sub(&s->mem, FSDP_MEM_MAIN_GRAD, s->u[i].padded * sizeof(float));
     return FSDP_OK;
 }
@@ -201,6 +215,9 @@ static fsdp_status plan_run(const fsdp_plan_unit *units, const size_t *padded, i
     s.reduce = cfg->engine.reduce_dtype;
     s.backend = cfg->backend;
     s.shm = cfg->shm;
+    int group = strategy == FSDP_HYBRID_SHARD && cfg->shard_group > 0 ? cfg->shard_group : cfg->world;
+    s.ngrp = strategy == FSDP_HYBRID_SHARD ? cfg->world / group : 1;
+    s.replica_shm = cfg->replica_shm;
     size_t esz = fsdp_dtype_size(cfg->engine.compute_dtype);
     for (int i = 0; i < n; i++) {
         sim_unit *u = &s.u[i];
@@ -208,14 +225,15 @@ static fsdp_status plan_run(const fsdp_plan_unit *units, const size_t *padded, i
         if (strategy == FSDP_NO_SHARD) {
             u->shard_len = u->padded;
         } else {
-            size_t off;
-            fsdp_shard_range(u->padded, 0, cfg->world, &off, &u->shard_len); /* equal on every rank */
+            size_t off; /* equal on every rank; HYBRID: over the shard group */
+            fsdp_shard_range(u->padded, 0, strategy == FSDP_HYBRID_SHARD ? group : cfg->world, &off, &u->shard_len);
         }
         u->full_bytes = units[i].param_full_bytes ? units[i].param_full_bytes : u->padded * esz;
         u->stage_bytes = sim_stage_bytes(&s, u);
         int raf = units[i].cfg ? units[i].cfg->reshard_after_forward : -1;
         u->life.index = i;
-        u->life.reshard_after_forward = raf >= 0 ? raf : strategy == FSDP_FULL_SHARD;
+        u->life.reshard_after_forward =
+            raf >= 0 ? raf : strategy == FSDP_FULL_SHARD || strategy == FSDP_HYBRID_SHARD;
         lives[i] = &u->life;
         /* fsdp_engine_add_unit: master, grad_shard, then the two AdamW moments, kept for good. */
         sim_add(&s.mem, FSDP_MEM_MASTER, u->shard_len * sizeof(float));
@@ -247,6 +265,7 @@ fsdp_plan_config fsdp_plan_config_default(void) {
     c.engine = fsdp_engine_config_default();
     c.backend = FSDP_COMM_AUTO;
     c.shm = 1;
+    c.replica_shm = 1;
     c.n_micro = 1;
     c.steps = 2;
     c.schedule = FSDP_PLAN_ROOT_WRAPS;
@@ -278,7 +297,7 @@ fsdp_status fsdp_plan_compute(const fsdp_plan_unit *units, int n_units, const fs
         return FSDP_ERR(FSDP_EINVAL,
                         "engine config version %d unsupported; start from fsdp_engine_config_default()",
                         ec->version);
-    if ((unsigned)ec->strategy > FSDP_NO_SHARD ||
+    if ((unsigned)ec->strategy > FSDP_HYBRID_SHARD ||
         (ec->compute_dtype != FSDP_F32 && ec->compute_dtype != FSDP_BF16) ||
         (ec->reduce_dtype != FSDP_F32 && ec->reduce_dtype != FSDP_BF16) ||
         (unsigned)ec->main_grad > FSDP_MAIN_GRAD_EAGER || (unsigned)ec->accum > FSDP_ACCUM_NO_SYNC)
@@ -288,6 +307,9 @@ fsdp_status fsdp_plan_compute(const fsdp_plan_unit *units, int n_units, const fs
             "is out of range",
             (int)ec->strategy, (int)ec->compute_dtype, (int)ec->reduce_dtype, (int)ec->main_grad,
             (int)ec->accum);
+    if (c.shard_group < 0 || (c.shard_group > 0 && c.world % c.shard_group != 0))
+        return FSDP_ERR(FSDP_EINVAL, "shard_group %d does not divide world %d (0: the whole world)", c.shard_group,
+                        c.world);
     if (c.backend == FSDP_COMM_AUTO) c.backend = c.world > 1 ? FSDP_COMM_MPI : FSDP_COMM_SELF;
     if (c.backend != FSDP_COMM_SELF && c.backend != FSDP_COMM_MPI)
         return FSDP_ERR(FSDP_EINVAL, "backend %d is not AUTO, SELF or MPI", (int)c.backend);
@@ -330,7 +352,10 @@ done:
 static double mib(size_t b) { return (double)b / (1024.0 * 1024.0); }
 
 static const char *strategy_name(fsdp_strategy s) {
-    return s == FSDP_FULL_SHARD ? "FULL_SHARD" : s == FSDP_SHARD_GRAD_OP ? "SHARD_GRAD_OP" : "NO_SHARD";
+    return s == FSDP_FULL_SHARD       ? "FULL_SHARD"
+           : s == FSDP_SHARD_GRAD_OP  ? "SHARD_GRAD_OP"
+           : s == FSDP_HYBRID_SHARD   ? "HYBRID_SHARD"
+                                      : "NO_SHARD";
 }
 
 fsdp_status fsdp_plan_print(FILE *f, const fsdp_plan *p, const fsdp_mem_peaks *measured) {

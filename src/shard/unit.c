@@ -32,7 +32,10 @@ const char *shard_state_name(unit_state s) {
 void shard_set_label(fsdp_unit_t *u, const char *phase) {
     char label[256];
     snprintf(label, sizeof label, "unit %s / %s", u->name, phase);
-    fsdp_comm_set_label(u->eng->comm, label);
+    fsdp_engine_t *e = u->eng;
+    fsdp_comm_set_label(e->comm, label);
+    if (e->shard_comm != e->comm) fsdp_comm_set_label(e->shard_comm, label);
+    if (e->rep_comm) fsdp_comm_set_label(e->rep_comm, label);
 }
 
 static char *dup_str(const char *s) {
@@ -75,8 +78,9 @@ fsdp_status fsdp_engine_init(fsdp_engine_t **out, fsdp_comm_t *comm, const fsdp_
         return FSDP_ERR(FSDP_EINVAL,
                         "engine config version %d unsupported; start from fsdp_engine_config_default()",
                         c.version);
-    if ((unsigned)c.strategy > FSDP_NO_SHARD)
+    if ((unsigned)c.strategy > FSDP_HYBRID_SHARD)
         return FSDP_ERR(FSDP_EINVAL, "unknown strategy %d", (int)c.strategy);
+    if (c.shard_group < 0) return FSDP_ERR(FSDP_EINVAL, "shard_group must be >= 0 (got %d)", c.shard_group);
     if (c.compute_dtype != FSDP_F32 && c.compute_dtype != FSDP_BF16)
         return FSDP_ERR(FSDP_EINVAL, "compute_dtype must be FSDP_F32 or FSDP_BF16 (got %d)",
                         (int)c.compute_dtype);
@@ -100,6 +104,33 @@ fsdp_status fsdp_engine_init(fsdp_engine_t **out, fsdp_comm_t *comm, const fsdp_
     e->rank = fsdp_comm_rank(comm);
     e->world = fsdp_comm_size(comm);
     e->n_micro = 1;
+    e->shard_comm = comm;
+    e->srank = e->rank;
+    e->sworld = e->world;
+    e->ngrp = 1;
+    if (c.strategy == FSDP_HYBRID_SHARD) {
+        int g = c.shard_group > 0 ? c.shard_group : fsdp_comm_local_size(comm);
+        if (g < 1 || e->world % g != 0) {
+            int w = e->world;
+            free(e);
+            return FSDP_ERR(FSDP_EINVAL,
+                            "HYBRID_SHARD: shard_group %d (%s) does not divide the world size %d; choose a "
+                            "divisor (the ranks of one host are the usual group)",
+                            g, c.shard_group > 0 ? "given" : "the ranks of this host", w);
+        }
+        e->sworld = g;
+        e->srank = e->rank % g;
+        e->grp = e->rank / g;
+        e->ngrp = e->world / g;
+        fsdp_status st = FSDP_OK;
+        if (g < e->world) st = fsdp_comm_split(comm, e->grp, e->rank, &e->shard_comm);
+        if (st == FSDP_OK && e->ngrp > 1) st = fsdp_comm_split(comm, e->srank, e->rank, &e->rep_comm);
+        if (st != FSDP_OK) {
+            if (e->shard_comm != comm) fsdp_comm_free(e->shard_comm);
+            free(e);
+            return st;
+        }
+    }
     life_init(&e->sched, &engine_ops, e, NULL, 0, c.max_inflight);
     e->sched.policy = c.main_grad;
     e->sched.accum = c.accum;
@@ -131,6 +162,8 @@ void fsdp_engine_free(fsdp_engine_t *e) {
     for (int i = e->n_units - 1; i >= 0; i--)
         unit_free(e->units[i]);
     life_free(&e->sched);
+    if (e->rep_comm) fsdp_comm_free(e->rep_comm);
+    if (e->shard_comm != e->comm) fsdp_comm_free(e->shard_comm);
     free(e->lives);
     free(e->units);
     free(e);
@@ -142,6 +175,8 @@ fsdp_unit_t *fsdp_engine_unit(fsdp_engine_t *e, int i) {
 }
 const fsdp_engine_config *fsdp_engine_get_config(const fsdp_engine_t *e) { return e ? &e->cfg : NULL; }
 fsdp_comm_t *fsdp_engine_comm(fsdp_engine_t *e) { return e ? e->comm : NULL; }
+fsdp_comm_t *fsdp_engine_shard_comm(fsdp_engine_t *e) { return e ? e->shard_comm : NULL; }
+fsdp_comm_t *fsdp_engine_replica_comm(fsdp_engine_t *e) { return e ? e->rep_comm : NULL; }
 
 /* ---------------------------------------------------------------- unit creation and layout */
 
@@ -198,8 +233,8 @@ static fsdp_status unit_read_specs(fsdp_engine_t *e, fsdp_unit_t *u, const fsdp_
     if (e->cfg.strategy == FSDP_NO_SHARD) {
         u->shard_off = 0;
         u->shard_len = u->padded;
-    } else {
-        fsdp_shard_range(u->padded, e->rank, e->world, &u->shard_off, &u->shard_len);
+    } else { /* padded is a multiple of world, so of the shard group too */
+        fsdp_shard_range(u->padded, e->srank, e->sworld, &u->shard_off, &u->shard_len);
     }
     return FSDP_OK;
 }
@@ -252,7 +287,9 @@ fsdp_status fsdp_engine_add_unit(fsdp_engine_t *e, const char *name, const fsdp_
     u->n_tensors = n;
     if ((st = unit_read_specs(e, u, specs, n)) != FSDP_OK) goto fail;
     u->life.reshard_after_forward =
-        uc.reshard_after_forward >= 0 ? uc.reshard_after_forward : (e->cfg.strategy == FSDP_FULL_SHARD);
+        uc.reshard_after_forward >= 0
+            ? uc.reshard_after_forward
+            : (e->cfg.strategy == FSDP_FULL_SHARD || e->cfg.strategy == FSDP_HYBRID_SHARD);
 
     size_t bytes;
     if (!fsdp_mul_ok(u->shard_len, sizeof(float), &bytes)) {
@@ -372,6 +409,9 @@ fsdp_status fsdp_unit_shard(fsdp_unit_t *u, fsdp_shard_view *out) {
     out->adam_v = u->adam_v;
     out->offset = u->shard_off;
     out->numel = u->shard_len;
+    fsdp_engine_t *e = u->eng;
+    out->replica = e->cfg.strategy == FSDP_NO_SHARD ? e->rank : e->grp;
+    out->replicas = e->cfg.strategy == FSDP_NO_SHARD ? e->world : e->ngrp;
     return FSDP_OK;
 }
 
@@ -406,7 +446,7 @@ static fsdp_status op_unshard_start(void *ctx, int i, int prefetch) {
     u->gather = NULL;
     if (e->cfg.strategy != FSDP_NO_SHARD) {
         shard_set_label(u, prefetch ? "all-gather params (prefetch)" : "all-gather params");
-        fsdp_status st = fsdp_comm_iall_gather(e->comm, slot, u->full, u->shard_len, dt, &u->gather);
+        fsdp_status st = fsdp_comm_iall_gather(e->shard_comm, slot, u->full, u->shard_len, dt, &u->gather);
         if (st != FSDP_OK) { /* refused before anything was posted */
             fsdp_mem_free(u->full);
             u->full = NULL;
@@ -592,7 +632,7 @@ fsdp_status fsdp_unit_gather_tensor(fsdp_unit_t *u, int t, float *out, int root)
     FSDP_TRY(fsdp_mem_alloc((void **)&flat, u->padded * sizeof(float), FSDP_MEM_OTHER));
     memcpy(flat + u->shard_off, u->master, u->shard_len * sizeof(float));
     shard_set_label(u, "gather tensor");
-    fsdp_status st = fsdp_comm_all_gather(e->comm, flat + u->shard_off, flat, u->shard_len, FSDP_F32);
+    fsdp_status st = fsdp_comm_all_gather(e->shard_comm, flat + u->shard_off, flat, u->shard_len, FSDP_F32);
     if (st == FSDP_OK && want) memcpy(out, flat + ts->offset, ts->numel * sizeof(float));
     shard_drop(e, st, flat);
     return st;

@@ -58,7 +58,6 @@ static void free_desc(fsdp_ckpt_unit *units, int n) {
 fsdp_status fsdp_ckpt_save(fsdp_engine_t *eng, const char *ckpt_dir, const struct cJSON *config,
                            const fsdp_ckpt_state *st, char **final_dir) {
     fsdp_comm_t *comm = fsdp_engine_comm(eng);
-    int rank = fsdp_comm_rank(comm), world = fsdp_comm_size(comm);
     fsdp_ckpt_unit *units = NULL;
     int n = 0;
     fsdp_status s = describe(eng, &units, &n);
@@ -68,10 +67,13 @@ fsdp_status fsdp_ckpt_save(fsdp_engine_t *eng, const char *ckpt_dir, const struc
         fsdp_shard_view v;
         s = fsdp_unit_shard(fsdp_engine_unit(eng, u), &v);
         if (s != FSDP_OK) break;
-        /* Each rank saves its fsdp_shard_range slice; under NO_SHARD the view is the whole buffer and
-         * the files still split it, so every checkpoint looks sharded and loads on any world size. */
+        /* Each rank saves its slice of its shard: slice `replica` of the `replicas` ranks that hold the
+         * same shard (NO_SHARD: the whole buffer split over the world; HYBRID_SHARD: its group's shard
+         * split over the groups; else the whole shard), so the files tile the buffer once and the
+         * checkpoint loads on any world size and strategy. */
         size_t off, len;
-        fsdp_shard_range(units[u].padded_numel, rank, world, &off, &len);
+        fsdp_shard_range(v.numel, v.replica, v.replicas, &off, &len);
+        off += v.offset;
         if (off < v.offset || off + len > v.offset + v.numel) {
             s = FSDP_ERR(FSDP_EINTERNAL, "unit %s: shard view [%zu, +%zu) lacks range [%zu, +%zu)",
                          units[u].name, v.offset, v.numel, off, len);

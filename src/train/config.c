@@ -21,7 +21,7 @@ typedef enum { OPT_INT, OPT_I64, OPT_DBL, OPT_STR, OPT_BOOL, OPT_ENUM, OPT_LIST 
 #define C_SAMPLE  (1u << FSDP_CMD_SAMPLE)
 
 static const char *const precision_names[] = {"fp32", "mixed", NULL};
-static const char *const strategy_names[] = {"full", "grad-op", "none", NULL}; /* fsdp_strategy order */
+static const char *const strategy_names[] = {"full", "grad-op", "none", "hybrid", NULL}; /* fsdp_strategy order */
 static const char *const main_grad_names[] = {"lazy", "eager", NULL};
 static const char *const accum_names[] = {"sharded", "no-sync", NULL};
 static const char *const dtype_names[] = {"f32", "bf16", NULL}; /* fsdp_dtype order */
@@ -72,7 +72,10 @@ static const opt_def opts[] = {
     {"precision", OPT_ENUM, F(precision), 0, 0, precision_names, C_TRAIN,
      "fp32 (reference) or mixed (bf16 params and GEMMs, fp32 master and main_grad)"},
     {"strategy", OPT_ENUM, F(strategy), 0, 0, strategy_names, C_TRAIN,
-     "full (ZeRO-3), grad-op (keep params forward to backward), none (data parallel)"},
+     "full (ZeRO-3), grad-op (keep params forward to backward), none (data parallel), hybrid (full within "
+     "each group of --shard-group ranks, replicated across groups: HSDP)"},
+    {"shard-group", OPT_INT, F(shard_group), 0, 1 << 20, NULL, C_TRAIN,
+     "--strategy hybrid: ranks per shard group, a divisor of the world size (0: the ranks of one host)"},
     {"main-grad", OPT_ENUM, F(main_grad), 0, 0, main_grad_names, C_TRAIN,
      "lazy (allocate in pre-backward) or eager (before forward)"},
     {"accum", OPT_ENUM, F(accum), 0, 0, accum_names, C_TRAIN,
@@ -352,6 +355,13 @@ fsdp_status fsdp_train_config_check(fsdp_train_config *c, int world) {
         if (c->batch % c->micro_batches != 0)
             return fsdp_set_error(FSDP_EINVAL, "--batch %d is not divisible by --micro-batches %d", c->batch,
                                   c->micro_batches);
+        if (c->shard_group > 0 && c->strategy != FSDP_HYBRID_SHARD)
+            return fsdp_set_error(FSDP_EINVAL, "--shard-group %d needs --strategy hybrid", c->shard_group);
+        if (c->shard_group > 0 && world > 0 && world % c->shard_group != 0)
+            return fsdp_set_error(FSDP_EINVAL,
+                                  "--shard-group %d does not divide the world size %d: every group must have "
+                                  "the same number of ranks",
+                                  c->shard_group, world);
         if (world > 0 && c->batch % (c->micro_batches * world) != 0)
             return fsdp_set_error(
                 FSDP_EINVAL,

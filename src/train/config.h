@@ -51,6 +51,7 @@ typedef struct {
     int reduce_dtype; /* fsdp_dtype */
     int recompute;
     int max_inflight;    /* prefetched gathers / overlap depth; 0: synchronous */
+    int shard_group;     /* --strategy hybrid: ranks per group; 0: the ranks of one host */
     int threads;         /* OpenMP threads per rank; 0: cores / ranks on the node */
     double comm_timeout; /* seconds; <= 0 waits forever */
 

@@ -106,6 +106,7 @@ static fsdp_engine_config engine_config_of(const fsdp_train_config *cfg) {
     ec.accum = (fsdp_accum_mode)cfg->accum;
     ec.seed = (uint64_t)cfg->seed;
     ec.max_inflight = cfg->max_inflight;
+    ec.shard_group = cfg->shard_group;
     return ec;
 }
 
@@ -178,8 +179,8 @@ static fsdp_status carry_init_from(const char *step_dir, cJSON *cj) {
 
 /* ---------------------------------------------------------------- memory plan */
 
-fsdp_status fsdp_train_plan_compute(const fsdp_train_config *c, int world, int threads, int have_val, int shm,
-                                    fsdp_plan *out) {
+fsdp_status fsdp_train_plan_compute(const fsdp_train_config *c, int world, int threads, int have_val,
+                                    fsdp_engine_t *eng, fsdp_plan *out) {
     if (c == NULL || out == NULL || world < 1 || threads < 1)
         return FSDP_ERR(FSDP_EINVAL, "plan: need a config, an output, world >= 1 and threads >= 1");
     if (c->batch % (c->micro_batches * world) != 0)
@@ -195,7 +196,11 @@ fsdp_status fsdp_train_plan_compute(const fsdp_train_config *c, int world, int t
     pc.world = world;
     pc.engine = engine_config_of(c);
     pc.backend = world > 1 ? FSDP_COMM_MPI : FSDP_COMM_SELF;
-    pc.shm = shm;
+    /* The transports the engine's communicators really use; without an engine (--plan): one host. */
+    fsdp_comm_t *sc = eng ? fsdp_engine_shard_comm(eng) : NULL, *rc = eng ? fsdp_engine_replica_comm(eng) : NULL;
+    pc.shm = sc ? fsdp_comm_shm_active(sc) : 1;
+    pc.shard_group = sc ? fsdp_comm_size(sc) : c->shard_group;
+    pc.replica_shm = rc ? fsdp_comm_shm_active(rc) : 1;
     pc.n_micro = c->micro_batches;
     pc.steps = c->steps > 1 ? 2 : 1;    /* prefetch starts with the second step */
     pc.schedule = FSDP_PLAN_ROOT_WRAPS; /* gpt's hook order */
@@ -229,7 +234,7 @@ static fsdp_status plan_local(const fsdp_train_config *cfg_in, fsdp_comm_t *comm
         if (threads < 1) threads = 1;
     }
     fsdp_plan plan;
-    FSDP_TRY(fsdp_train_plan_compute(c, world, threads, c->eval_every > 0, 1, &plan));
+    FSDP_TRY(fsdp_train_plan_compute(c, world, threads, c->eval_every > 0, NULL, &plan));
     if (!rank0) return FSDP_OK;
     if (out) {
         fprintf(
@@ -660,8 +665,7 @@ static fsdp_status run_setup(train_run *r) {
     if (s == FSDP_OK) s = model_build(c, comm, &r->rm);
     /* The prediction the end-of-run report compares against (the same arithmetic as --plan). */
     if (s == FSDP_OK)
-        s = fsdp_train_plan_compute(c, r->world, r->threads, r->have_val, fsdp_comm_shm_active(comm),
-                                    &r->plan);
+        s = fsdp_train_plan_compute(c, r->world, r->threads, r->have_val, r->rm.eng, &r->plan);
     FSDP_TRY(fsdp_comm_agree(comm, s, "building the model"));
     if (r->o) {
         const gpt_config *gc = gpt_get_config(r->rm.model);

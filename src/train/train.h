@@ -27,7 +27,8 @@ fsdp_status fsdp_train_run(const fsdp_train_config *cfg, fsdp_comm_t *comm, FILE
  * buffers + attention backward's per-thread scratch, other = the GEMM workspace (gpt_other_bytes: a
  * lower bound, oneDNN's scratchpad is not known before it runs) + the data loaders' buffers (validation
  * loader counted when have_val). Allocates nothing tracked. */
-fsdp_status fsdp_train_plan_compute(const fsdp_train_config *cfg, int world, int threads, int have_val, int shm,
+fsdp_status fsdp_train_plan_compute(const fsdp_train_config *cfg, int world, int threads, int have_val,
+                                    fsdp_engine_t *eng, /* the run's (its transports), or NULL: one host */
                                     fsdp_plan *out);
 
 /* `--plan`: prints the plan of cfg's run on cfg->world ranks (0: comm's size) on rank 0 — every

@@ -38,6 +38,34 @@ case_() {
 for st in full grad-op none; do case_ "$st" fp32; done
 case_ full mixed
 
+# Hybrid sharding (HSDP) on 2 hosts x 2 ranks: sharded within each host (the default group), replicated
+# across the two: the same training as full shard on the same layout within float tolerance (sums in
+# another order: within the group, then across groups), its memory plan exact (--report), and the bytes
+# that cross the links per step against full shard's.
+bytes_total() { "$HOSTS" bytes | awk '{ s += $2 + $3 } END { printf "%d", s / 2 }'; }
+b0=$(bytes_total)
+"$HOSTS" run 2 --per-host 2 -- "$BIN" "${TINY[@]}" --steps $STEPS --checkpoint-dir ck_full_2x2b \
+    --metrics full_2x2b.jsonl >full_2x2b.log 2>&1 || bad "full shard 2x2 (bytes run): $(tail -2 full_2x2b.log)"
+b1=$(bytes_total)
+"$HOSTS" run 2 --per-host 2 -- "$BIN" "${TINY[@]}" --steps $STEPS --strategy hybrid --checkpoint-dir ck_hyb \
+    --metrics hyb.jsonl --report hyb.json >hyb.log 2>&1 || bad "hybrid 2x2: $(tail -2 hyb.log)"
+b2=$(bytes_total)
+python3 "$SRC/tests/train/check_report.py" hyb.json && ok || bad "hybrid 2x2: the memory plan is not exact"
+w=$(python3 - full_2x2b.jsonl hyb.jsonl $STEPS <<'PY'
+import json, sys
+ref = {d["step"]: d for d in map(json.loads, open(sys.argv[1])) if "loss" in d}
+got = {d["step"]: d for d in map(json.loads, open(sys.argv[2])) if "loss" in d}
+steps = range(1, int(sys.argv[3]) + 1)
+assert sorted(got) == list(steps), sorted(got)
+print(f'{max(abs(got[s]["loss"] - ref[s]["loss"]) / abs(ref[s]["loss"]) for s in steps):.1e}')
+PY
+)
+python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) < 1e-4 else 1)" "${w:-1}" && ok || bad "hybrid vs full shard on 2x2: worst relative loss difference '${w}' (want < 1e-4)"
+full_mb=$(( (b1 - b0) / 1000000 )) hyb_mb=$(( (b2 - b1) / 1000000 ))
+echo "hybrid vs full shard, 2 hosts x 2 ranks, $STEPS steps: crossed the links $hyb_mb MB vs $full_mb MB (launch included)"
+[ "$hyb_mb" -lt "$full_mb" ] && ok || bad "hybrid moved $hyb_mb MB across hosts, full shard $full_mb MB: want fewer"
+echo "| hybrid | fp32 | 2 hosts x 2 | 4 | full shard, 2 hosts x 2 | 1-$STEPS | within 1e-4: worst relative loss difference $w; plan exact; $hyb_mb MB vs $full_mb MB across hosts |" >>table.md
+
 # Checkpoint saved across 4 hosts at step 3 (of 6), resumed elsewhere; the reference is the
 # uninterrupted 4 x 1 run of the same settings above.
 "$HOSTS" run 4 -- "$BIN" "${TINY[@]}" --steps $STEPS --stop-at 3 --checkpoint-dir ck_save \

@@ -134,6 +134,7 @@ static void check_config(fsdp_comm_t *comm, const fsdp_engine_config *ec, fsdp_p
     pc.shm = fsdp_comm_shm_active(comm);
     pc.n_micro = n_micro;
     pc.steps = steps;
+    pc.shard_group = ec->shard_group; /* HYBRID; the groups and replicas all share this host */
     pc.schedule = sched;
     pc.activation_bytes = act_bytes;
     CHECK_OK(fsdp_plan_compute(g_units, NU, &pc, plan_out));
@@ -188,9 +189,11 @@ static void test_against_engine(fsdp_comm_t *comm) {
                 for (int mg = 0; mg < 2; mg++)
                     for (int accum = 0; accum < 2; accum++) {
                         fsdp_mem_peaks ns_predicted = {{0}, 0};
-                        for (int strat = 0; strat < 3; strat++) {
+                        for (int strat = 0; strat < 4; strat++) {
                             fsdp_engine_config ec = fsdp_engine_config_default();
                             ec.strategy = (fsdp_strategy)strat;
+                            /* HYBRID: groups of 2 at 4 ranks, of 1 (every rank a group) elsewhere */
+                            ec.shard_group = strat == FSDP_HYBRID_SHARD ? (g_world % 2 == 0 && g_world > 2 ? 2 : 1) : 0;
                             ec.compute_dtype = compute ? FSDP_BF16 : FSDP_F32;
                             ec.reduce_dtype = reduce ? FSDP_BF16 : FSDP_F32;
                             ec.main_grad = (fsdp_main_grad_policy)mg;
@@ -219,9 +222,10 @@ static void test_inflight(fsdp_comm_t *comm) {
         for (int steps = 1; steps <= 2; steps++)
             for (int sched = 0; sched < 2; sched++)
                 for (int reduce = 0; reduce < 2; reduce++)
-                    for (int strat = 0; strat < 3; strat++) {
+                    for (int strat = 0; strat < 4; strat++) {
                         fsdp_engine_config ec = fsdp_engine_config_default();
                         ec.strategy = (fsdp_strategy)strat;
+                        ec.shard_group = strat == FSDP_HYBRID_SHARD ? (g_world % 2 == 0 && g_world > 2 ? 2 : 1) : 0;
                         ec.reduce_dtype = reduce ? FSDP_BF16 : FSDP_F32;
                         ec.accum = (fsdp_accum_mode)(sched ^ reduce);
                         ec.max_inflight = depths[d];

@@ -437,15 +437,19 @@ int main(int argc, char **argv) {
            clipped, STEPS);
     CHECK(R.loss[STEPS - 1] < R.loss[0]);
 
-    const char *sn[] = {"FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD"};
+    const char *sn[] = {"FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD"};
     int have_first = 0;
     static lib_result sync_res;
-    for (int st = 0; st < 3; st++)
+    /* HYBRID_SHARD: groups of 2 at 4 ranks (2 groups), of 1 elsewhere (every rank a group: world
+     * replicas of an unsharded model, through the split communicators) */
+    const int group = g_world % 2 == 0 && g_world > 2 ? 2 : 1;
+    for (int st = 0; st < 4; st++)
         for (int ac = 0; ac < 2; ac++)
             for (int po = 0; po < 2; po++) {
                 ec = fsdp_engine_config_default();
                 ec.compute_dtype = FSDP_F32;
                 ec.strategy = (fsdp_strategy)st;
+                ec.shard_group = st == FSDP_HYBRID_SHARD ? group : 0;
                 ec.accum = (fsdp_accum_mode)ac;
                 ec.main_grad = (fsdp_main_grad_policy)po;
                 char what[96];
