@@ -125,6 +125,7 @@ static fsdp_status need_params(life_sched *s, life_unit *u) {
         u->res = LIFE_UNSHARDED;
     }
     u->prefetched = 0;
+    u->next_step = 0;
     return FSDP_OK;
 }
 
@@ -201,18 +202,41 @@ fsdp_status life_post_backward(life_sched *s, life_unit *u) {
 
 /* Pending reductions finished; gathers in flight waited for; parameters of idle units (prefetched and
  * never used, or left by an abandoned pass) dropped. Returns the first failure, after trying all. */
-fsdp_status life_drain(life_sched *s) {
+fsdp_status life_drain(life_sched *s, int keep_next) {
     fsdp_status first = finish_pending(s);
     for (int i = 0; i < s->n; i++) {
         life_unit *u = s->units[i];
+        if (keep_next && u->next_step) continue; /* gathered from the current masters: still good */
         if (u->res == LIFE_GATHERING) {
             fsdp_status st = need_params(s, u);
             if (st != FSDP_OK && first == FSDP_OK) first = st;
         }
         if (u->state == UNIT_IDLE) reshard(s, u);
         u->prefetched = 0;
+        u->next_step = 0;
     }
     return first;
+}
+
+/* After the optimizer has updated unit i's masters: if the next step's forward opens with it (one
+ * of the first max_inflight units of the recorded forward order), its all-gather starts now and runs
+ * while the optimizer updates the other units — the gather that would otherwise open the step with
+ * nothing to overlap. Drains that only read shards keep it (keep_next); any that may change the
+ * masters drop it. */
+fsdp_status life_after_update(life_sched *s, int i) {
+    if (s->recording || s->max_inflight == 0) return FSDP_OK;
+    const life_order *o = &s->order[0];
+    int k = 0;
+    while (k < o->n && k < s->max_inflight && o->idx[k] != i)
+        k++;
+    if (k >= o->n || k >= s->max_inflight) return FSDP_OK;
+    life_unit *u = s->units[i];
+    if (u->res != LIFE_SHARDED || u->state != UNIT_IDLE) return FSDP_OK;
+    FSDP_TRY(s->ops->unshard_start(s->ctx, i, 1));
+    u->res = LIFE_GATHERING;
+    u->prefetched = 1;
+    u->next_step = 1;
+    return FSDP_OK;
 }
 
 /* A new step: the first one records the orders, the ones after follow them. */

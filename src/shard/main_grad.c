@@ -235,7 +235,7 @@ fsdp_status shard_reduce_finish(fsdp_unit_t *u) {
 
 fsdp_status fsdp_engine_zero_grad(fsdp_engine_t *e) {
     if (e == NULL) return FSDP_ERR(FSDP_EINVAL, "engine must not be NULL");
-    FSDP_TRY(shard_drain(e));
+    FSDP_TRY(shard_drain(e, 1));
     for (int i = 0; i < e->n_units; i++) {
         float *g = e->units[i]->grad;
         const size_t n = e->units[i]->shard_len, ch = SHARD_OMP_MIN, nc = (n + ch - 1) / ch;
@@ -249,7 +249,7 @@ fsdp_status fsdp_engine_zero_grad(fsdp_engine_t *e) {
 fsdp_status fsdp_engine_begin_step(fsdp_engine_t *e, int n_micro) {
     if (e == NULL) return FSDP_ERR(FSDP_EINVAL, "engine must not be NULL");
     if (n_micro < 1) return FSDP_ERR(FSDP_EINVAL, "n_micro must be >= 1 (got %d)", n_micro);
-    FSDP_TRY(shard_drain(e));
+    FSDP_TRY(shard_drain(e, 1));
     for (int i = 0; i < e->n_units; i++) {
         fsdp_unit_t *u = e->units[i];
         if (u->life.state == UNIT_FORWARD || u->life.state == UNIT_BACKWARD ||

@@ -141,7 +141,7 @@ fsdp_status fsdp_engine_clip_grad_norm(fsdp_engine_t *e, float max_norm, float *
         fsdp_comm_progress(e->comm);
     }
     const int pending = e->sched.pending;
-    fsdp_status st = shard_drain(e); /* every pending reduction is in the gradient shards */
+    fsdp_status st = shard_drain(e, 1); /* every pending reduction is in the gradient shards */
     if (st != FSDP_OK) {
         free(us);
         return st;
@@ -317,7 +317,7 @@ fsdp_status fsdp_engine_adamw_step(fsdp_engine_t *e, const fsdp_adamw_config *cf
             "[0,1), eps > 0, weight_decay >= 0",
             (double)cfg->lr, (double)cfg->beta1, (double)cfg->beta2, (double)cfg->eps,
             (double)cfg->weight_decay);
-    FSDP_TRY(shard_drain(e)); /* gradients complete; prefetched parameters would go stale */
+    FSDP_TRY(shard_drain(e, 0)); /* gradients complete; prefetched parameters would go stale */
     e->step++;
     double lr = decimal_double(cfg->lr), b1 = decimal_double(cfg->beta1), b2 = decimal_double(cfg->beta2);
     double wd = decimal_double(cfg->weight_decay), t = (double)e->step;
@@ -343,6 +343,10 @@ fsdp_status fsdp_engine_adamw_step(fsdp_engine_t *e, const fsdp_adamw_config *cf
             }
         }
         fsdp_trace_unit_end(u->name, "optimizer");
+        /* the next step's first units: their gathers run while the others are updated */
+        FSDP_TRY(life_after_update(&e->sched, i));
+        fsdp_comm_progress(e->comm);
+        if (e->shard_comm != e->comm) fsdp_comm_progress(e->shard_comm);
     }
     return FSDP_OK;
 }

@@ -174,7 +174,7 @@ static fsdp_status sim_steps(life_sched *ls, int n, fsdp_plan_schedule sched, in
     life_unit **L = ls->units;
     int wrap = sched == FSDP_PLAN_ROOT_WRAPS && n > 1;
     for (int st = 0; st < steps; st++) {
-        FSDP_TRY(life_drain(ls));
+        FSDP_TRY(life_drain(ls, 1)); /* begin_step */
         life_begin_step(ls, n_micro);
         for (int m = 0; m < n_micro; m++) {
             ls->micro = m;
@@ -193,7 +193,10 @@ static fsdp_status sim_steps(life_sched *ls, int n, fsdp_plan_schedule sched, in
             }
             if (wrap) FSDP_TRY(life_post_backward(ls, L[0]));
         }
-        FSDP_TRY(life_drain(ls));
+        FSDP_TRY(life_drain(ls, 1)); /* clip */
+        FSDP_TRY(life_drain(ls, 0)); /* AdamW, then the next step's first gathers after the updates */
+        for (int i = 0; i < n; i++)
+            FSDP_TRY(life_after_update(ls, i));
     }
     return FSDP_OK;
 }

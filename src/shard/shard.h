@@ -37,6 +37,7 @@ typedef struct {
     unit_state state;          /* the hook state machine (checked by unit.c's public hooks) */
     life_res res;              /* residency of the unsharded parameters */
     int prefetched;            /* gathered ahead of its own hook, not yet used */
+    int next_step;             /* prefetched after the optimizer updated it, for the next step */
     int mg;                    /* main_grad allocated */
     int reducing;              /* reduction started, not finished */
     int reshard_after_forward; /* resolved from the unit config and the strategy */
@@ -85,7 +86,9 @@ fsdp_status life_pre_forward(life_sched *s, life_unit *u);
 fsdp_status life_post_forward(life_sched *s, life_unit *u);
 fsdp_status life_pre_backward(life_sched *s, life_unit *u);
 fsdp_status life_post_backward(life_sched *s, life_unit *u);
-fsdp_status life_drain(life_sched *s);
+/* keep_next: leave the next step's prefetched units (callers that only read shards or gradients). */
+fsdp_status life_drain(life_sched *s, int keep_next);
+fsdp_status life_after_update(life_sched *s, int unit);
 
 typedef struct {
     char *name; /* copied from the spec */
@@ -184,7 +187,8 @@ void shard_set_label(fsdp_unit_t *u, const char *phase);
 /* Gives up a buffer after its collective failed: adopted by the communicator after a timeout (the
  * collective may still write it), else freed. */
 void shard_drop(fsdp_engine_t *e, fsdp_status st, void *buf);
-/* life_drain on the engine's units (every call that reads or writes shards starts with it). */
-fsdp_status shard_drain(fsdp_engine_t *e);
+/* life_drain on the engine's units (every call that reads or writes shards starts with it);
+ * keep_next 1 for calls that change no master. */
+fsdp_status shard_drain(fsdp_engine_t *e, int keep_next);
 
 #endif

@@ -158,7 +158,7 @@ static void unit_free(fsdp_unit_t *u) {
 
 void fsdp_engine_free(fsdp_engine_t *e) {
     if (e == NULL) return;
-    (void)shard_drain(e); /* nothing may be in flight when the buffers go (failures leave them adopted) */
+    (void)shard_drain(e, 0); /* nothing may be in flight when the buffers go (failures leave them adopted) */
     for (int i = e->n_units - 1; i >= 0; i--)
         unit_free(e->units[i]);
     life_free(&e->sched);
@@ -402,7 +402,7 @@ fsdp_status fsdp_unit_tensor_info(const fsdp_unit_t *u, int t, fsdp_tensor_info 
 
 fsdp_status fsdp_unit_shard(fsdp_unit_t *u, fsdp_shard_view *out) {
     if (u == NULL || out == NULL) return FSDP_ERR(FSDP_EINVAL, "unit and out must not be NULL");
-    FSDP_TRY(shard_drain(u->eng)); /* the caller reads (or writes) the shards next */
+    FSDP_TRY(shard_drain(u->eng, 0)); /* the caller reads or writes the shards next (a load: masters change) */
     out->master = u->master;
     out->grad = u->grad;
     out->adam_m = u->adam_m;
@@ -499,11 +499,11 @@ static fsdp_status op_reduce_finish(void *ctx, int i) {
 static const life_ops engine_ops = {op_unshard_start, op_unshard_wait, op_reshard,
                                     op_mg_alloc,      op_reduce_start, op_reduce_finish};
 
-fsdp_status shard_drain(fsdp_engine_t *e) { return life_drain(&e->sched); }
+fsdp_status shard_drain(fsdp_engine_t *e, int keep_next) { return life_drain(&e->sched, keep_next); }
 
 fsdp_status fsdp_engine_drain(fsdp_engine_t *e) {
     if (e == NULL) return FSDP_ERR(FSDP_EINVAL, "engine must not be NULL");
-    return shard_drain(e);
+    return shard_drain(e, 0);
 }
 
 long fsdp_engine_order_mismatches(const fsdp_engine_t *e) {
@@ -569,7 +569,7 @@ fsdp_status fsdp_engine_reshard_all(fsdp_engine_t *e) {
     }
     for (int i = 0; i < e->n_units; i++)
         if (e->units[i]->life.state == UNIT_FORWARD_DONE) e->units[i]->life.state = UNIT_IDLE;
-    FSDP_TRY(shard_drain(e)); /* drops every idle unit's parameters */
+    FSDP_TRY(shard_drain(e, 0)); /* drops every idle unit's parameters */
     for (int i = 0; i < e->n_units; i++) {
         fsdp_unit_t *u = e->units[i];
         /* EAGER buffers from evaluation forwards hold nothing; NO_SYNC accumulations are kept. */
@@ -614,7 +614,7 @@ static fsdp_status check_tensor_arg(const fsdp_unit_t *u, int t, const char *cal
 fsdp_status fsdp_unit_gather_tensor(fsdp_unit_t *u, int t, float *out, int root) {
     FSDP_TRY(check_tensor_arg(u, t, "fsdp_unit_gather_tensor"));
     fsdp_engine_t *e = u->eng;
-    FSDP_TRY(shard_drain(e));
+    FSDP_TRY(shard_drain(e, 1));
     if (root >= e->world)
         return FSDP_ERR(FSDP_EINVAL, "unit '%s': root %d outside 0..%d (or < 0 for all ranks)", u->name, root,
                         e->world - 1);
@@ -641,7 +641,7 @@ fsdp_status fsdp_unit_gather_tensor(fsdp_unit_t *u, int t, float *out, int root)
 fsdp_status fsdp_unit_load_tensor(fsdp_unit_t *u, int t, const float *full, int root) {
     FSDP_TRY(check_tensor_arg(u, t, "fsdp_unit_load_tensor"));
     fsdp_engine_t *e = u->eng;
-    FSDP_TRY(shard_drain(e));
+    FSDP_TRY(shard_drain(e, 0));
     if (root >= e->world)
         return FSDP_ERR(FSDP_EINVAL, "unit '%s': root %d outside 0..%d (or < 0: every rank passes the data)",
                         u->name, root, e->world - 1);
