@@ -14,7 +14,9 @@
  *   unit's backward computes; at most one reduction is pending.
  * - Everything that reads or writes shards (clip, AdamW, begin_step, gather/load tensor, reshard_all,
  *   free) calls life_drain first: pending reductions finish, prefetched parameters nobody used are
- *   dropped (AdamW is about to change the masters they came from).
+ *   dropped (AdamW is about to change the masters they came from) — except, for the calls that change
+ *   no master, the next step's first units, which AdamW starts gathering once it has updated them
+ *   (life_after_update).
  * max_inflight 0 is the synchronous behaviour: gather and wait in the hook, reduce and wait in
  * post_backward. */
 #include "shard/shard.h"
