@@ -49,8 +49,8 @@ struct fsdp_comm {
     volatile int thr_stop;
     pthread_t thr;
     long thr_interval_us;
-    int agreed_rank;                /* fsdp_comm_agree: lowest failing rank of the last one, or -1 */
-    fsdp_status agreed_status;      /* its status (FSDP_OK with agreed_rank -1) */
+    int agreed_rank;           /* fsdp_comm_agree: lowest failing rank of the last one, or -1 */
+    fsdp_status agreed_status; /* its status (FSDP_OK with agreed_rank -1) */
     /* Shared-memory transport (comm_shm.c), when every rank is on this host. */
     int shm_allowed;      /* from the config */
     int shm_on;           /* set up and in use */

@@ -131,7 +131,8 @@ fsdp_status comm_mpi_split(fsdp_comm_t *parent, int color, int key, fsdp_comm_t 
     comm_lock(parent);
     c->comm = MPI_COMM_NULL;
     int rc = MPI_Comm_split(parent->comm, color, key, &c->comm);
-    fsdp_status s = rc == MPI_SUCCESS ? setup(c, "fsdp_comm_split") : mpi_fail(parent, rc, "MPI_Comm_split", "fsdp_comm_split");
+    fsdp_status s = rc == MPI_SUCCESS ? setup(c, "fsdp_comm_split")
+                                      : mpi_fail(parent, rc, "MPI_Comm_split", "fsdp_comm_split");
     if (s != FSDP_OK && c->comm != MPI_COMM_NULL) MPI_Comm_free(&c->comm);
     comm_unlock(parent);
     return s; /* no progress thread of its own: its waits poll it */

@@ -159,9 +159,9 @@ fsdp_status shard_reduce_start(fsdp_unit_t *u) {
     fsdp_status st;
     if (e->cfg.reduce_dtype == FSDP_F32) {
         shard_set_label(u, no_shard ? "all-reduce grads" : "reduce-scatter grads");
-        st = no_shard
-                 ? fsdp_comm_iall_reduce(e->comm, mg, mg, u->padded, FSDP_F32, FSDP_SUM, &u->reduce)
-                 : fsdp_comm_ireduce_scatter(e->shard_comm, mg, mg, u->shard_len, FSDP_F32, FSDP_SUM, &u->reduce);
+        st = no_shard ? fsdp_comm_iall_reduce(e->comm, mg, mg, u->padded, FSDP_F32, FSDP_SUM, &u->reduce)
+                      : fsdp_comm_ireduce_scatter(e->shard_comm, mg, mg, u->shard_len, FSDP_F32, FSDP_SUM,
+                                                  &u->reduce);
         return st;
     }
     /* bf16 wire: one cast into a comm buffer, reduced in place; finish upcasts the result into mg. */

@@ -229,7 +229,8 @@ static fsdp_status plan_run(const fsdp_plan_unit *units, const size_t *padded, i
             u->shard_len = u->padded;
         } else {
             size_t off; /* equal on every rank; HYBRID: over the shard group */
-            fsdp_shard_range(u->padded, 0, strategy == FSDP_HYBRID_SHARD ? group : cfg->world, &off, &u->shard_len);
+            fsdp_shard_range(u->padded, 0, strategy == FSDP_HYBRID_SHARD ? group : cfg->world, &off,
+                             &u->shard_len);
         }
         u->full_bytes = units[i].param_full_bytes ? units[i].param_full_bytes : u->padded * esz;
         u->stage_bytes = sim_stage_bytes(&s, u);
@@ -311,8 +312,8 @@ fsdp_status fsdp_plan_compute(const fsdp_plan_unit *units, int n_units, const fs
             (int)ec->strategy, (int)ec->compute_dtype, (int)ec->reduce_dtype, (int)ec->main_grad,
             (int)ec->accum);
     if (c.shard_group < 0 || (c.shard_group > 0 && c.world % c.shard_group != 0))
-        return FSDP_ERR(FSDP_EINVAL, "shard_group %d does not divide world %d (0: the whole world)", c.shard_group,
-                        c.world);
+        return FSDP_ERR(FSDP_EINVAL, "shard_group %d does not divide world %d (0: the whole world)",
+                        c.shard_group, c.world);
     if (c.backend == FSDP_COMM_AUTO) c.backend = c.world > 1 ? FSDP_COMM_MPI : FSDP_COMM_SELF;
     if (c.backend != FSDP_COMM_SELF && c.backend != FSDP_COMM_MPI)
         return FSDP_ERR(FSDP_EINVAL, "backend %d is not AUTO, SELF or MPI", (int)c.backend);
@@ -355,10 +356,10 @@ done:
 static double mib(size_t b) { return (double)b / (1024.0 * 1024.0); }
 
 static const char *strategy_name(fsdp_strategy s) {
-    return s == FSDP_FULL_SHARD       ? "FULL_SHARD"
-           : s == FSDP_SHARD_GRAD_OP  ? "SHARD_GRAD_OP"
-           : s == FSDP_HYBRID_SHARD   ? "HYBRID_SHARD"
-                                      : "NO_SHARD";
+    return s == FSDP_FULL_SHARD      ? "FULL_SHARD"
+           : s == FSDP_SHARD_GRAD_OP ? "SHARD_GRAD_OP"
+           : s == FSDP_HYBRID_SHARD  ? "HYBRID_SHARD"
+                                     : "NO_SHARD";
 }
 
 fsdp_status fsdp_plan_print(FILE *f, const fsdp_plan *p, const fsdp_mem_peaks *measured) {

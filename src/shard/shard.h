@@ -139,10 +139,10 @@ struct fsdp_unit {
 
 struct fsdp_engine {
     fsdp_comm_t *comm;
-    fsdp_comm_t *shard_comm;  /* gathers and reduce-scatters: comm, or HYBRID's group (owned) */
-    fsdp_comm_t *rep_comm;    /* HYBRID with groups > 1: ranks holding the same shard (owned), else NULL */
-    int srank, sworld;        /* this rank in shard_comm, its size */
-    int grp, ngrp;            /* HYBRID: this rank's group, the number of groups (else 0, 1) */
+    fsdp_comm_t *shard_comm; /* gathers and reduce-scatters: comm, or HYBRID's group (owned) */
+    fsdp_comm_t *rep_comm;   /* HYBRID with groups > 1: ranks holding the same shard (owned), else NULL */
+    int srank, sworld;       /* this rank in shard_comm, its size */
+    int grp, ngrp;           /* HYBRID: this rank's group, the number of groups (else 0, 1) */
     fsdp_engine_config cfg;
     int rank, world;
     fsdp_unit_t **units; /* (n_units) registration order */

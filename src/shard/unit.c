@@ -286,10 +286,9 @@ fsdp_status fsdp_engine_add_unit(fsdp_engine_t *e, const char *name, const fsdp_
     }
     u->n_tensors = n;
     if ((st = unit_read_specs(e, u, specs, n)) != FSDP_OK) goto fail;
-    u->life.reshard_after_forward =
-        uc.reshard_after_forward >= 0
-            ? uc.reshard_after_forward
-            : (e->cfg.strategy == FSDP_FULL_SHARD || e->cfg.strategy == FSDP_HYBRID_SHARD);
+    u->life.reshard_after_forward = uc.reshard_after_forward >= 0 ? uc.reshard_after_forward
+                                                                  : (e->cfg.strategy == FSDP_FULL_SHARD ||
+                                                                     e->cfg.strategy == FSDP_HYBRID_SHARD);
 
     size_t bytes;
     if (!fsdp_mul_ok(u->shard_len, sizeof(float), &bytes)) {
@@ -402,7 +401,8 @@ fsdp_status fsdp_unit_tensor_info(const fsdp_unit_t *u, int t, fsdp_tensor_info 
 
 fsdp_status fsdp_unit_shard(fsdp_unit_t *u, fsdp_shard_view *out) {
     if (u == NULL || out == NULL) return FSDP_ERR(FSDP_EINVAL, "unit and out must not be NULL");
-    FSDP_TRY(shard_drain(u->eng, 0)); /* the caller reads or writes the shards next (a load: masters change) */
+    FSDP_TRY(
+        shard_drain(u->eng, 0)); /* the caller reads or writes the shards next (a load: masters change) */
     out->master = u->master;
     out->grad = u->grad;
     out->adam_m = u->adam_m;

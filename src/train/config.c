@@ -21,7 +21,8 @@ typedef enum { OPT_INT, OPT_I64, OPT_DBL, OPT_STR, OPT_BOOL, OPT_ENUM, OPT_LIST 
 #define C_SAMPLE  (1u << FSDP_CMD_SAMPLE)
 
 static const char *const precision_names[] = {"fp32", "mixed", NULL};
-static const char *const strategy_names[] = {"full", "grad-op", "none", "hybrid", NULL}; /* fsdp_strategy order */
+static const char *const strategy_names[] = {"full", "grad-op", "none", "hybrid",
+                                             NULL}; /* fsdp_strategy order */
 static const char *const main_grad_names[] = {"lazy", "eager", NULL};
 static const char *const accum_names[] = {"sharded", "no-sync", NULL};
 static const char *const dtype_names[] = {"f32", "bf16", NULL}; /* fsdp_dtype order */
@@ -430,7 +431,8 @@ void fsdp_train_usage(FILE *f, fsdp_train_cmd cmd) {
     static const char *const what[FSDP_CMD_NCMD] = {
         "train a GPT on token files with FSDP (the default command; under mpirun, one process per rank)",
         "tokenise text files (bytes, or --tokenizer's BPE) into DIR/train.bin, DIR/val.bin (llm.c's layout)",
-        "write a checkpoint's (or a Hugging Face folder's) full fp32 model as .safetensors with GPT-2's tensor "
+        "write a checkpoint's (or a Hugging Face folder's) full fp32 model as .safetensors with GPT-2's "
+        "tensor "
         "names, plus config.json (and tokenizer.json when the run has one)",
         "generate text from a checkpoint or a Hugging Face GPT-2 folder",
     };

@@ -197,7 +197,8 @@ fsdp_status fsdp_train_plan_compute(const fsdp_train_config *c, int world, int t
     pc.engine = engine_config_of(c);
     pc.backend = world > 1 ? FSDP_COMM_MPI : FSDP_COMM_SELF;
     /* The transports the engine's communicators really use; without an engine (--plan): one host. */
-    fsdp_comm_t *sc = eng ? fsdp_engine_shard_comm(eng) : NULL, *rc = eng ? fsdp_engine_replica_comm(eng) : NULL;
+    fsdp_comm_t *sc = eng ? fsdp_engine_shard_comm(eng) : NULL,
+                *rc = eng ? fsdp_engine_replica_comm(eng) : NULL;
     pc.shm = sc ? fsdp_comm_shm_active(sc) : 1;
     pc.shard_group = sc ? fsdp_comm_size(sc) : c->shard_group;
     pc.replica_shm = rc ? fsdp_comm_shm_active(rc) : 1;
@@ -664,8 +665,7 @@ static fsdp_status run_setup(train_run *r) {
     if (s == FSDP_OK) s = fsdp_mem_alloc((void **)&r->tg, sizeof(int32_t) * bt, FSDP_MEM_ACTIVATION);
     if (s == FSDP_OK) s = model_build(c, comm, &r->rm);
     /* The prediction the end-of-run report compares against (the same arithmetic as --plan). */
-    if (s == FSDP_OK)
-        s = fsdp_train_plan_compute(c, r->world, r->threads, r->have_val, r->rm.eng, &r->plan);
+    if (s == FSDP_OK) s = fsdp_train_plan_compute(c, r->world, r->threads, r->have_val, r->rm.eng, &r->plan);
     FSDP_TRY(fsdp_comm_agree(comm, s, "building the model"));
     if (r->o) {
         const gpt_config *gc = gpt_get_config(r->rm.model);

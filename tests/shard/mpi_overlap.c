@@ -88,7 +88,8 @@ static void step(fsdp_engine_t *e, fsdp_unit_t **u, const int *order, int s, int
     CHECK_OK(fsdp_engine_adamw_step(e, &oc));
     /* after the update, the next step's first unit is already on its way (overlap, from step 2) */
     CHECKF(fsdp_mem_current(FSDP_MEM_MAIN_GRAD) == 0 && fsdp_mem_current(FSDP_MEM_PARAM_FULL) == next_bytes,
-           "step %d after AdamW: param_full %zu, want %zu", s, fsdp_mem_current(FSDP_MEM_PARAM_FULL), next_bytes);
+           "step %d after AdamW: param_full %zu, want %zu", s, fsdp_mem_current(FSDP_MEM_PARAM_FULL),
+           next_bytes);
 }
 
 /* Every unit's full master values (gathered to all ranks). */

@@ -193,7 +193,8 @@ static void test_against_engine(fsdp_comm_t *comm) {
                             fsdp_engine_config ec = fsdp_engine_config_default();
                             ec.strategy = (fsdp_strategy)strat;
                             /* HYBRID: groups of 2 at 4 ranks, of 1 (every rank a group) elsewhere */
-                            ec.shard_group = strat == FSDP_HYBRID_SHARD ? (g_world % 2 == 0 && g_world > 2 ? 2 : 1) : 0;
+                            ec.shard_group =
+                                strat == FSDP_HYBRID_SHARD ? (g_world % 2 == 0 && g_world > 2 ? 2 : 1) : 0;
                             ec.compute_dtype = compute ? FSDP_BF16 : FSDP_F32;
                             ec.reduce_dtype = reduce ? FSDP_BF16 : FSDP_F32;
                             ec.main_grad = (fsdp_main_grad_policy)mg;
@@ -225,7 +226,8 @@ static void test_inflight(fsdp_comm_t *comm) {
                     for (int strat = 0; strat < 4; strat++) {
                         fsdp_engine_config ec = fsdp_engine_config_default();
                         ec.strategy = (fsdp_strategy)strat;
-                        ec.shard_group = strat == FSDP_HYBRID_SHARD ? (g_world % 2 == 0 && g_world > 2 ? 2 : 1) : 0;
+                        ec.shard_group =
+                            strat == FSDP_HYBRID_SHARD ? (g_world % 2 == 0 && g_world > 2 ? 2 : 1) : 0;
                         ec.reduce_dtype = reduce ? FSDP_BF16 : FSDP_F32;
                         ec.accum = (fsdp_accum_mode)(sched ^ reduce);
                         ec.max_inflight = depths[d];
