@@ -183,36 +183,32 @@ static int is_off(const cJSON *v) {
     return !v || cJSON_IsNull(v) || cJSON_IsFalse(v) || (cJSON_IsString(v) && !v->valuestring[0]);
 }
 
-fsdp_status fsdp_bpe_load(fsdp_bpe **out, const char *path) {
-    *out = NULL;
-    char *text = NULL;
-    size_t len = 0;
-    FSDP_TRY(fsdp_io_read_file(path, &text, &len));
-    cJSON *j = cJSON_ParseWithLength(text, len);
-    fsdp_mem_free(text);
-    fsdp_status s = FSDP_OK;
-    str_map vm = {0};
-    fsdp_bpe *b = calloc(1, sizeof *b);
-    if (!b) {
-        cJSON_Delete(j);
-        return FSDP_ERR(FSDP_ENOMEM, "no memory for a tokenizer");
-    }
-#define FAIL(...)                                                                                            \
-    do {                                                                                                     \
-        s = fsdp_set_error(FSDP_EFORMAT, __VA_ARGS__);                                                       \
-        goto done;                                                                                           \
-    } while (0)
-    if (!cJSON_IsObject(j)) FAIL("%s is not a JSON object (a tokenizer.json)", path);
-    const cJSON *model = cJSON_GetObjectItemCaseSensitive(j, "model");
-    if (!cJSON_IsObject(model)) FAIL("%s: \"model\" is missing", path);
-    if ((s = need_type(model, "model", "BPE", path)) != FSDP_OK) goto done;
+/* A copy of n bytes into *dst (malloc'd: tokens are freed by fsdp_bpe_free). */
+static fsdp_status dup_bytes(char **dst, const char *src, size_t n) {
+    *dst = malloc(n ? n : 1);
+    if (!*dst) return FSDP_ERR(FSDP_ENOMEM, "no memory for a token");
+    memcpy(*dst, src, n);
+    return FSDP_OK;
+}
+
+/* The settings outside the vocabulary must be GPT-2's: a byte-level BPE with nothing else switched on.
+ * *model: the "model" object. */
+static fsdp_status check_settings(const cJSON *j, const char *path, const cJSON **model) {
+    if (!cJSON_IsObject(j))
+        return fsdp_set_error(FSDP_EFORMAT, "%s is not a JSON object (a tokenizer.json)", path);
+    *model = cJSON_GetObjectItemCaseSensitive(j, "model");
+    if (!cJSON_IsObject(*model)) return fsdp_set_error(FSDP_EFORMAT, "%s: \"model\" is missing", path);
+    FSDP_TRY(need_type(*model, "model", "BPE", path));
     static const char *const off_keys[] = {"dropout", "continuing_subword_prefix", "end_of_word_suffix",
                                            "byte_fallback", "ignore_merges"};
     for (size_t k = 0; k < sizeof off_keys / sizeof off_keys[0]; k++)
-        if (!is_off(cJSON_GetObjectItemCaseSensitive(model, off_keys[k])))
-            FAIL("%s: \"model\".\"%s\" is set: GPT-2's BPE has none", path, off_keys[k]);
+        if (!is_off(cJSON_GetObjectItemCaseSensitive(*model, off_keys[k])))
+            return fsdp_set_error(FSDP_EFORMAT, "%s: \"model\".\"%s\" is set: GPT-2's BPE has none", path,
+                                  off_keys[k]);
     const cJSON *norm = cJSON_GetObjectItemCaseSensitive(j, "normalizer");
-    if (norm && !cJSON_IsNull(norm)) FAIL("%s: \"normalizer\" is not null: GPT-2's tokenizer has none", path);
+    if (norm && !cJSON_IsNull(norm))
+        return fsdp_set_error(FSDP_EFORMAT, "%s: \"normalizer\" is not null: GPT-2's tokenizer has none",
+                              path);
     const cJSON *pre = cJSON_GetObjectItemCaseSensitive(j, "pre_tokenizer");
     if (cJSON_IsObject(pre)) {
         const cJSON *t = cJSON_GetObjectItemCaseSensitive(pre, "type");
@@ -220,13 +216,55 @@ fsdp_status fsdp_bpe_load(fsdp_bpe **out, const char *path) {
         if (cJSON_IsString(t) && !strcmp(t->valuestring, "Sequence") && cJSON_GetArraySize(seq) == 1)
             pre = seq->child;
     }
-    if (!cJSON_IsObject(pre)) FAIL("%s: \"pre_tokenizer\" is missing (GPT-2's is ByteLevel)", path);
-    if ((s = need_type(pre, "pre_tokenizer", "ByteLevel", path)) != FSDP_OK) goto done;
+    if (!cJSON_IsObject(pre))
+        return fsdp_set_error(FSDP_EFORMAT, "%s: \"pre_tokenizer\" is missing (GPT-2's is ByteLevel)", path);
+    FSDP_TRY(need_type(pre, "pre_tokenizer", "ByteLevel", path));
     if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(pre, "add_prefix_space")))
-        FAIL("%s: \"pre_tokenizer\".\"add_prefix_space\" is true: GPT-2's is false", path);
+        return fsdp_set_error(FSDP_EFORMAT,
+                              "%s: \"pre_tokenizer\".\"add_prefix_space\" is true: GPT-2's is false", path);
     if (cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(pre, "use_regex")))
-        FAIL("%s: \"pre_tokenizer\".\"use_regex\" is false: GPT-2 splits with its pattern", path);
+        return fsdp_set_error(FSDP_EFORMAT,
+                              "%s: \"pre_tokenizer\".\"use_regex\" is false: GPT-2 splits with its pattern",
+                              path);
+    return FSDP_OK;
+}
 
+/* Every id of the vocabulary and of the added tokens checked; *maxid the largest, b->n_added counted. */
+static fsdp_status check_ids(const cJSON *vocab, const cJSON *added, const char *path, fsdp_bpe *b,
+                             int *maxid) {
+    *maxid = -1;
+    for (const cJSON *e = vocab->child; e; e = e->next) {
+        if (!cJSON_IsNumber(e) || e->valuedouble < 0 || e->valuedouble >= MAX_ID ||
+            e->valuedouble != (int)e->valuedouble)
+            return fsdp_set_error(FSDP_EFORMAT,
+                                  "%s: \"model\".\"vocab\".\"%.40s\" is not an id in 0..%d (token files hold "
+                                  "16-bit ids)",
+                                  path, e->string, MAX_ID - 1);
+        if (e->valueint > *maxid) *maxid = e->valueint;
+    }
+    for (const cJSON *e = added ? added->child : NULL; e; e = e->next) {
+        const cJSON *id = cJSON_GetObjectItemCaseSensitive(e, "id");
+        const cJSON *c = cJSON_GetObjectItemCaseSensitive(e, "content");
+        if (!cJSON_IsNumber(id) || id->valuedouble < 0 || id->valuedouble >= MAX_ID ||
+            id->valuedouble != (int)id->valuedouble || !cJSON_IsString(c) || !c->valuestring[0])
+            return fsdp_set_error(
+                FSDP_EFORMAT,
+                "%s: an \"added_tokens\" entry lacks a valid \"id\" (0..%d) or a non-empty \"content\"", path,
+                MAX_ID - 1);
+        static const char *const flags[] = {"single_word", "lstrip", "rstrip", "normalized"};
+        for (size_t k = 0; k < sizeof flags / sizeof flags[0]; k++)
+            if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(e, flags[k])))
+                return fsdp_set_error(FSDP_EFORMAT,
+                                      "%s: \"added_tokens\" \"%.40s\": \"%s\" is true: not supported", path,
+                                      c->valuestring, flags[k]);
+        if (id->valueint > *maxid) *maxid = id->valueint;
+        b->n_added++;
+    }
+    return FSDP_OK;
+}
+
+/* The vocabulary's tokens as bytes (b->tok, b->tlen), their strings in vm; then each byte's token. */
+static fsdp_status load_vocab(fsdp_bpe *b, str_map *vm, const cJSON *vocab, const char *path) {
     uint32_t cp_of[256];
     uint8_t byte_of[324] = {0}, valid[324] = {0};
     byte_map(cp_of);
@@ -234,64 +272,20 @@ fsdp_status fsdp_bpe_load(fsdp_bpe **out, const char *path) {
         byte_of[cp_of[i]] = (uint8_t)i;
         valid[cp_of[i]] = 1;
     }
-    const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(model, "vocab");
-    const cJSON *merges = cJSON_GetObjectItemCaseSensitive(model, "merges");
-    const cJSON *added = cJSON_GetObjectItemCaseSensitive(j, "added_tokens");
-    if (!cJSON_IsObject(vocab) || !vocab->child) FAIL("%s: \"model\".\"vocab\" is missing or empty", path);
-    if (!cJSON_IsArray(merges)) FAIL("%s: \"model\".\"merges\" is missing", path);
-    if (added && !cJSON_IsArray(added)) FAIL("%s: \"added_tokens\" is not an array", path);
-    int nv = cJSON_GetArraySize(vocab), maxid = -1;
-    for (const cJSON *e = vocab->child; e; e = e->next) {
-        if (!cJSON_IsNumber(e) || e->valuedouble < 0 || e->valuedouble >= MAX_ID ||
-            e->valuedouble != (int)e->valuedouble)
-            FAIL("%s: \"model\".\"vocab\".\"%.40s\" is not an id in 0..%d (token files hold 16-bit ids)",
-                 path, e->string, MAX_ID - 1);
-        if (e->valueint > maxid) maxid = e->valueint;
-    }
-    for (const cJSON *e = added ? added->child : NULL; e; e = e->next) {
-        const cJSON *id = cJSON_GetObjectItemCaseSensitive(e, "id");
-        const cJSON *c = cJSON_GetObjectItemCaseSensitive(e, "content");
-        if (!cJSON_IsNumber(id) || id->valuedouble < 0 || id->valuedouble >= MAX_ID ||
-            id->valuedouble != (int)id->valuedouble || !cJSON_IsString(c) || !c->valuestring[0])
-            FAIL("%s: an \"added_tokens\" entry lacks a valid \"id\" (0..%d) or a non-empty \"content\"",
-                 path, MAX_ID - 1);
-        static const char *const flags[] = {"single_word", "lstrip", "rstrip", "normalized"};
-        for (size_t k = 0; k < sizeof flags / sizeof flags[0]; k++)
-            if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(e, flags[k])))
-                FAIL("%s: \"added_tokens\" \"%.40s\": \"%s\" is true: not supported", path, c->valuestring,
-                     flags[k]);
-        if (id->valueint > maxid) maxid = id->valueint;
-        b->n_added++;
-    }
-    b->vocab_size = maxid + 1;
-    b->eot = -1;
-    b->tok = calloc((size_t)b->vocab_size, sizeof *b->tok);
-    b->tlen = calloc((size_t)b->vocab_size, sizeof *b->tlen);
-    vm.mask = pow2_above((size_t)nv) - 1;
-    vm.slots = calloc(vm.mask + 1, sizeof *vm.slots);
-    b->added = calloc((size_t)b->n_added + 1, sizeof *b->added);
-    b->added_len = calloc((size_t)b->n_added + 1, sizeof *b->added_len);
-    b->added_id = calloc((size_t)b->n_added + 1, sizeof *b->added_id);
-    b->cache = calloc(CACHE_SIZE, sizeof *b->cache);
-    if (!b->tok || !b->tlen || !vm.slots || !b->added || !b->added_len || !b->added_id || !b->cache) {
-        s = FSDP_ERR(FSDP_ENOMEM, "no memory for a vocabulary of %d", b->vocab_size);
-        goto done;
-    }
     char buf[4096];
     for (const cJSON *e = vocab->child; e; e = e->next) {
         size_t n = 0, sl = strlen(e->string);
         if (sl >= sizeof buf || !byte_level_decode(e->string, byte_of, valid, buf, &n) || n == 0)
-            FAIL("%s: \"model\".\"vocab\" token \"%.40s\" is not a byte-level token", path, e->string);
+            return fsdp_set_error(FSDP_EFORMAT,
+                                  "%s: \"model\".\"vocab\" token \"%.40s\" is not a byte-level token", path,
+                                  e->string);
         int id = e->valueint;
-        if (b->tok[id]) FAIL("%s: \"model\".\"vocab\": id %d is given twice", path, id);
-        if (!str_put(&vm, e->string, sl, id))
-            FAIL("%s: \"model\".\"vocab\" token \"%.40s\" twice", path, e->string);
-        b->tok[id] = malloc(n);
-        if (!b->tok[id]) {
-            s = FSDP_ERR(FSDP_ENOMEM, "no memory for a token");
-            goto done;
-        }
-        memcpy(b->tok[id], buf, n);
+        if (b->tok[id])
+            return fsdp_set_error(FSDP_EFORMAT, "%s: \"model\".\"vocab\": id %d is given twice", path, id);
+        if (!str_put(vm, e->string, sl, id))
+            return fsdp_set_error(FSDP_EFORMAT, "%s: \"model\".\"vocab\" token \"%.40s\" twice", path,
+                                  e->string);
+        FSDP_TRY(dup_bytes(&b->tok[id], buf, n));
         b->tlen[id] = n;
     }
     for (int i = 0; i < 256; i++) {
@@ -302,43 +296,45 @@ fsdp_status fsdp_bpe_load(fsdp_bpe **out, const char *path) {
             u[ul++] = (char)cp;
         else
             u[ul++] = (char)(0xC0 | (cp >> 6)), u[ul++] = (char)(0x80 | (cp & 0x3F));
-        b->byte_id[i] = str_get(&vm, u, ul);
-        if (b->byte_id[i] < 0) FAIL("%s: \"model\".\"vocab\" lacks the token of byte 0x%02X", path, i);
+        b->byte_id[i] = str_get(vm, u, ul);
+        if (b->byte_id[i] < 0)
+            return fsdp_set_error(FSDP_EFORMAT, "%s: \"model\".\"vocab\" lacks the token of byte 0x%02X",
+                                  path, i);
     }
+    return FSDP_OK;
+}
+
+/* The added tokens (matched before the BPE); an id the vocabulary has must be the same token. */
+static fsdp_status load_added(fsdp_bpe *b, const cJSON *added, const char *path) {
     int k = 0;
     for (const cJSON *e = added ? added->child : NULL; e; e = e->next, k++) {
         const cJSON *c = cJSON_GetObjectItemCaseSensitive(e, "content");
         int id = cJSON_GetObjectItemCaseSensitive(e, "id")->valueint;
         size_t n = strlen(c->valuestring);
-        b->added[k] = malloc(n);
-        if (!b->added[k]) {
-            s = FSDP_ERR(FSDP_ENOMEM, "no memory for a token");
-            goto done;
-        }
-        memcpy(b->added[k], c->valuestring, n);
+        FSDP_TRY(dup_bytes(&b->added[k], c->valuestring, n));
         b->added_len[k] = n;
         b->added_id[k] = id;
         if (b->tok[id] && (b->tlen[id] != n || memcmp(b->tok[id], c->valuestring, n) != 0))
-            FAIL("%s: \"added_tokens\" id %d (\"%.40s\") is another token in \"model\".\"vocab\"", path, id,
-                 c->valuestring);
+            return fsdp_set_error(
+                FSDP_EFORMAT,
+                "%s: \"added_tokens\" id %d (\"%.40s\") is another token in \"model\".\"vocab\"", path, id,
+                c->valuestring);
         if (!b->tok[id]) {
-            b->tok[id] = malloc(n);
-            if (!b->tok[id]) {
-                s = FSDP_ERR(FSDP_ENOMEM, "no memory for a token");
-                goto done;
-            }
-            memcpy(b->tok[id], c->valuestring, n);
+            FSDP_TRY(dup_bytes(&b->tok[id], c->valuestring, n));
             b->tlen[id] = n;
         }
         if (!strcmp(c->valuestring, "<|endoftext|>")) b->eot = id;
     }
+    return FSDP_OK;
+}
+
+/* The merges, as (left id, right id) -> (rank, merged id) in an open-addressing table. */
+static fsdp_status load_merges(fsdp_bpe *b, const str_map *vm, const cJSON *merges, const char *path) {
     int nm = cJSON_GetArraySize(merges);
     b->pair_mask = pow2_above((size_t)nm) - 1;
     b->pairs = calloc(b->pair_mask + 1, sizeof *b->pairs);
-    if (!b->pairs) {
-        s = FSDP_ERR(FSDP_ENOMEM, "no memory for %d merges", nm);
-        goto done;
-    }
+    if (!b->pairs) return FSDP_ERR(FSDP_ENOMEM, "no memory for %d merges", nm);
+    char buf[4096];
     int rank = 0;
     for (const cJSON *e = merges->child; e; e = e->next, rank++) {
         const char *a = NULL, *c = NULL;
@@ -351,14 +347,17 @@ fsdp_status fsdp_bpe_load(fsdp_bpe **out, const char *path) {
             a = e->child->valuestring, al = strlen(a), c = e->child->next->valuestring, cl = strlen(c);
         }
         if (!a || al + cl >= sizeof buf)
-            FAIL("%s: \"model\".\"merges\"[%d] is not a pair of tokens", path, rank);
+            return fsdp_set_error(FSDP_EFORMAT, "%s: \"model\".\"merges\"[%d] is not a pair of tokens", path,
+                                  rank);
         memcpy(buf, a, al);
         memcpy(buf + al, c, cl);
-        int32_t ia = str_get(&vm, a, al), ic = str_get(&vm, c, cl), ir = str_get(&vm, buf, al + cl);
+        int32_t ia = str_get(vm, a, al), ic = str_get(vm, c, cl), ir = str_get(vm, buf, al + cl);
         if (ia < 0 || ic < 0 || ir < 0)
-            FAIL("%s: \"model\".\"merges\"[%d] (\"%.*s\" + \"%.*s\"): %s is not in the vocabulary", path,
-                 rank, (int)(al > 40 ? 40 : al), a, (int)(cl > 40 ? 40 : cl), c,
-                 ir < 0 && ia >= 0 && ic >= 0 ? "the merged token" : "a part");
+            return fsdp_set_error(
+                FSDP_EFORMAT,
+                "%s: \"model\".\"merges\"[%d] (\"%.*s\" + \"%.*s\"): %s is not in the vocabulary", path, rank,
+                (int)(al > 40 ? 40 : al), a, (int)(cl > 40 ? 40 : cl), c,
+                ir < 0 && ia >= 0 && ic >= 0 ? "the merged token" : "a part");
         uint64_t key = ((uint64_t)(uint32_t)ia << 32 | (uint32_t)ic) + 1;
         for (size_t i = fnv(&key, 8) & b->pair_mask;; i = (i + 1) & b->pair_mask) {
             if (b->pairs[i].key == key) break; /* a repeated merge: the first (lowest) rank stays */
@@ -368,9 +367,63 @@ fsdp_status fsdp_bpe_load(fsdp_bpe **out, const char *path) {
             }
         }
     }
-#undef FAIL
-done:
+    return FSDP_OK;
+}
+
+/* The tokenizer's parts once its ids are known: the tables, the vocabulary, the added tokens, the
+ * merges. */
+static fsdp_status build(fsdp_bpe *b, const cJSON *vocab, const cJSON *merges, const cJSON *added,
+                         const char *path) {
+    int maxid;
+    FSDP_TRY(check_ids(vocab, added, path, b, &maxid));
+    b->vocab_size = maxid + 1;
+    b->eot = -1;
+    b->tok = calloc((size_t)b->vocab_size, sizeof *b->tok);
+    b->tlen = calloc((size_t)b->vocab_size, sizeof *b->tlen);
+    b->added = calloc((size_t)b->n_added + 1, sizeof *b->added);
+    b->added_len = calloc((size_t)b->n_added + 1, sizeof *b->added_len);
+    b->added_id = calloc((size_t)b->n_added + 1, sizeof *b->added_id);
+    b->cache = calloc(CACHE_SIZE, sizeof *b->cache);
+    str_map vm = {0};
+    vm.mask = pow2_above((size_t)cJSON_GetArraySize(vocab)) - 1;
+    vm.slots = calloc(vm.mask + 1, sizeof *vm.slots);
+    fsdp_status s = FSDP_OK;
+    if (!b->tok || !b->tlen || !vm.slots || !b->added || !b->added_len || !b->added_id || !b->cache)
+        s = FSDP_ERR(FSDP_ENOMEM, "no memory for a vocabulary of %d", b->vocab_size);
+    if (s == FSDP_OK) s = load_vocab(b, &vm, vocab, path);
+    if (s == FSDP_OK) s = load_added(b, added, path);
+    if (s == FSDP_OK) s = load_merges(b, &vm, merges, path);
     free(vm.slots);
+    return s;
+}
+
+fsdp_status fsdp_bpe_load(fsdp_bpe **out, const char *path) {
+    *out = NULL;
+    char *text = NULL;
+    size_t len = 0;
+    FSDP_TRY(fsdp_io_read_file(path, &text, &len));
+    cJSON *j = cJSON_ParseWithLength(text, len);
+    fsdp_mem_free(text);
+    fsdp_bpe *b = calloc(1, sizeof *b);
+    if (!b) {
+        cJSON_Delete(j);
+        return FSDP_ERR(FSDP_ENOMEM, "no memory for a tokenizer");
+    }
+    const cJSON *model = NULL;
+    fsdp_status s = check_settings(j, path, &model);
+    if (s == FSDP_OK) {
+        const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(model, "vocab");
+        const cJSON *merges = cJSON_GetObjectItemCaseSensitive(model, "merges");
+        const cJSON *added = cJSON_GetObjectItemCaseSensitive(j, "added_tokens");
+        if (!cJSON_IsObject(vocab) || !vocab->child)
+            s = fsdp_set_error(FSDP_EFORMAT, "%s: \"model\".\"vocab\" is missing or empty", path);
+        else if (!cJSON_IsArray(merges))
+            s = fsdp_set_error(FSDP_EFORMAT, "%s: \"model\".\"merges\" is missing", path);
+        else if (added && !cJSON_IsArray(added))
+            s = fsdp_set_error(FSDP_EFORMAT, "%s: \"added_tokens\" is not an array", path);
+        else
+            s = build(b, vocab, merges, added, path);
+    }
     cJSON_Delete(j);
     if (s != FSDP_OK) {
         fsdp_bpe_free(b);
