@@ -179,6 +179,19 @@ fsdp_status shard_reduce_start(fsdp_unit_t *u) {
     return st;
 }
 
+/* After a failed reduction: main_grad (fp32: the buffer reduced in place) and the wire may still be
+ * written by the collective, so they are given up (shard_drop), never freed into reuse. */
+static fsdp_status give_up_buffers(fsdp_unit_t *u, fsdp_status st) {
+    for (int t = 0; t < u->n_tensors; t++)
+        u->tensors[t].grad_view = NULL;
+    shard_drop(u->eng, st, u->wire);
+    shard_drop(u->eng, st, u->main_grad);
+    u->wire = NULL;
+    u->main_grad = NULL;
+    clear_bits(u);
+    return st;
+}
+
 fsdp_status shard_reduce_finish(fsdp_unit_t *u) {
     fsdp_engine_t *e = u->eng;
     int no_shard = e->cfg.strategy == FSDP_NO_SHARD;
@@ -191,17 +204,7 @@ fsdp_status shard_reduce_finish(fsdp_unit_t *u) {
         u->reduce = NULL;
     }
     float *mg = u->main_grad;
-    if (st != FSDP_OK) {
-        /* main_grad (fp32: the buffer reduced in place) and the wire may still be written */
-        for (int t = 0; t < u->n_tensors; t++)
-            u->tensors[t].grad_view = NULL;
-        shard_drop(e, st, u->wire);
-        shard_drop(e, st, mg);
-        u->wire = NULL;
-        u->main_grad = NULL;
-        memset(u->touched, 0, ((size_t)u->n_tensors + 63) / 64 * sizeof(uint64_t));
-        return st;
-    }
+    if (st != FSDP_OK) return give_up_buffers(u, st);
     size_t n_out = u->shard_len; /* NO_SHARD: padded (everything) */
     if (u->wire != NULL) {
         fsdp_bf16_to_f32_n(mg, u->wire, n_out);
@@ -213,14 +216,7 @@ fsdp_status shard_reduce_finish(fsdp_unit_t *u) {
         fsdp_trace_unit_begin(u->name, "all-reduce");
         st = fsdp_comm_all_reduce(e->rep_comm, mg, mg, n_out, FSDP_F32, FSDP_SUM);
         fsdp_trace_unit_end(u->name, "all-reduce");
-        if (st != FSDP_OK) {
-            for (int t = 0; t < u->n_tensors; t++)
-                u->tensors[t].grad_view = NULL;
-            shard_drop(e, st, mg);
-            u->main_grad = NULL;
-            memset(u->touched, 0, ((size_t)u->n_tensors + 63) / 64 * sizeof(uint64_t));
-            return st;
-        }
+        if (st != FSDP_OK) return give_up_buffers(u, st);
     }
     const float scale = 1.0f / (float)((double)e->world * (double)e->n_micro);
     float *g = u->grad;

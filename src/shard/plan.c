@@ -104,14 +104,18 @@ typedef struct {
  * reduce straight from their buffers); comm_mpi.c, both dtypes: reduce-scatter as an all-to-all into
  * world*count elements; all-reduce as an all-to-all into world*ceil(len/world) elements of the first
  * (largest) chunk, len <= INT_MAX - world. The self backend copies nothing. */
+/* comm_mpi.c's all-reduce: an all-to-all of the first (largest) chunk, len <= INT_MAX - w elements,
+ * into w blocks of ceil(len / w). */
+static size_t a2a_allreduce_stage(size_t w, size_t n, size_t es) {
+    size_t cap = (size_t)INT_MAX - w, len = n < cap ? n : cap;
+    return w * ((len + w - 1) / w) * es;
+}
+
 static size_t sim_stage_bytes(const sim *s, const sim_unit *u) {
     size_t w = (size_t)(s->strategy == FSDP_HYBRID_SHARD ? s->world / s->ngrp : s->world);
     if (s->backend != FSDP_COMM_MPI || (s->shm && w > 1)) return 0;
     size_t es = fsdp_dtype_size(s->reduce);
-    if (s->strategy == FSDP_NO_SHARD) {
-        size_t cap = (size_t)INT_MAX - w, len = u->padded < cap ? u->padded : cap;
-        return w * ((len + w - 1) / w) * es;
-    }
+    if (s->strategy == FSDP_NO_SHARD) return a2a_allreduce_stage(w, u->padded, es);
     return w * u->shard_len * es;
 }
 
@@ -150,8 +154,7 @@ static fsdp_status sim_reduce_start(void *ctx, int i) {
  * MPI all-to-all's staging unless it runs on shared memory. */
 static size_t sim_replica_stage(const sim *s, const sim_unit *u) {
     if (s->ngrp < 2 || s->replica_shm || s->backend != FSDP_COMM_MPI) return 0;
-    size_t g = (size_t)s->ngrp, cap = (size_t)INT_MAX - g, len = u->shard_len < cap ? u->shard_len : cap;
-    return g * ((len + g - 1) / g) * sizeof(float);
+    return a2a_allreduce_stage((size_t)s->ngrp, u->shard_len, sizeof(float));
 }
 
 static fsdp_status sim_reduce_finish(void *ctx, int i) {
