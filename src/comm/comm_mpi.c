@@ -288,10 +288,8 @@ static fsdp_status post_ar_chunk(fsdp_comm_req_t *r) {
     fsdp_comm_t *c = r->c;
     size_t es = fsdp_dtype_size(r->t), cap = ar_chunk_cap(r);
     r->len = r->count - r->off < cap ? r->count - r->off : cap;
-    char *recv = (char *)r->recv + r->off * es;
     const char *send = (const char *)r->send + r->off * es;
     int rc;
-    (void)recv;
     /* Reduce-scatter by alltoallv (block s of the chunk, len_s elements, to rank s), then each rank
      * reduces its block in rank order (F32 too: the same sums as the shared-memory transport, so one
      * host and many give the same bits) and an all-gatherv puts the blocks back together. */

@@ -24,8 +24,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const res_names[] = {"sharded", "gathering", "unsharded"};
-const char *life_res_name(life_res r) { return (unsigned)r < 3 ? res_names[r] : "unknown"; }
 
 void life_init(life_sched *s, const life_ops *ops, void *ctx, life_unit **units, int n, int max_inflight) {
     memset(s, 0, sizeof *s);

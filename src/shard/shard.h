@@ -29,7 +29,6 @@ const char *shard_state_name(unit_state s);
 
 /* Where a unit's parameters are. */
 typedef enum { LIFE_SHARDED = 0, LIFE_GATHERING, LIFE_UNSHARDED } life_res;
-const char *life_res_name(life_res r);
 
 /* The lifecycle state of one unit (embedded in fsdp_unit and in the plan's simulated unit). */
 typedef struct {
