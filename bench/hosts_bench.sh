@@ -25,6 +25,12 @@
 # reduce-scatter did with f32 (MPI_Ireduce_scatter_block: a binomial reduce of the whole buffer to
 # rank 0, then a scatter: (W-1)(1 + 1/W) x the gradient bytes), kept for comparison with older runs;
 # both dtypes now go through comm_mpi.c's all-to-all, which is ideal.
+#
+# Communication-only: after each run, build/bench/bench_step_comm issues the same step's all-gathers
+# and reduce-scatters (same units, dtypes, strategy and --max-inflight) with no compute, on the same
+# hosts and links: "comm-only s" is its step time. The compute-only time is the "local" row (the same
+# world on one host). "step / max" divides the step by the larger of the two (issue 16's goal: <= 1.15
+# with overlap); it needs RATES to include local.
 set -euo pipefail
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=$SRC/build
@@ -32,7 +38,8 @@ if [ $# -gt 0 ] && [ "$1" != -- ]; then BUILD=$(cd "$1" && pwd); shift; fi
 [ "${1:-}" = -- ] && shift
 EXTRA=("$@")
 TRAIN=$BUILD/fsdp-train
-[ -x "$TRAIN" ] || { echo "hosts_bench: $TRAIN is missing: build first" >&2; exit 2; }
+COMM=$BUILD/bench/bench_step_comm
+for x in "$TRAIN" "$COMM"; do [ -x "$x" ] || { echo "hosts_bench: $x is missing: build first" >&2; exit 2; }; done
 HOSTS=$SRC/tools/hosts.sh
 HOSTS_LIST=${HOSTS_LIST:-2 4}
 RATES=${RATES:-local 1gbit 10gbit}
@@ -50,14 +57,21 @@ cd "$WORK"
 # The sharding's collectives, from the flags (defaults: mixed, full, f32).
 flag() { local f=$1 d=$2 i; for ((i = 0; i < ${#EXTRA[@]}; i++)); do [ "${EXTRA[$i]}" = "$f" ] && d=${EXTRA[$((i + 1))]:-$d}; done; echo "$d"; }
 prec=$(flag --precision mixed) strat=$(flag --strategy full) rdt=$(flag --reduce-dtype f32)
+inflight=$(flag --max-inflight 2)
+# The model shape for bench_step_comm, from SHAPE (the trainer's flag names).
+sflag() { local f=$1 d=$2 a; read -r -a a <<<"$SHAPE"; for ((i = 0; i < ${#a[@]}; i++)); do [ "${a[$i]}" = "$f" ] && d=${a[$((i + 1))]}; done; echo "$d"; }
+tmax=$(sflag --max-seq-len 0); [ "$tmax" = 0 ] && tmax=$(sflag --seq-len 64)
+COMM_ARGS=(--layers "$(sflag --layers 12)" --embd "$(sflag --width 768)" --heads "$(sflag --heads 12)"
+    --vocab "$(sflag --vocab 50257)" --max-seq "$tmax" --precision "$prec" --strategy "$strat"
+    --reduce-dtype "$rdt" --max-inflight "$inflight" --steps 3)
 case $strat in full | grad-op | none) ;; *) echo "hosts_bench: unknown --strategy $strat" >&2; exit 2 ;; esac
 
 sum_bytes() { "$HOSTS" bytes | awk '{s += $2 + $3} END {printf "%.0f\n", s / 2}'; } # not %d: mawk clamps it to 2^31-1
 
 echo "# hosts_bench: $(lscpu | sed -n 's/^Model name: *//p'), $(getconf _NPROCESSORS_ONLN) cores; fsdp-train $SHAPE, batch $BATCH_PER_RANK per rank, $STEPS steps; extra flags: ${EXTRA[*]:-(none)}; $(git -C "$SRC" rev-parse --short HEAD 2>/dev/null || echo '?')"
 echo
-echo "| hosts x ranks | link | step time (s, mean of steps 2..$STEPS) | tokens/s | on the wire per step (MB) | predicted, ideal (MB) | predicted, libnbc (MB) | measured / libnbc |"
-echo "|---|---|---|---|---|---|---|---|"
+echo "| hosts x ranks | link | step time (s, mean of steps 2..$STEPS) | tokens/s | comm-only s | step / max(compute, comm) | on the wire per step (MB) | predicted, ideal (MB) | predicted, libnbc (MB) | measured / libnbc |"
+echo "|---|---|---|---|---|---|---|---|---|---|"
 for n in $HOSTS_LIST; do
     "$HOSTS" up "$n" >/dev/null
     for rate in $RATES; do
@@ -81,12 +95,18 @@ for n in $HOSTS_LIST; do
             sleep 0.02
         done
         wait $job || { echo "hosts_bench: run on $n hosts at $rate failed:" >&2; tail -5 "$tag.log" >&2; exit 1; }
-        python3 - "$tag.jsonl" "$tag.log" "$STEPS" "$n" "$rate" "$b1" "$b2" "$prec" "$strat" "$rdt" <<'PY'
-import json, re, sys
-f, log, steps, n, rate, b1, b2, prec, strat, rdt = sys.argv[1:]
+        "${launch[@]}" "$COMM" "${COMM_ARGS[@]}" >"$tag.comm" 2>&1 ||
+            { echo "hosts_bench: bench_step_comm on $n hosts at $rate failed:" >&2; tail -5 "$tag.comm" >&2; exit 1; }
+        python3 - "$tag.jsonl" "$tag.log" "$STEPS" "$n" "$rate" "$b1" "$b2" "$prec" "$strat" "$rdt" "$tag.comm" "${n}_local.jsonl" <<'PY'
+import json, os, re, sys
+f, log, steps, n, rate, b1, b2, prec, strat, rdt, commf, localf = sys.argv[1:]
 steps, n = int(steps), int(n)
-m = {d["step"]: d for d in map(json.loads, open(f)) if "step_s" in d}
-t = sum(m[s]["step_s"] for s in range(2, steps + 1)) / (steps - 1)
+def mean_step(path):
+    m = {d["step"]: d for d in map(json.loads, open(path)) if "step_s" in d}
+    return sum(m[s]["step_s"] for s in range(2, steps + 1)) / (steps - 1)
+t = mean_step(f)
+comm = float(re.search(r"comm-only step: ([0-9.]+) s", open(commf).read()).group(1))
+ratio = f"{t / max(mean_step(localf), comm):.2f}x" if os.path.exists(localf) else "- (no local run)"
 text = open(log).read()
 g = re.search(r"width (\d+), .*\(padded (\d+)\), (\d+) parameters", text)
 C, Vp, P = (int(x) for x in g.groups())
@@ -101,10 +121,10 @@ rs_ideal = (2 if strat == "none" else 1) * gb * P * (n - 1)
 rs_nbc = rs_ideal if strat == "none" or gb == 2 else gb * P * (n - 1) * (1 + 1 / n)
 ideal, nbc = ag + rs_ideal, ag + rs_nbc
 if rate == "local":  # one host: nothing crosses a link
-    print(f"| 1 x {n} (one host) | shared memory | {t:.2f} | {batch * T / t:.0f} | - | {ideal / 1e6:.0f} | {nbc / 1e6:.0f} | - |")
+    print(f"| 1 x {n} (one host) | shared memory | {t:.2f} | {batch * T / t:.0f} | {comm:.2f} | {ratio} | - | {ideal / 1e6:.0f} | {nbc / 1e6:.0f} | - |")
 else:
     wire = (int(b2) - int(b1)) / (steps - 1) if b1 and b2 else float("nan")
-    print(f"| {n} x 1 | {rate} | {t:.2f} | {batch * T / t:.0f} | {wire / 1e6:.0f} | {ideal / 1e6:.0f} | {nbc / 1e6:.0f} | {wire / nbc:.3f} |")
+    print(f"| {n} x 1 | {rate} | {t:.2f} | {batch * T / t:.0f} | {comm:.2f} | {ratio} | {wire / 1e6:.0f} | {ideal / 1e6:.0f} | {nbc / 1e6:.0f} | {wire / nbc:.3f} |")
 PY
     done
     "$HOSTS" down
