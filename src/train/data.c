@@ -231,118 +231,119 @@ static void emit_doc(void *c, const char *p, size_t n) {
         x->nt += 1 + nd;
 }
 
+/* The tokenizer of a prepare run: --tokenizer's BPE with its end-of-text id, or bytes (x->bpe NULL). */
+static fsdp_status prep_tokenizer(const fsdp_prepare_args *a, prep_ctx *x, int *vocab) {
+    x->eot = FSDP_TOKEN_EOT;
+    *vocab = FSDP_BYTE_VOCAB;
+    if (!a->tokenizer) return FSDP_OK;
+    FSDP_TRY(fsdp_bpe_load(&x->bpe, a->tokenizer));
+    x->eot = fsdp_bpe_eot(x->bpe);
+    *vocab = fsdp_bpe_vocab_size(x->bpe);
+    if (x->eot < 0)
+        return fsdp_set_error(
+            FSDP_EFORMAT, "%s: no \"<|endoftext|>\" token (\"added_tokens\"): documents need it as separator",
+            a->tokenizer);
+    return FSDP_OK;
+}
+
+/* Reads every input (texts[i], lens[i]), counts its documents (pass 1), then tokenizes them into
+ * x->train / x->val (pass 2). */
+static fsdp_status prep_tokenize(const fsdp_prepare_args *a, prep_ctx *x, char **texts, size_t *lens) {
+    for (int i = 0; i < a->n_texts; i++) {
+        FSDP_TRY(fsdp_io_read_file(a->texts[i], &texts[i], &lens[i]));
+        for_each_doc(texts[i], lens[i], a->doc_sep, count_doc, x);
+    }
+    if (x->n_tokens == 0) return fsdp_set_error(FSDP_EINVAL, "prepare: the input files hold no text");
+    x->f = a->val_fraction;
+    x->total_docs = x->n_docs;
+    if (x->n_docs == 1) x->single_split = x->n_tokens - (uint64_t)llround((double)x->n_tokens * x->f);
+    FSDP_TRY(fsdp_mem_alloc((void **)&x->train, 2 * x->n_tokens, FSDP_MEM_OTHER));
+    FSDP_TRY(fsdp_mem_alloc((void **)&x->val, 2 * x->n_tokens, FSDP_MEM_OTHER));
+    if (x->bpe) FSDP_TRY(fsdp_mem_alloc((void **)&x->doc, 4 * (x->max_doc + 1), FSDP_MEM_OTHER));
+    for (int i = 0; i < a->n_texts; i++)
+        for_each_doc(texts[i], lens[i], a->doc_sep, emit_doc, x);
+    if (x->err != FSDP_OK) return x->err;
+    if (x->nt == 0)
+        return fsdp_set_error(FSDP_EINVAL, "prepare: --val-fraction %g leaves no training tokens", x->f);
+    return FSDP_OK;
+}
+
+/* The folder carries its tokenizer (sample and export find it there): a copy of --tokenizer as
+ * OUT/tokenizer.json, unless --tokenizer already is that file. */
+static fsdp_status prep_copy_tokenizer(const fsdp_prepare_args *a) {
+    char *copy = NULL, *tpath = fsdp_strdupf("%s/tokenizer.json", a->out_dir);
+    size_t clen = 0;
+    struct stat ss, sd;
+    int same = tpath && stat(a->tokenizer, &ss) == 0 && stat(tpath, &sd) == 0 && ss.st_dev == sd.st_dev &&
+               ss.st_ino == sd.st_ino;
+    fsdp_status s = tpath ? FSDP_OK : FSDP_ERR(FSDP_ENOMEM, "no memory for a path");
+    if (s == FSDP_OK && !same) s = fsdp_io_read_file(a->tokenizer, &copy, &clen);
+    if (s == FSDP_OK && !same) s = fsdp_io_write_file_atomic(tpath, copy, clen, 0);
+    fsdp_mem_free(copy);
+    free(tpath);
+    return s;
+}
+
+/* meta.json of the prepared folder, as text (caller frees), or NULL when out of memory. */
+static char *prep_meta(const fsdp_prepare_args *a, const prep_ctx *x, int vocab) {
+    cJSON *j = cJSON_CreateObject();
+    if (!j) return NULL;
+    cJSON_AddStringToObject(j, "tokenizer", x->bpe ? "tokenizer.json" : "bytes");
+    cJSON_AddNumberToObject(j, "vocab", vocab);
+    cJSON_AddNumberToObject(j, "eot", x->eot);
+    cJSON_AddNumberToObject(j, "documents", (double)x->n_docs);
+    cJSON_AddNumberToObject(j, "train_tokens", (double)x->nt);
+    cJSON_AddNumberToObject(j, "val_tokens", (double)x->nv);
+    cJSON_AddNumberToObject(j, "val_fraction", x->f);
+    cJSON *src = cJSON_AddArrayToObject(j, "sources");
+    for (int i = 0; src && i < a->n_texts; i++)
+        cJSON_AddItemToArray(src, cJSON_CreateString(a->texts[i]));
+    char *meta = cJSON_Print(j);
+    cJSON_Delete(j);
+    return meta;
+}
+
+/* OUT/train.bin, OUT/val.bin, the tokenizer copy and OUT/meta.json. All three destinations are
+ * checked before any is written, so a refusal leaves the folder as it was. */
+static fsdp_status prep_write(const fsdp_prepare_args *a, const prep_ctx *x, int vocab) {
+    FSDP_TRY(fsdp_mkdirs(a->out_dir));
+    char *train_path = fsdp_strdupf("%s/train.bin", a->out_dir),
+         *val_path = fsdp_strdupf("%s/val.bin", a->out_dir),
+         *meta_path = fsdp_strdupf("%s/meta.json", a->out_dir), *meta = NULL;
+    fsdp_status s =
+        train_path && val_path && meta_path ? FSDP_OK : FSDP_ERR(FSDP_ENOMEM, "no memory for paths");
+    if (s == FSDP_OK) s = fsdp_out_check(train_path, "prepare --out");
+    if (s == FSDP_OK) s = fsdp_out_check(val_path, "prepare --out");
+    if (s == FSDP_OK) s = fsdp_out_check(meta_path, "prepare --out");
+    if (s == FSDP_OK) s = fsdp_tokens_write(train_path, x->train, x->nt);
+    if (s == FSDP_OK) s = fsdp_tokens_write(val_path, x->val, x->nv);
+    if (s == FSDP_OK && x->bpe) s = prep_copy_tokenizer(a);
+    if (s == FSDP_OK && (meta = prep_meta(a, x, vocab)) == NULL)
+        s = FSDP_ERR(FSDP_ENOMEM, "no memory for meta.json");
+    if (s == FSDP_OK) s = fsdp_io_write_file_atomic(meta_path, meta, strlen(meta), 0);
+    free(meta);
+    free(meta_path);
+    free(val_path);
+    free(train_path);
+    return s;
+}
+
 fsdp_status fsdp_prepare(const fsdp_prepare_args *a, fsdp_prepare_stats *stats) {
     if (a->n_texts <= 0) return fsdp_set_error(FSDP_EINVAL, "prepare: no input given: pass --text FILE...");
     if (!(a->val_fraction >= 0.0 && a->val_fraction < 1.0))
         return fsdp_set_error(FSDP_EINVAL, "prepare: --val-fraction %g is outside [0, 1)", a->val_fraction);
     if (!a->out_dir) return fsdp_set_error(FSDP_EINVAL, "prepare: no output folder: pass --out DIR");
     fsdp_io_inputs_reset();
-    fsdp_status s = FSDP_OK;
     char **texts = calloc((size_t)a->n_texts, sizeof *texts);
     size_t *lens = calloc((size_t)a->n_texts, sizeof *lens);
-    char *train_path = NULL, *val_path = NULL, *meta_path = NULL, *meta = NULL;
-    cJSON *j = NULL;
     prep_ctx x = {0};
-    x.eot = FSDP_TOKEN_EOT;
-    int vocab = FSDP_BYTE_VOCAB;
-    if (a->tokenizer) {
-        s = fsdp_bpe_load(&x.bpe, a->tokenizer);
-        if (s != FSDP_OK) goto done;
-        x.eot = fsdp_bpe_eot(x.bpe);
-        vocab = fsdp_bpe_vocab_size(x.bpe);
-        if (x.eot < 0) {
-            s = fsdp_set_error(
-                FSDP_EFORMAT,
-                "%s: no \"<|endoftext|>\" token (\"added_tokens\"): documents need it as separator",
-                a->tokenizer);
-            goto done;
-        }
-    }
-    if (!texts || !lens) {
+    int vocab = 0;
+    fsdp_status s = prep_tokenizer(a, &x, &vocab);
+    if (s == FSDP_OK && (!texts || !lens))
         s = FSDP_ERR(FSDP_ENOMEM, "no memory for %d file entries", a->n_texts);
-        goto done;
-    }
-    for (int i = 0; i < a->n_texts; i++) {
-        s = fsdp_io_read_file(a->texts[i], &texts[i], &lens[i]);
-        if (s != FSDP_OK) goto done;
-        for_each_doc(texts[i], lens[i], a->doc_sep, count_doc, &x);
-    }
-    if (x.n_tokens == 0) {
-        s = fsdp_set_error(FSDP_EINVAL, "prepare: the input files hold no text");
-        goto done;
-    }
-    x.f = a->val_fraction;
-    x.total_docs = x.n_docs;
-    if (x.n_docs == 1) x.single_split = x.n_tokens - (uint64_t)llround((double)x.n_tokens * x.f);
-    s = fsdp_mem_alloc((void **)&x.train, 2 * x.n_tokens, FSDP_MEM_OTHER);
-    if (s != FSDP_OK) goto done;
-    s = fsdp_mem_alloc((void **)&x.val, 2 * x.n_tokens, FSDP_MEM_OTHER);
-    if (s == FSDP_OK && x.bpe) s = fsdp_mem_alloc((void **)&x.doc, 4 * (x.max_doc + 1), FSDP_MEM_OTHER);
-    if (s != FSDP_OK) goto done;
-    for (int i = 0; i < a->n_texts; i++)
-        for_each_doc(texts[i], lens[i], a->doc_sep, emit_doc, &x);
-    if (x.err != FSDP_OK) {
-        s = x.err;
-        goto done;
-    }
-    if (x.nt == 0) {
-        s = fsdp_set_error(FSDP_EINVAL, "prepare: --val-fraction %g leaves no training tokens", x.f);
-        goto done;
-    }
-    s = fsdp_mkdirs(a->out_dir);
-    if (s != FSDP_OK) goto done;
-    train_path = fsdp_strdupf("%s/train.bin", a->out_dir);
-    val_path = fsdp_strdupf("%s/val.bin", a->out_dir);
-    meta_path = fsdp_strdupf("%s/meta.json", a->out_dir);
-    if (!train_path || !val_path || !meta_path) {
-        s = FSDP_ERR(FSDP_ENOMEM, "no memory for paths");
-        goto done;
-    }
-    /* All three destinations before writing any, so a refusal leaves the folder as it was. */
-    s = fsdp_out_check(train_path, "prepare --out");
-    if (s == FSDP_OK) s = fsdp_out_check(val_path, "prepare --out");
-    if (s == FSDP_OK) s = fsdp_out_check(meta_path, "prepare --out");
-    if (s != FSDP_OK) goto done;
-    s = fsdp_tokens_write(train_path, x.train, x.nt);
-    if (s != FSDP_OK) goto done;
-    s = fsdp_tokens_write(val_path, x.val, x.nv);
-    if (s != FSDP_OK) goto done;
-    j = cJSON_CreateObject();
-    if (!j) {
-        s = FSDP_ERR(FSDP_ENOMEM, "no memory for meta.json");
-        goto done;
-    }
-    if (x.bpe) { /* the folder carries its tokenizer: sample and export find it there */
-        char *copy = NULL, *tpath = fsdp_strdupf("%s/tokenizer.json", a->out_dir);
-        size_t clen = 0;
-        struct stat ss, sd; /* --tokenizer may already be the folder's own copy: nothing to do */
-        int same = tpath && stat(a->tokenizer, &ss) == 0 && stat(tpath, &sd) == 0 && ss.st_dev == sd.st_dev &&
-                   ss.st_ino == sd.st_ino;
-        s = tpath ? FSDP_OK : FSDP_ERR(FSDP_ENOMEM, "no memory for a path");
-        if (s == FSDP_OK && !same) s = fsdp_io_read_file(a->tokenizer, &copy, &clen);
-        if (s == FSDP_OK && !same) s = fsdp_io_write_file_atomic(tpath, copy, clen, 0);
-        fsdp_mem_free(copy);
-        free(tpath);
-        if (s != FSDP_OK) goto done;
-    }
-    cJSON_AddStringToObject(j, "tokenizer", x.bpe ? "tokenizer.json" : "bytes");
-    cJSON_AddNumberToObject(j, "vocab", vocab);
-    cJSON_AddNumberToObject(j, "eot", x.eot);
-    cJSON_AddNumberToObject(j, "documents", (double)x.n_docs);
-    cJSON_AddNumberToObject(j, "train_tokens", (double)x.nt);
-    cJSON_AddNumberToObject(j, "val_tokens", (double)x.nv);
-    cJSON_AddNumberToObject(j, "val_fraction", x.f);
-    cJSON *src = cJSON_AddArrayToObject(j, "sources");
-    for (int i = 0; src && i < a->n_texts; i++)
-        cJSON_AddItemToArray(src, cJSON_CreateString(a->texts[i]));
-    meta = cJSON_Print(j);
-    if (!meta) {
-        s = FSDP_ERR(FSDP_ENOMEM, "no memory for meta.json");
-        goto done;
-    }
-    s = fsdp_io_write_file_atomic(meta_path, meta, strlen(meta), 0);
-    if (s != FSDP_OK) goto done;
-    if (stats) {
+    if (s == FSDP_OK) s = prep_tokenize(a, &x, texts, lens);
+    if (s == FSDP_OK) s = prep_write(a, &x, vocab);
+    if (s == FSDP_OK && stats) {
         stats->n_docs = x.n_docs;
         stats->n_train = x.nt;
         stats->n_val = x.nv;
@@ -350,12 +351,6 @@ fsdp_status fsdp_prepare(const fsdp_prepare_args *a, fsdp_prepare_stats *stats) 
         stats->encode_s = x.encode_s;
         stats->text_bytes = x.encoded;
     }
-done:
-    free(meta);
-    cJSON_Delete(j);
-    free(meta_path);
-    free(val_path);
-    free(train_path);
     fsdp_mem_free(x.val);
     fsdp_mem_free(x.train);
     fsdp_mem_free(x.doc);
