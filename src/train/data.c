@@ -271,15 +271,9 @@ static fsdp_status prep_tokenize(const fsdp_prepare_args *a, prep_ctx *x, char *
 /* The folder carries its tokenizer (sample and export find it there): a copy of --tokenizer as
  * OUT/tokenizer.json, unless --tokenizer already is that file. */
 static fsdp_status prep_copy_tokenizer(const fsdp_prepare_args *a) {
-    char *copy = NULL, *tpath = fsdp_strdupf("%s/tokenizer.json", a->out_dir);
-    size_t clen = 0;
-    struct stat ss, sd;
-    int same = tpath && stat(a->tokenizer, &ss) == 0 && stat(tpath, &sd) == 0 && ss.st_dev == sd.st_dev &&
-               ss.st_ino == sd.st_ino;
-    fsdp_status s = tpath ? FSDP_OK : FSDP_ERR(FSDP_ENOMEM, "no memory for a path");
-    if (s == FSDP_OK && !same) s = fsdp_io_read_file(a->tokenizer, &copy, &clen);
-    if (s == FSDP_OK && !same) s = fsdp_io_write_file_atomic(tpath, copy, clen, 0);
-    fsdp_mem_free(copy);
+    char *tpath = fsdp_strdupf("%s/tokenizer.json", a->out_dir);
+    fsdp_status s =
+        tpath ? fsdp_io_copy_file(a->tokenizer, tpath) : FSDP_ERR(FSDP_ENOMEM, "no memory for a path");
     free(tpath);
     return s;
 }

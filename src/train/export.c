@@ -15,7 +15,6 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 /* fsdp.c tensor name -> GPT-2 name suffix, and whether the GPT-2 layout is the transpose. */
@@ -201,58 +200,45 @@ fsdp_status fsdp_export_run(const fsdp_train_config *cfg, FILE *out) {
     return s;
 }
 
-static fsdp_status export_checkpoint(const fsdp_train_config *cfg, FILE *out) {
-    char *step_dir = NULL, *hdr = NULL;
-    fsdp_ckpt_reader *r = NULL;
-    export_tensor *ts = NULL;
-    float *flat = NULL, *buf = NULL;
-    int n = 0;
-    fsdp_out o = {.fd = -1};
-    fsdp_train_config c = fsdp_train_config_default();
-    fsdp_ckpt_state st;
-    fsdp_io_inputs_reset();
-    fsdp_status s = fsdp_ckpt_resolve(cfg->checkpoint, &step_dir);
-    if (s == FSDP_OK) s = fsdp_ckpt_open(&r, step_dir);
-    if (s == FSDP_OK) s = fsdp_train_config_from_json(&c, fsdp_ckpt_config(r), step_dir);
-    if (s == FSDP_OK) s = fsdp_ckpt_state_get(r, &st);
-    if (s == FSDP_OK) s = plan(r, c.vocab, &ts, &n);
-    /* The tokenizer is checked before anything is written. */
-    char *tpath = NULL, *tok = NULL, *tdst = NULL;
-    size_t tlen = 0;
-    int eot = -1;
-    if (s == FSDP_OK) s = fsdp_train_ckpt_tokenizer(cfg->tokenizer, cfg->checkpoint, &tpath);
-    if (s == FSDP_OK && tpath) {
-        fsdp_bpe *bpe = NULL;
-        s = fsdp_bpe_load(&bpe, tpath);
-        eot = fsdp_bpe_eot(bpe);
-        if (s == FSDP_OK && fsdp_bpe_vocab_size(bpe) > c.vocab)
-            s = fsdp_set_error(FSDP_EINVAL, "%s: more tokens (%d) than the model's vocabulary (%d)", tpath,
-                               fsdp_bpe_vocab_size(bpe), c.vocab);
-        fsdp_bpe_free(bpe);
-    }
-    if (s != FSDP_OK) goto done;
-    hdr = header_json(ts, n, st.step);
-    if (!hdr) {
-        s = FSDP_ERR(FSDP_ENOMEM, "no memory for the safetensors header");
-        goto done;
-    }
-    char odir[4096];
-    fsdp_path_dirname(cfg->out, odir, sizeof odir);
-    s = fsdp_mkdirs(odir);
-    /* Every destination is checked before the work: the logits file, then the model file. */
-    if (s == FSDP_OK && cfg->logits) s = fsdp_out_check(cfg->logits, "--logits");
-    char *cfg_json = s == FSDP_OK ? fsdp_strdupf("%s/config.json", odir) : NULL;
-    if (s == FSDP_OK && !cfg_json) s = FSDP_ERR(FSDP_ENOMEM, "no memory for a path");
-    if (s == FSDP_OK) s = fsdp_out_check(cfg_json, "config.json beside --out");
+/* The run's tokenizer (--tokenizer, or the checkpoint's), checked against the model's vocabulary
+ * before anything is written: *tpath (NULL: bytes), *eot its end-of-text id (-1 without one). */
+static fsdp_status export_tokenizer(const fsdp_train_config *cfg, int vocab, char **tpath, int *eot) {
+    *eot = -1;
+    FSDP_TRY(fsdp_train_ckpt_tokenizer(cfg->tokenizer, cfg->checkpoint, tpath));
+    if (!*tpath) return FSDP_OK;
+    fsdp_bpe *bpe = NULL;
+    fsdp_status s = fsdp_bpe_load(&bpe, *tpath);
+    *eot = fsdp_bpe_eot(bpe);
+    if (s == FSDP_OK && fsdp_bpe_vocab_size(bpe) > vocab)
+        s = fsdp_set_error(FSDP_EINVAL, "%s: more tokens (%d) than the model's vocabulary (%d)", *tpath,
+                           fsdp_bpe_vocab_size(bpe), vocab);
+    fsdp_bpe_free(bpe);
+    return s;
+}
+
+/* Every destination is checked before the work: the logits file, then config.json and the model
+ * file (opened as o's temporary) in odir, created if missing. */
+static fsdp_status export_open(const fsdp_train_config *cfg, const char *odir, fsdp_out *o) {
+    FSDP_TRY(fsdp_mkdirs(odir));
+    if (cfg->logits) FSDP_TRY(fsdp_out_check(cfg->logits, "--logits"));
+    char *cfg_json = fsdp_strdupf("%s/config.json", odir);
+    fsdp_status s = cfg_json ? fsdp_out_check(cfg_json, "config.json beside --out")
+                             : FSDP_ERR(FSDP_ENOMEM, "no memory for a path");
     free(cfg_json);
-    if (s == FSDP_OK) s = fsdp_out_begin(&o, cfg->out, "--out", 0);
-    if (s != FSDP_OK) goto done;
-    const int fd = o.fd;
-    const char *tmp = o.tmp;
-    /* safetensors: u64 little-endian header length, JSON header (space-padded to 8 bytes), data. */
+    if (s == FSDP_OK) s = fsdp_out_begin(o, cfg->out, "--out", 0);
+    return s;
+}
+
+/* safetensors: u64 little-endian header length, JSON header (space-padded to 8 bytes), then every
+ * tensor's fp32 data in ts order, read one unit's flat buffer at a time (transposed where asked). */
+static fsdp_status export_write(fsdp_out *o, fsdp_ckpt_reader *r, const export_tensor *ts, int n,
+                                const char *hdr) {
+    const int fd = o->fd;
+    const char *tmp = o->tmp;
+    float *flat = NULL, *buf = NULL;
     size_t hlen = strlen(hdr), padded = (hlen + 7) / 8 * 8;
     uint64_t hl = padded;
-    s = fsdp_io_write_all(fd, &hl, 8, tmp);
+    fsdp_status s = fsdp_io_write_all(fd, &hl, 8, tmp);
     if (s == FSDP_OK) s = fsdp_io_write_all(fd, hdr, hlen, tmp);
     if (s == FSDP_OK && padded > hlen) s = fsdp_io_write_all(fd, "        ", padded - hlen, tmp);
     for (int i = 0; i < n && s == FSDP_OK; i++) {
@@ -279,16 +265,37 @@ static fsdp_status export_checkpoint(const fsdp_train_config *cfg, FILE *out) {
         }
         s = fsdp_io_write_all(fd, src, 4 * rows * cols, tmp);
     }
+    fsdp_mem_free(buf);
+    fsdp_mem_free(flat);
+    return s;
+}
+
+static fsdp_status export_checkpoint(const fsdp_train_config *cfg, FILE *out) {
+    char *step_dir = NULL, *hdr = NULL, *tpath = NULL, *tdst = NULL;
+    fsdp_ckpt_reader *r = NULL;
+    export_tensor *ts = NULL;
+    int n = 0, eot = -1;
+    fsdp_out o = {.fd = -1};
+    fsdp_train_config c = fsdp_train_config_default();
+    fsdp_ckpt_state st;
+    char odir[4096];
+    fsdp_io_inputs_reset();
+    fsdp_status s = fsdp_ckpt_resolve(cfg->checkpoint, &step_dir);
+    if (s == FSDP_OK) s = fsdp_ckpt_open(&r, step_dir);
+    if (s == FSDP_OK) s = fsdp_train_config_from_json(&c, fsdp_ckpt_config(r), step_dir);
+    if (s == FSDP_OK) s = fsdp_ckpt_state_get(r, &st);
+    if (s == FSDP_OK) s = plan(r, c.vocab, &ts, &n);
+    if (s == FSDP_OK) s = export_tokenizer(cfg, c.vocab, &tpath, &eot);
+    if (s == FSDP_OK && (hdr = header_json(ts, n, st.step)) == NULL)
+        s = FSDP_ERR(FSDP_ENOMEM, "no memory for the safetensors header");
+    fsdp_path_dirname(cfg->out, odir, sizeof odir);
+    if (s == FSDP_OK) s = export_open(cfg, odir, &o);
+    if (s == FSDP_OK) s = export_write(&o, r, ts, n, hdr);
     if (s == FSDP_OK) s = fsdp_out_commit(&o);
     /* The run's tokenizer.json goes beside the model, so AutoTokenizer loads the folder too. */
     if (s == FSDP_OK && tpath) {
         tdst = fsdp_strdupf("%s/tokenizer.json", odir);
-        struct stat ss, sd; /* exporting into the folder the tokenizer comes from: it is there already */
-        int same = tdst && stat(tpath, &ss) == 0 && stat(tdst, &sd) == 0 && ss.st_dev == sd.st_dev &&
-                   ss.st_ino == sd.st_ino;
-        s = tdst ? FSDP_OK : FSDP_ERR(FSDP_ENOMEM, "no memory for a path");
-        if (s == FSDP_OK && !same) s = fsdp_io_read_file(tpath, &tok, &tlen);
-        if (s == FSDP_OK && !same) s = fsdp_io_write_file_atomic(tdst, tok, tlen, 0);
+        s = tdst ? fsdp_io_copy_file(tpath, tdst) : FSDP_ERR(FSDP_ENOMEM, "no memory for a path");
     }
     if (s == FSDP_OK) s = write_config_json(cfg->out, &c, eot);
     if (s == FSDP_OK && out && tpath) fprintf(out, "copied %s beside it as tokenizer.json\n", tpath);
@@ -297,13 +304,9 @@ static fsdp_status export_checkpoint(const fsdp_train_config *cfg, FILE *out) {
         fprintf(out,
                 "exported %s (step %lld, %d tensors, %llu bytes of fp32 data) and config.json beside it\n",
                 cfg->out, (long long)st.step, n, (unsigned long long)(n ? ts[n - 1].end : 0));
-done:
     fsdp_out_abort(&o); /* a no-op once committed */
-    fsdp_mem_free(tok);
     free(tdst);
     free(tpath);
-    fsdp_mem_free(buf);
-    fsdp_mem_free(flat);
     free(hdr);
     free(ts);
     fsdp_ckpt_close(r);

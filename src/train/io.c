@@ -306,6 +306,18 @@ fsdp_status fsdp_io_write_file_atomic(const char *path, const void *data, size_t
     return fsdp_out_commit(&o);
 }
 
+fsdp_status fsdp_io_copy_file(const char *src, const char *dst) {
+    struct stat ss, sd;
+    if (stat(src, &ss) == 0 && stat(dst, &sd) == 0 && ss.st_dev == sd.st_dev && ss.st_ino == sd.st_ino)
+        return FSDP_OK;
+    char *data = NULL;
+    size_t n = 0;
+    fsdp_status s = fsdp_io_read_file(src, &data, &n);
+    if (s == FSDP_OK) s = fsdp_io_write_file_atomic(dst, data, n, 0);
+    fsdp_mem_free(data);
+    return s;
+}
+
 fsdp_status fsdp_mkdirs(const char *path) {
     size_t n = strlen(path);
     char *p = malloc(n + 1);

@@ -62,6 +62,9 @@ fsdp_status fsdp_out_commit(fsdp_out *o);
 void fsdp_out_abort(fsdp_out *o);
 /* Writes data to path through fsdp_out_begin / fsdp_out_commit (flags as there). */
 fsdp_status fsdp_io_write_file_atomic(const char *path, const void *data, size_t n, unsigned flags);
+/* Copies the file src to dst (atomically, as fsdp_io_write_file_atomic); nothing to do when dst already
+ * is src (the same file, by device and inode). */
+fsdp_status fsdp_io_copy_file(const char *src, const char *dst);
 
 /* fsync + close; reports either failure (a full disk may only show up here). */
 fsdp_status fsdp_io_close_sync(int fd, const char *path);
