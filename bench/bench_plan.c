@@ -11,6 +11,7 @@
  *       [--steps N (2)] [--max-inflight K (2)] [--trace FILE] [--report FILE.json]
  * --measure exits 1 if master, optim, grad_shard, param_full or main_grad differ from the plan. */
 #include "fsdp.h"
+#include "bench_gpt_flags.h"
 #include "model/gpt.h"
 
 #include <stdlib.h>
@@ -49,14 +50,8 @@ static int parse(opts *o, int argc, char **argv) {
             return -1;
         }
         i++;
-        if (!strcmp(a, "--layers"))
-            o->gc.n_layer = atoi(v);
-        else if (!strcmp(a, "--embd"))
-            o->gc.n_embd = atoi(v);
-        else if (!strcmp(a, "--heads"))
-            o->gc.n_head = atoi(v);
-        else if (!strcmp(a, "--vocab"))
-            o->gc.vocab_size = atoi(v), o->gc.padded_vocab_size = 0;
+        if (bench_gpt_flag(&o->gc, a, v))
+            ;
         else if (!strcmp(a, "--seq"))
             o->T = atoi(v);
         else if (!strcmp(a, "--max-seq"))

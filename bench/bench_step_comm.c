@@ -19,6 +19,7 @@
  * machine used per step (getrusage; /proc/stat busy jiffies): on namespace hosts that share one
  * machine's cores, the second says how much compute time the kernel's network work would take. */
 #include "fsdp.h"
+#include "bench_gpt_flags.h"
 #include "fsdp_gpt.h"
 #include "core/core.h"
 
@@ -45,14 +46,8 @@ static int parse(opts *o, int argc, char **argv) {
             return -1;
         }
         i++;
-        if (!strcmp(a, "--layers"))
-            o->gc.n_layer = atoi(v);
-        else if (!strcmp(a, "--embd"))
-            o->gc.n_embd = atoi(v);
-        else if (!strcmp(a, "--heads"))
-            o->gc.n_head = atoi(v);
-        else if (!strcmp(a, "--vocab"))
-            o->gc.vocab_size = atoi(v), o->gc.padded_vocab_size = 0;
+        if (bench_gpt_flag(&o->gc, a, v))
+            ;
         else if (!strcmp(a, "--max-seq"))
             o->gc.max_seq_len = atoi(v);
         else if (!strcmp(a, "--precision") && (!strcmp(v, "mixed") || !strcmp(v, "fp32")))
