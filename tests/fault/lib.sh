@@ -4,15 +4,8 @@
 # fault_inject.so preload) to be set by the caller.
 set -uo pipefail
 SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-fails=0
-pass=0
-ok() { pass=$((pass + 1)); }
-bad() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
-finish() {
-    echo "$pass passed, $fails failed"
-    [ "$fails" -eq 0 ] && [ "$pass" -gt 0 ]
-    exit $?
-}
+# shellcheck source=../lib_common.sh
+. "$SRC/tests/lib_common.sh"
 export OMP_NUM_THREADS=1
 BIN=$(realpath "$BIN") MPIRUN=$(realpath "$MPIRUN") FAULT_LIB=$(realpath "$FAULT_LIB") WORK=$(realpath -m "$WORK")
 
@@ -36,30 +29,6 @@ exec "$@"
 SH
 chmod +x launch.sh
 export FAULT_WORK=$WORK FAULT_LIB
-
-# field FILE STEP NAME: a metrics value as printed (the exact text of the float); the last line wins.
-field() { grep "\"step\": $2," "$1" | tail -1 | sed -E "s/.*\"$3\": ([^,}]*).*/\1/"; }
-
-# same_losses A B FIRST LAST: loss and grad_norm of steps FIRST..LAST identical in both metrics files.
-same_losses() {
-    local s f
-    for s in $(seq "$3" "$4"); do
-        for f in loss grad_norm; do
-            local a b
-            a=$(field "$1" "$s" $f) b=$(field "$2" "$s" $f)
-            if [ -z "$a" ] || [ "$a" != "$b" ]; then
-                echo "step $s $f: '$a' vs '$b'" >&2
-                return 1
-            fi
-        done
-    done
-}
-
-# loads CKPT_DIR: the checkpoint `latest` names reads back completely (every shard file's checksum
-# is verified by the export), into a safetensors file.
-loads() {
-    "$BIN" export --checkpoint "$1" --out "$1.export/model.safetensors" >"$1.export.log" 2>&1
-}
 
 # snapshot DIR: checksums of every file under DIR.
 snapshot() { (cd "$1" && find . -type f -print0 | sort -z | xargs -0 md5sum); }

@@ -6,15 +6,8 @@ set -uo pipefail
 SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 HOSTS=$SRC/tools/hosts.sh
 MPIRUN=$SRC/tests/mpirun.sh
-fails=0
-pass=0
-ok() { pass=$((pass + 1)); }
-bad() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
-finish() {
-    echo "$pass passed, $fails failed"
-    [ "$fails" -eq 0 ] && [ "$pass" -gt 0 ]
-    exit $?
-}
+# shellcheck source=../lib_common.sh
+. "$SRC/tests/lib_common.sh"
 export OMP_NUM_THREADS=1
 BIN=$(realpath "$BIN") WORK=$(realpath -m "$WORK")
 # This test's own host set: its id names the namespaces, links and subnet, so a leftover or a
@@ -59,29 +52,6 @@ exit $rc
 SH
 chmod +x launch.sh
 export HOSTS_WORK=$WORK
-
-# field FILE STEP NAME: a metrics value as printed (the exact text of the float); the last line wins.
-field() { grep "\"step\": $2," "$1" | tail -1 | sed -E "s/.*\"$3\": ([^,}]*).*/\1/"; }
-
-# same_losses A B FIRST LAST: loss and grad_norm of steps FIRST..LAST identical in both metrics files.
-same_losses() {
-    local s f a b
-    for s in $(seq "$3" "$4"); do
-        for f in loss grad_norm; do
-            a=$(field "$1" "$s" $f) b=$(field "$2" "$s" $f)
-            if [ -z "$a" ] || [ "$a" != "$b" ]; then
-                echo "  $1 vs $2: step $s $f: '$a' vs '$b'" >&2
-                return 1
-            fi
-        done
-    done
-}
-
-# loads CKPT_DIR: the checkpoint `latest` names reads back completely (every shard file's checksum
-# is verified by the export), into a safetensors file.
-loads() {
-    timeout 60 "$BIN" export --checkpoint "$1" --out "$1.export/model.safetensors" >"$1.export.log" 2>&1
-}
 
 # now: seconds since the epoch with fractions; elapsed T0 [T1]: T1 (default now) - T0 in seconds, 1 decimal.
 now() { date +%s.%N; }
