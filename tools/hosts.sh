@@ -26,6 +26,7 @@
 # /run/fsdp-hosts/HOSTS_ID), never in /tmp. Inside the namespaces host I is hostname hI, address
 # 10.213.X.I; mpirun runs in a launcher namespace of its own (HOSTS_ID-h0, 10.213.X.254), so the
 # root namespace has no address on the bridge and none of its settings change.
+# HOSTS_QUEUE (default 2ms): how long a shaped link may queue (tc tbf latency); see cmd_shape.
 # HOSTS_MPI_TIMEOUT (seconds, default 0 = none): `run` kills mpirun after that long (status 124).
 set -euo pipefail
 
@@ -37,6 +38,7 @@ BR=$ID-br
 OCT=$(($(printf '%s' "$ID" | cksum | cut -d' ' -f1) % 250 + 1))
 NET=10.213.$OCT
 MAXH=16
+QUEUE=${HOSTS_QUEUE:-2ms}
 
 die() { echo "hosts.sh: $*" >&2; exit 2; }
 ns() { echo "$ID-h$1"; }
@@ -162,13 +164,20 @@ cmd_shape() {
             ip netns exec "$(ns "$i")" tc qdisc del dev eth0 root 2>/dev/null || true
             continue
         fi
-        # tbf: burst of 1 ms at the rate (>= 64 KiB: veth hands over GSO packets up to 64 KiB).
+        # tbf: burst of 1 ms at the rate (>= 64 KiB: veth hands over GSO packets up to 64 KiB); a queue
+        # of HOSTS_QUEUE (default 2ms) at the rate, about a switch port's buffer. Not 100ms: with
+        # both directions busy, a queue that deep holds the TCP acknowledgements and Open MPI's
+        # rendezvous replies behind ~12 MB of data at 1 Gbit/s, and Open MPI's TCP transport ran at
+        # half the line rate (bench_comm, 2 hosts, 16 MiB all-gather / reduce-scatter: 0.060 GB/s bus
+        # bandwidth with 100ms, 0.117 with 2ms, the same minute; one plain TCP stream reached 0.95
+        # Gbit/s either way).
         local bps burst
         bps=$(tc_rate_bits "$rate")
+        [[ "$QUEUE" =~ ^[0-9]+(us|ms)$ ]] || die "HOSTS_QUEUE '$QUEUE' must be a time like 2ms or 500us"
         burst=$((bps / 8 / 1000))
         [ $burst -ge 131072 ] || burst=131072
-        tc qdisc replace dev "$(veth "$i")" root tbf rate "$rate" burst "$burst" latency 100ms
-        ip netns exec "$(ns "$i")" tc qdisc replace dev eth0 root tbf rate "$rate" burst "$burst" latency 100ms
+        tc qdisc replace dev "$(veth "$i")" root tbf rate "$rate" burst "$burst" latency "$QUEUE"
+        ip netns exec "$(ns "$i")" tc qdisc replace dev eth0 root tbf rate "$rate" burst "$burst" latency "$QUEUE"
     done
 }
 
