@@ -11,6 +11,7 @@
 #include "core/prof.h"
 #include "kernels/kernels.h"
 #include "model/gpt.h"
+#include "train/train.h"
 
 #include <omp.h>
 #include <stdio.h>
@@ -156,18 +157,15 @@ done:
     return rc;
 }
 
-/* libgomp reads OMP_WAIT_POLICY once, when it loads, so the bench sets it by re-executing itself.
- * On this shared 2-core machine the default (spin at every barrier) loses whole time slices whenever
- * another process preempts one of the two threads, and each step has hundreds of barriers: passive
- * waiting measured 1.5-1.9 s per step against 2.8-5.3 s, alternating runs under load 3-3.5. Setting
- * OMP_WAIT_POLICY (any value) yourself keeps yours; --omp-wait default keeps libgomp's. */
+/* The trainer's wait policy (fsdp_train_omp_wait_default: passive unless OMP_WAIT_POLICY is set, by
+ * re-executing): on this shared 2-core machine libgomp's default (spin at every barrier) loses whole
+ * time slices whenever another process preempts one of the two threads, and each step has hundreds of
+ * barriers: passive waiting measured 1.5-1.9 s per step against 2.8-5.3 s, alternating runs under load
+ * 3-3.5. --omp-wait default keeps libgomp's. */
 static void omp_wait_policy(int argc, char **argv) {
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--omp-wait") && i + 1 < argc && !strcmp(argv[i + 1], "default")) return;
-    if (getenv("OMP_WAIT_POLICY") != NULL) return;
-    if (setenv("OMP_WAIT_POLICY", "passive", 1) != 0) return;
-    execv("/proc/self/exe", argv);
-    unsetenv("OMP_WAIT_POLICY"); /* exec failed: run as we are, and say so in the header */
+    fsdp_train_omp_wait_default(argv);
 }
 
 int main(int argc, char **argv) {
