@@ -6,6 +6,7 @@
 #include "train/train.h"
 
 #include "core/core.h"
+#include "core/prof.h"
 #include "kernels/kernels.h"
 #include "model/gpt.h"
 #include "train/bpe.h"
@@ -627,7 +628,8 @@ typedef struct {
 typedef struct {
     int step;
     double lr, dt;
-    float loss, norm; /* loss: the mean over the global batch */
+    float loss, norm;      /* loss: the mean over the global batch */
+    fsdp_prof_counts prof; /* this rank's time per kernel class in the step (core/prof.h) */
 } step_record;
 
 /* The settings every rank agrees on, the checkpoint folder (this run's alone, writable), the data, the
@@ -816,6 +818,7 @@ static fsdp_status run_start(train_run *r, int *nothing) {
 static fsdp_status train_step(train_run *r, int step, step_record *rec) {
     const fsdp_train_config *c = &r->cfg;
     fsdp_engine_t *eng = r->rm.eng;
+    fsdp_prof_reset();
     double t0 = fsdp_time_s();
     char span[32];
     snprintf(span, sizeof span, "step %d", step);
@@ -846,6 +849,7 @@ static fsdp_status train_step(train_run *r, int step, step_record *rec) {
     fsdp_trace_end(span, "step");
     fsdp_loader_advance(&r->train);
     rec->dt = fsdp_time_s() - t0;
+    fsdp_prof_get(&rec->prof);
     return FSDP_OK;
 }
 
@@ -868,11 +872,16 @@ static fsdp_status log_step(train_run *r, const step_record *rec) {
     r->rr.last_step = rec->step;
     r->rr.last_loss = rec->loss;
     r->rr.tokens_per_s = r->steps_timed ? tokens_per_step / avg : tps;
-    char line[512];
+    char line[1024];
     int n = snprintf(line, sizeof line,
                      "{\"step\": %d, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, "
-                     "\"tokens_per_s\": %.1f, \"step_s\": %.6f, \"peak_mem_bytes\": %zu}\n",
+                     "\"tokens_per_s\": %.1f, \"step_s\": %.6f, \"peak_mem_bytes\": %zu, \"kernels_s\": {",
                      rec->step, rec->loss, rec->lr, rec->norm, tps, rec->dt, fsdp_mem_total_peak());
+    for (int k = 0; k < FSDP_PROF_NCLASS && n > 0 && (size_t)n < sizeof line; k++)
+        n += snprintf(line + n, sizeof line - (size_t)n, "%s\"%s\": %.6f", k ? ", " : "",
+                      fsdp_prof_class_name((fsdp_prof_class)k), rec->prof.seconds[k]);
+    if (n > 0 && (size_t)n < sizeof line) n += snprintf(line + n, sizeof line - (size_t)n, "}}\n");
+    if (n < 0 || (size_t)n >= sizeof line) n = -1; /* cannot happen: 11 classes fit */
     FSDP_TRY(metrics_line(r, line, n));
     if (r->o) {
         char eta[32], peak[32];
