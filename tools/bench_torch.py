@@ -3,10 +3,13 @@
 this CPU, for comparison with bench/bench_train_step.c: same model (GPT-2-124M shape, padded vocab,
 tied LM head, GELU tanh) and batch, fp32 and bf16 autocast, reported in tokens/s.
 
-Usage: /usr/bin/python3 tools/bench_torch.py [--L 12 --C 768 --NH 12 --V 50257 --T 64 --B 4]
-       [--steps 3] [--threads N] [--modes fp32,bf16]
+Usage: PYTHON tools/bench_torch.py [--L 12 --C 768 --NH 12 --V 50257 --T 64 --B 4]
+       [--steps 3] [--threads N] [--modes fp32,bf16] [--json PATH]
+Runs with any PyTorch build (Debian's python3-torch under /usr/bin/python3, or PyPI's in a virtual
+environment); --json writes the figures for bench/run_benchmarks.sh, which takes the best build.
 """
 import argparse
+import json
 import math
 import os
 import time
@@ -64,6 +67,7 @@ def main():
     ap.add_argument("--steps", type=int, default=3, help="timed steps after one warm-up step")
     ap.add_argument("--threads", type=int, default=0, help="0: every core this process may use")
     ap.add_argument("--modes", default="fp32,bf16")
+    ap.add_argument("--json", help="write the figures here as JSON")
     a = ap.parse_args()
     # Debian's torch starts with 1 thread; use the cores we are allowed (cgroup/affinity aware).
     torch.set_num_threads(a.threads if a.threads > 0 else len(os.sched_getaffinity(0)))
@@ -77,6 +81,8 @@ def main():
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, "
           f"mkldnn {torch.backends.mkldnn.is_available()}; L={a.L} C={a.C} NH={a.NH} V={a.V} (Vp={Vp}) "
           f"T={a.T} B={a.B}, {nparams / 1e6:.1f}M params")
+    result = {"torch": torch.__version__, "threads": torch.get_num_threads(), "L": a.L, "C": a.C, "NH": a.NH,
+              "V": a.V, "T": a.T, "B": a.B, "params": nparams, "modes": {}}
     for mode in a.modes.split(","):
         def step():
             opt.zero_grad(set_to_none=True)
@@ -94,7 +100,12 @@ def main():
             times.append(time.perf_counter() - t0)
         best, mean = min(times), sum(times) / len(times)
         print(f"{mode}: step {mean * 1e3:.0f} ms mean, {best * 1e3:.0f} ms best over {a.steps}; "
-              f"{a.B * a.T / mean:.0f} tokens/s mean, {a.B * a.T / best:.0f} tokens/s best")
+              f"{a.B * a.T / mean:.0f} tokens/s mean, {a.B * a.T / best:.0f} tokens/s best", flush=True)
+        result["modes"][mode] = {"step_mean_s": mean, "step_best_s": best, "steps": a.steps,
+                                 "tokens_per_s_mean": a.B * a.T / mean, "tokens_per_s_best": a.B * a.T / best}
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(result, f)
 
 
 if __name__ == "__main__":
