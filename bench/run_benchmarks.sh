@@ -14,6 +14,8 @@
 #   QUICK=1 bench/run_benchmarks.sh ...   tiny shapes: checks the script in about a minute (figures are
 #                                         meaningless)
 #   FSDP_COMMIT=abc1234                   the commit to name when the tree is not a git checkout
+#   TORCH_MAX_STEP_S=15                   a PyTorch mode whose warm-up step is longer is not timed further
+#                                         and skipped at the later shapes (Debian's fp32: reference BLAS)
 #   SECTIONS="steps policy"               only these sections (default: steps train policy memory upcast
 #                                         comm); the markdown has only theirs
 #   TORCH_PYTHONS="/usr/bin/python3 /work/torch-pypi/bin/python"
@@ -95,22 +97,27 @@ CMD_PREP="build/fsdp-train prepare --text src/*/*.c src/*/*.h --out \$TMP/data -
 if want steps; then
     # fsdp.c's step (bench_train_step: world 1, fp32 and mixed, with the f32 and bf16 GEMM peaks between
     # its steps) and then PyTorch's (every build) on the same shape and batch, one shape after the other.
-        for py in $TORCH_PYTHONS; do
+    # A build whose step took over 15 s in a mode at the first shape (Debian's fp32: its torch links the
+    # reference BLAS, minutes per step at the larger shapes) runs the later shapes without that mode.
+    for py in $TORCH_PYTHONS; do
         if "$py" -c "import torch" >/dev/null 2>&1; then TORCH_OK+=("$py"); else echo "run_benchmarks: no torch in $py: skipped" >&2; fi
     done
+    declare -A TMODES
+    for k in "${!TORCH_OK[@]}"; do TMODES[$k]=$TORCH_MODES; done
     : >"$WORK/shapes.txt"
     for sh in "${SHAPES[@]}"; do
         read -r name sL sC sNH sT sB <<<"$sh"
         CMD_SHAPE[$name]=$(run "step_$name.log" "$B_DIR/bench_train_step" --L $sL --C $sC --NH $sNH --V $V --T $sT --B $sB \
             --steps 2 --square $SQUARE --json "$WORK/step_$name.json")
         cp "$WORK/step_$name.json" "$LOGS/"
-        k=0
-        for py in "${TORCH_OK[@]}"; do
-            k=$((k + 1))
-            c=$(run "torch_${name}_$k.log" "$py" "$SRC/tools/bench_torch.py" --L $sL --C $sC --NH $sNH --V $V --T $sT --B $sB \
-                --steps 2 --modes $TORCH_MODES --max-step-s 15 --json "$WORK/torch_${name}_$k.json")
+        for i in "${!TORCH_OK[@]}"; do
+            k=$((i + 1))
+            [ -n "${TMODES[$i]}" ] || continue
+            c=$(run "torch_${name}_$k.log" "${TORCH_OK[$i]}" "$SRC/tools/bench_torch.py" --L $sL --C $sC --NH $sNH --V $V \
+                --T $sT --B $sB --steps 2 --modes "${TMODES[$i]}" --max-step-s ${TORCH_MAX_STEP_S:-15} --json "$WORK/torch_${name}_$k.json")
             cp "$WORK/torch_${name}_$k.json" "$LOGS/"
             echo "$name torch $k $c" >>"$WORK/shapes.txt"
+            TMODES[$i]=$(python3 -c 'import json, sys; print(",".join(m for m, r in json.load(open(sys.argv[1]))["modes"].items() if not r["warmup_only"]))' "$WORK/torch_${name}_$k.json")
         done
         echo "$name step ${CMD_SHAPE[$name]}" >>"$WORK/shapes.txt"
     done
@@ -293,11 +300,8 @@ if want('steps'):
         cmds.setdefault(name, []).append(rest if kind == "step" else rest.split(" ", 1)[1])
     for name in cmds:
         st = json.load(open(os.path.join(logs, "step_%s.json" % name)))
-        tj = []
-        k = 1
-        while os.path.exists(os.path.join(logs, "torch_%s_%d.json" % (name, k))):
-            tj.append(json.load(open(os.path.join(logs, "torch_%s_%d.json" % (name, k)))))
-            k += 1
+        tj = [json.load(open(os.path.join(logs, "torch_%s_%d.json" % (name, k)))) for k in range(1, 9)
+              if os.path.exists(os.path.join(logs, "torch_%s_%d.json" % (name, k)))]
         shapes.append((name, st, tj))
     p("## Training step per shape: share of the GEMM peak, fsdp.c vs PyTorch\n")
     p("World 1, one process with every core, FULL_SHARD, one micro-batch; fsdp.c's step is bench_train_step "
@@ -328,7 +332,7 @@ if want('steps'):
                 "%.2f" % (tps / best[0]) if best else "-"))
     p("")
     p("Every PyTorch build, tokens/s (mean of 2 steps; a mode whose warm-up step took over 15 s is not "
-      "timed further and its warm-up step is the figure):\n")
+      "timed further, its warm-up step is the figure, and the later shapes skip it: '-'):\n")
     p("| shape | build | " + " | ".join(E["TORCH_MODES"].split(",")) + " |")
     p("|---|---|" + "---|" * len(E["TORCH_MODES"].split(",")))
     for name, st, tj in shapes:
