@@ -14,7 +14,7 @@
 #   QUICK=1 bench/run_benchmarks.sh ...   tiny shapes: checks the script in about a minute (figures are
 #                                         meaningless)
 #   FSDP_COMMIT=abc1234                   the commit to name when the tree is not a git checkout
-#   TORCH_MAX_STEP_S=15                   a PyTorch mode whose warm-up step is longer is not timed further
+#   TORCH_MAX_STEP_S=30                   a PyTorch mode whose warm-up step is longer is not timed further
 #                                         and skipped at the later shapes (Debian's fp32: reference BLAS)
 #   SECTIONS="steps policy"               only these sections (default: steps train policy memory upcast
 #                                         comm); the markdown has only theirs
@@ -97,7 +97,7 @@ CMD_PREP="build/fsdp-train prepare --text src/*/*.c src/*/*.h --out \$TMP/data -
 if want steps; then
     # fsdp.c's step (bench_train_step: world 1, fp32 and mixed, with the f32 and bf16 GEMM peaks between
     # its steps) and then PyTorch's (every build) on the same shape and batch, one shape after the other.
-    # A build whose step took over 15 s in a mode at the first shape (Debian's fp32: its torch links the
+    # A build whose step took over TORCH_MAX_STEP_S in a mode at one shape (Debian's fp32: its torch links the
     # reference BLAS, minutes per step at the larger shapes) runs the later shapes without that mode.
     for py in $TORCH_PYTHONS; do
         if "$py" -c "import torch" >/dev/null 2>&1; then TORCH_OK+=("$py"); else echo "run_benchmarks: no torch in $py: skipped" >&2; fi
@@ -114,7 +114,7 @@ if want steps; then
             k=$((i + 1))
             [ -n "${TMODES[$i]}" ] || continue
             c=$(run "torch_${name}_$k.log" "${TORCH_OK[$i]}" "$SRC/tools/bench_torch.py" --L $sL --C $sC --NH $sNH --V $V \
-                --T $sT --B $sB --steps 2 --modes "${TMODES[$i]}" --max-step-s ${TORCH_MAX_STEP_S:-15} --json "$WORK/torch_${name}_$k.json")
+                --T $sT --B $sB --steps 2 --modes "${TMODES[$i]}" --max-step-s ${TORCH_MAX_STEP_S:-30} --json "$WORK/torch_${name}_$k.json")
             cp "$WORK/torch_${name}_$k.json" "$LOGS/"
             echo "$name torch $k $c" >>"$WORK/shapes.txt"
             TMODES[$i]=$(python3 -c 'import json, sys; print(",".join(m for m, r in json.load(open(sys.argv[1]))["modes"].items() if not r["warmup_only"]))' "$WORK/torch_${name}_$k.json")
@@ -331,7 +331,7 @@ if want('steps'):
                 100 * m["share_mean"], tps, "%.1f (%s %s)" % (best[0], tm, best[1]) if best else "not run",
                 "%.2f" % (tps / best[0]) if best else "-"))
     p("")
-    p("Every PyTorch build, tokens/s (mean of 2 steps; a mode whose warm-up step took over 15 s is not "
+    p("Every PyTorch build, tokens/s (mean of 2 steps; a mode whose warm-up step took over TORCH_MAX_STEP_S (30 s) is not "
       "timed further, its warm-up step is the figure, and the later shapes skip it: '-'):\n")
     p("| shape | build | " + " | ".join(E["TORCH_MODES"].split(",")) + " |")
     p("|---|---|" + "---|" * len(E["TORCH_MODES"].split(",")))
