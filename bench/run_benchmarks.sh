@@ -58,6 +58,7 @@ want() { [[ " $SECTIONS " == *" $1 "* ]]; }
 declare -A CMD_SHAPE CMD_TP CMD_POL CMD_MEM
 TORCH_OK=() FIRST_SHAPE=${SHAPES[0]%% *}
 TORCH_VENV=${TORCH_VENV:-/work/torch-pypi}
+export TORCH_MAX_STEP_S=${TORCH_MAX_STEP_S:-30}
 if [ -z "${TORCH_PYTHONS:-}" ]; then
     TORCH_PYTHONS=/usr/bin/python3
     [ -x "$TORCH_VENV/bin/python" ] && TORCH_PYTHONS="$TORCH_PYTHONS $TORCH_VENV/bin/python"
@@ -114,7 +115,7 @@ if want steps; then
             k=$((i + 1))
             [ -n "${TMODES[$i]}" ] || continue
             c=$(run "torch_${name}_$k.log" "${TORCH_OK[$i]}" "$SRC/tools/bench_torch.py" --L $sL --C $sC --NH $sNH --V $V \
-                --T $sT --B $sB --steps 2 --modes "${TMODES[$i]}" --max-step-s ${TORCH_MAX_STEP_S:-30} --json "$WORK/torch_${name}_$k.json")
+                --T $sT --B $sB --steps 2 --modes "${TMODES[$i]}" --max-step-s $TORCH_MAX_STEP_S --json "$WORK/torch_${name}_$k.json")
             cp "$WORK/torch_${name}_$k.json" "$LOGS/"
             echo "$name torch $k $c" >>"$WORK/shapes.txt"
             TMODES[$i]=$(python3 -c 'import json, sys; print(",".join(m for m, r in json.load(open(sys.argv[1]))["modes"].items() if not r["warmup_only"]))' "$WORK/torch_${name}_$k.json")
@@ -331,8 +332,8 @@ if want('steps'):
                 100 * m["share_mean"], tps, "%.1f (%s %s)" % (best[0], tm, best[1]) if best else "not run",
                 "%.2f" % (tps / best[0]) if best else "-"))
     p("")
-    p("Every PyTorch build, tokens/s (mean of 2 steps; a mode whose warm-up step took over TORCH_MAX_STEP_S (30 s) is not "
-      "timed further, its warm-up step is the figure, and the later shapes skip it: '-'):\n")
+    p("Every PyTorch build, tokens/s (mean of 2 steps; a mode whose warm-up step took over %s s is not "
+      "timed further, its warm-up step is the figure, and the later shapes skip it: '-'):\n" % E["TORCH_MAX_STEP_S"])
     p("| shape | build | " + " | ".join(E["TORCH_MODES"].split(",")) + " |")
     p("|---|---|" + "---|" * len(E["TORCH_MODES"].split(",")))
     for name, st, tj in shapes:
@@ -376,8 +377,8 @@ if want('train'):
     p("fsdp-train on a GPT-2-124M-shaped model (%s), T = %d, global batch %d sequences (%d tokens) per step, one "
       "micro-batch, FULL_SHARD, LAZY main_grad; tokens/s = global tokens / mean step time of steps 2..%s "
       "(step 1 warms up), from `--metrics`. GEMM work per step %.1f GFLOP; share against the GEMM peak of "
-      "the %s run above (%s GFLOP/s).\n" % (E["SHAPE"], T, B, B * T, E["STEPS"], gemm_flop / 1e9, E["FIRST_SHAPE"],
-                                             "%.1f" % peak if peak else "not measured: section steps not run"))
+      "the %s run above (%s).\n" % (E["SHAPE"], T, B, B * T, E["STEPS"], gemm_flop / 1e9, E["FIRST_SHAPE"],
+                                             "%.1f GFLOP/s" % peak if peak else "not measured: section steps not run"))
     p("| ranks | precision | threads/rank | step s | tokens/s | GEMM GFLOP/s | share of GEMM peak |")
     p("|---|---|---|---|---|---|---|")
     for w in (1, 2):
