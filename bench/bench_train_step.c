@@ -265,8 +265,14 @@ int main(int argc, char **argv) {
         const double p32 = peak_gflops(&pk, 0), p16 = peak_gflops(&pk, 1), peak = peak_gflops(&pk, 2);
         const double gf = gemm_flop / t.step / 1e9;
         const fsdp_dtype pdt = d ? FSDP_BF16 : FSDP_F32;
-        printf("  GEMMs: %s parameters, %s path (%s)\n", fsdp_dtype_name(pdt),
-               fsdp_gemm_path_name(fsdp_gemm_path_for(pdt)), fsdp_gemm_impl_name(pdt));
+        /* the GEMMs' parameter dtype as the step ran them (the kernel-class counts), not as the mode
+         * suggests: mixed precision may compute on f32 copies */
+        const int used16 = t.prof.calls[FSDP_PROF_GEMM_BF16] > 0,
+                  used32 = t.prof.calls[FSDP_PROF_GEMM_F32] > 0;
+        const fsdp_dtype gdt = used16 && !used32 ? FSDP_BF16 : used32 && !used16 ? FSDP_F32 : pdt;
+        printf("  GEMMs: %s parameters%s, %s path (%s)\n", fsdp_dtype_name(gdt),
+               used16 && used32 ? " (and some with the other dtype)" : "",
+               fsdp_gemm_path_name(fsdp_gemm_path_for(gdt)), fsdp_gemm_impl_name(gdt));
         printf("  step %.0f ms best (fwd %.0f, bwd+reduce %.0f, clip+adamw %.0f), %.0f ms mean of %d; "
                "%.0f tokens/s best, %.0f mean\n",
                t.step * 1e3, t.fwd * 1e3, t.bwd * 1e3, t.opt * 1e3, t.mean * 1e3, steps, N / t.step,
@@ -299,8 +305,8 @@ int main(int argc, char **argv) {
                 "\"tokens_per_s_best\": %.3f, \"tokens_per_s_mean\": %.3f, \"peak_f32_gflops\": %.3f, "
                 "\"peak_bf16_gflops\": %.3f, \"peak_gflops\": %.3f, \"share_best\": %.5f, "
                 "\"share_mean\": %.5f, \"breakdown_s\": {",
-                first ? "" : ", ", name, fsdp_gemm_path_name(fsdp_gemm_path_for(pdt)),
-                fsdp_gemm_impl_name(pdt), t.step, t.mean, t.fwd, t.bwd, t.opt, steps, N / t.step, N / t.mean,
+                first ? "" : ", ", name, fsdp_gemm_path_name(fsdp_gemm_path_for(gdt)),
+                fsdp_gemm_impl_name(gdt), t.step, t.mean, t.fwd, t.bwd, t.opt, steps, N / t.step, N / t.mean,
                 p32, p16, peak, peak > 0 ? gf / peak : 0.0, peak > 0 ? gemm_flop / t.mean / 1e9 / peak : 0.0);
             for (int c = 0; c < FSDP_PROF_NCLASS; c++)
                 fprintf(js, "\"%s\": %.6f, ", fsdp_prof_class_name((fsdp_prof_class)c),
