@@ -3,10 +3,16 @@
 this CPU, for comparison with bench/bench_train_step.c: same model (GPT-2-124M shape, padded vocab,
 tied LM head, GELU tanh) and batch, fp32 and bf16 autocast, reported in tokens/s.
 
-Usage: /usr/bin/python3 tools/bench_torch.py [--L 12 --C 768 --NH 12 --V 50257 --T 64 --B 4]
-       [--steps 3] [--threads N] [--modes fp32,bf16]
+Usage: PYTHON tools/bench_torch.py [--L 12 --C 768 --NH 12 --V 50257 --T 64 --B 4]
+       [--steps 3] [--threads N] [--modes fp32,bf16] [--max-step-s S] [--json PATH]
+Runs with any PyTorch build (Debian's python3-torch under /usr/bin/python3, or PyPI's in a virtual
+environment); --json writes the figures for bench/run_benchmarks.sh, which takes the best build.
+--max-step-s S: a mode whose warm-up step took longer than S seconds is not timed further; its warm-up
+step is reported as its one measurement (flagged "warmup_only"): Debian's fp32 step takes minutes where
+its torch links the reference BLAS.
 """
 import argparse
+import json
 import math
 import os
 import time
@@ -64,6 +70,9 @@ def main():
     ap.add_argument("--steps", type=int, default=3, help="timed steps after one warm-up step")
     ap.add_argument("--threads", type=int, default=0, help="0: every core this process may use")
     ap.add_argument("--modes", default="fp32,bf16")
+    ap.add_argument("--json", help="write the figures here as JSON")
+    ap.add_argument("--max-step-s", type=float, default=0.0,
+                    help="a warm-up step longer than this is the mode's only measurement (0: no limit)")
     a = ap.parse_args()
     # Debian's torch starts with 1 thread; use the cores we are allowed (cgroup/affinity aware).
     torch.set_num_threads(a.threads if a.threads > 0 else len(os.sched_getaffinity(0)))
@@ -77,6 +86,8 @@ def main():
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, "
           f"mkldnn {torch.backends.mkldnn.is_available()}; L={a.L} C={a.C} NH={a.NH} V={a.V} (Vp={Vp}) "
           f"T={a.T} B={a.B}, {nparams / 1e6:.1f}M params")
+    result = {"torch": torch.__version__, "threads": torch.get_num_threads(), "L": a.L, "C": a.C, "NH": a.NH,
+              "V": a.V, "T": a.T, "B": a.B, "params": nparams, "modes": {}}
     for mode in a.modes.split(","):
         def step():
             opt.zero_grad(set_to_none=True)
@@ -86,15 +97,25 @@ def main():
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
             return loss.item()
+        t0 = time.perf_counter()
         step()  # warm-up: allocations, oneDNN primitive creation
-        times = []
-        for _ in range(a.steps):
+        warm = time.perf_counter() - t0
+        warmup_only = a.max_step_s > 0 and warm > a.max_step_s
+        times = [warm] if warmup_only else []
+        for _ in range(0 if warmup_only else a.steps):
             t0 = time.perf_counter()
             step()
             times.append(time.perf_counter() - t0)
         best, mean = min(times), sum(times) / len(times)
-        print(f"{mode}: step {mean * 1e3:.0f} ms mean, {best * 1e3:.0f} ms best over {a.steps}; "
-              f"{a.B * a.T / mean:.0f} tokens/s mean, {a.B * a.T / best:.0f} tokens/s best")
+        print(f"{mode}: step {mean * 1e3:.0f} ms mean, {best * 1e3:.0f} ms best over {len(times)}"
+              f"{' (the warm-up step only: longer than --max-step-s)' if warmup_only else ''}; "
+              f"{a.B * a.T / mean:.0f} tokens/s mean, {a.B * a.T / best:.0f} tokens/s best", flush=True)
+        result["modes"][mode] = {"step_mean_s": mean, "step_best_s": best, "steps": len(times),
+                                 "warmup_only": warmup_only,
+                                 "tokens_per_s_mean": a.B * a.T / mean, "tokens_per_s_best": a.B * a.T / best}
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(result, f)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,9 @@ BIN=$(realpath "${1:-$SRC/build-rel/fsdp-train}")
 WORK=$(realpath -m "${2:-${TMPDIR:-/tmp}/fsdp_valgrind.$$}")
 command -v valgrind >/dev/null || { echo "valgrind is not installed (Debian package valgrind)" >&2; exit 1; }
 rm -rf "$WORK" && mkdir -p "$WORK" && cd "$WORK" || exit 1
-export OMP_NUM_THREADS=1
+# OMP_WAIT_POLICY set here: fsdp-train would otherwise re-execute itself to set it, and valgrind
+# (without --trace-children) would lose the process across that exec.
+export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
 fails=0 runs=0
 VG=(valgrind -q --error-exitcode=99 --leak-check=full --show-leak-kinds=definite --errors-for-leak-kinds=definite
     --keep-debuginfo=yes --num-callers=30 --suppressions="$SRC/tests/fault/valgrind.supp")

@@ -3,6 +3,7 @@
  * Every collective, blocking ones too, runs as a request that is polled until done, so a collective
  * that never completes (a rank died, skipped or mis-ordered one) ends in FSDP_ETIMEOUT, not a hang. */
 #include "comm/comm_impl.h"
+#include "core/prof.h"
 
 #include <limits.h>
 #include <stdint.h>
@@ -606,6 +607,7 @@ void comm_mpi_progress_all(fsdp_comm_t *c) {
 
 void fsdp_comm_progress(fsdp_comm_t *c) {
     if (c == NULL || c->inflight == NULL) return;
+    FSDP_PROF_SCOPE(FSDP_PROF_COMM);
     comm_lock(c);
     if (c->inflight != NULL) {
         fsdp_comm_req_t *last = c->inflight;
@@ -622,6 +624,7 @@ void fsdp_comm_progress(fsdp_comm_t *c) {
  * oversubscribed ranks and no added latency; a longer wait (a straggler rank) backs off to sleeps
  * doubling from 1 us to 64 us so an idle rank does not burn a core. */
 fsdp_status fsdp_comm_wait(fsdp_comm_req_t *req) {
+    FSDP_PROF_SCOPE(FSDP_PROF_COMM);
     if (req == NULL) return FSDP_ERR(FSDP_EINVAL, "request is NULL");
     long sleep_ns = 0;
     double waited0 = fsdp_time_s() - req->t0; /* age of the request when this wait began */
@@ -672,6 +675,7 @@ int comm_drain_stale(fsdp_comm_t *c, double grace) {
 static fsdp_status run_blocking(fsdp_comm_t *c, comm_coll k, const void *send, void *recv, size_t count,
                                 fsdp_dtype t, fsdp_reduce_op op, int root) {
     fsdp_comm_req_t *r = NULL;
+    FSDP_PROF_SCOPE(FSDP_PROF_COMM);
     FSDP_TRY(start(c, k, send, recv, count, t, op, root, &r));
     return fsdp_comm_wait(r);
 }

@@ -6,6 +6,7 @@
 #include "kernels/kernels.h"
 
 #include "core/core.h"
+#include "core/prof.h"
 #include "kernels/vmath.h"
 
 #include <math.h>
@@ -305,6 +306,7 @@ T512 static void att_bwd_blk(float *dqkv, const float *dout, const float *qkv, c
 
 fsdp_status fsdp_attention_forward(float *out, float *preatt, float *att, const float *qkv, int B, int T,
                                    int C, int NH) {
+    FSDP_PROF_SCOPE(FSDP_PROF_ATTENTION);
     FSDP_TRY(check_att(B, T, C, NH));
     if (!out || !att || !qkv) return FSDP_ERR(FSDP_EINVAL, "out, att and qkv must be non-NULL");
     int hs = C / NH;
@@ -331,6 +333,7 @@ fsdp_status fsdp_attention_forward(float *out, float *preatt, float *att, const 
 
 fsdp_status fsdp_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att, int B,
                                     int T, int C, int NH) {
+    FSDP_PROF_SCOPE(FSDP_PROF_ATTENTION);
     FSDP_TRY(check_att(B, T, C, NH));
     if (!dqkv || !dout || !qkv || !att)
         return FSDP_ERR(FSDP_EINVAL, "dqkv, dout, qkv and att must be non-NULL");

@@ -4,6 +4,7 @@
 #include "kernels/kernels.h"
 
 #include "core/core.h"
+#include "core/prof.h"
 
 #include <oneapi/dnnl/dnnl.h>
 #include <oneapi/dnnl/dnnl_debug.h>
@@ -304,6 +305,7 @@ void fsdp_gemm_get_cache_stats(fsdp_gemm_cache_stats *out) {
 /* Conversions split over OpenMP threads; each chunk is the bit-exact core routine. */
 #define CVT_CHUNK ((size_t)1 << 15)
 static void to_bf16_par(fsdp_bf16 *dst, const float *src, size_t n) {
+    FSDP_PROF_SCOPE(FSDP_PROF_CAST);
     long nc = (long)((n + CVT_CHUNK - 1) / CVT_CHUNK);
 #pragma omp parallel for schedule(static) if (nc > 1)
     for (long c = 0; c < nc; c++) {
@@ -312,6 +314,7 @@ static void to_bf16_par(fsdp_bf16 *dst, const float *src, size_t n) {
     }
 }
 static void to_f32_par(float *dst, const fsdp_bf16 *src, size_t n) {
+    FSDP_PROF_SCOPE(FSDP_PROF_CAST);
     long nc = (long)((n + CVT_CHUNK - 1) / CVT_CHUNK);
 #pragma omp parallel for schedule(static) if (nc > 1)
     for (long c = 0; c < nc; c++) {
@@ -379,6 +382,7 @@ static fsdp_status check_dims(const char *fn, int M, int K, int N, fsdp_dtype pd
 
 fsdp_status fsdp_matmul_forward(float *out, const float *inp, const void *weight, const void *bias,
                                 fsdp_dtype pdt, int M, int K, int N) {
+    FSDP_PROF_SCOPE(pdt == FSDP_BF16 ? FSDP_PROF_GEMM_BF16 : FSDP_PROF_GEMM_F32);
     FSDP_TRY(check_dims(__func__, M, K, N, pdt));
     if (!out || !inp || !weight)
         return FSDP_ERR(FSDP_EINVAL, "out, inp and weight must be non-NULL (out=%p inp=%p weight=%p)",
@@ -448,6 +452,7 @@ static void bias_grad(float *dbias, const float *dout, int M, int N, int acc) {
 fsdp_status fsdp_matmul_backward(float *dinp, int dinp_acc, float *dweight, int dweight_acc, float *dbias,
                                  int dbias_acc, const float *dout, const float *inp, const void *weight,
                                  fsdp_dtype pdt, int M, int K, int N) {
+    FSDP_PROF_SCOPE(pdt == FSDP_BF16 ? FSDP_PROF_GEMM_BF16 : FSDP_PROF_GEMM_F32);
     FSDP_TRY(check_dims(__func__, M, K, N, pdt));
     if (!dout) return FSDP_ERR(FSDP_EINVAL, "dout must be non-NULL");
     if (dinp && !weight) return FSDP_ERR(FSDP_EINVAL, "dinp requested but weight is NULL");

@@ -5,6 +5,7 @@
 #include "kernels/kernels.h"
 
 #include "core/core.h"
+#include "core/prof.h"
 #include "kernels/vmath.h"
 
 #include <math.h>
@@ -56,6 +57,7 @@ static fsdp_status check_tokens(const char *fn, const int *tokens, size_t n, int
 
 fsdp_status fsdp_encoder_forward(float *out, const int *tokens, const void *wte, const void *wpe,
                                  fsdp_dtype pdt, int B, int T, int C, int Vrows, int maxT) {
+    FSDP_PROF_SCOPE(FSDP_PROF_ENCODER);
     if (B <= 0 || T <= 0 || C <= 0 || Vrows <= 0 || maxT <= 0)
         return FSDP_ERR(FSDP_EINVAL, "dims must be positive, got B=%d T=%d C=%d Vrows=%d maxT=%d", B, T, C,
                         Vrows, maxT);
@@ -85,6 +87,7 @@ fsdp_status fsdp_encoder_forward(float *out, const int *tokens, const void *wte,
 
 fsdp_status fsdp_encoder_backward(float *dwte, int dwte_acc, float *dwpe, int dwpe_acc, const float *dout,
                                   const int *tokens, int B, int T, int C, int Vrows, int maxT) {
+    FSDP_PROF_SCOPE(FSDP_PROF_ENCODER);
     if (B <= 0 || T <= 0 || C <= 0 || Vrows <= 0 || maxT <= 0)
         return FSDP_ERR(FSDP_EINVAL, "dims must be positive, got B=%d T=%d C=%d Vrows=%d maxT=%d", B, T, C,
                         Vrows, maxT);
@@ -240,6 +243,7 @@ static int use_avx512(void) {
 
 fsdp_status fsdp_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const void *weight,
                                    const void *bias, fsdp_dtype pdt, int N, int C) {
+    FSDP_PROF_SCOPE(FSDP_PROF_LAYERNORM);
     if (N <= 0 || C <= 0) return FSDP_ERR(FSDP_EINVAL, "dims must be positive, got N=%d C=%d", N, C);
     if (!out || !inp || !weight || !bias)
         return FSDP_ERR(FSDP_EINVAL, "out, inp, weight and bias must be non-NULL");
@@ -263,6 +267,7 @@ done:
 fsdp_status fsdp_layernorm_backward(float *dinp, int dinp_acc, float *dweight, float *dbias, int dparam_acc,
                                     const float *dout, const float *inp, const void *weight, fsdp_dtype pdt,
                                     const float *mean, const float *rstd, int N, int C) {
+    FSDP_PROF_SCOPE(FSDP_PROF_LAYERNORM);
     if (N <= 0 || C <= 0) return FSDP_ERR(FSDP_EINVAL, "dims must be positive, got N=%d C=%d", N, C);
     if (!dout || !inp || !mean || !rstd)
         return FSDP_ERR(FSDP_EINVAL,
@@ -299,6 +304,7 @@ fsdp_status fsdp_layernorm_backward(float *dinp, int dinp_acc, float *dweight, f
 #define GELU_CHUNK ((size_t)1 << 14)
 
 fsdp_status fsdp_gelu_forward(float *out, const float *inp, size_t n) {
+    FSDP_PROF_SCOPE(FSDP_PROF_GELU);
     if (!out || !inp) return FSDP_ERR(FSDP_EINVAL, "out and inp must be non-NULL");
     long nc = (long)((n + GELU_CHUNK - 1) / GELU_CHUNK);
 #pragma omp parallel for schedule(static) if (nc > 1)
@@ -310,6 +316,7 @@ fsdp_status fsdp_gelu_forward(float *out, const float *inp, size_t n) {
 }
 
 fsdp_status fsdp_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
+    FSDP_PROF_SCOPE(FSDP_PROF_GELU);
     if (!dinp || !inp || !dout) return FSDP_ERR(FSDP_EINVAL, "dinp, inp and dout must be non-NULL");
     if (dinp == inp) return FSDP_ERR(FSDP_EINVAL, "dinp must not alias inp (it may alias dout)");
     long nc = (long)((n + GELU_CHUNK - 1) / GELU_CHUNK);
@@ -322,6 +329,7 @@ fsdp_status fsdp_gelu_backward(float *dinp, const float *inp, const float *dout,
 }
 
 fsdp_status fsdp_residual_forward(float *out, const float *a, const float *b, size_t n) {
+    FSDP_PROF_SCOPE(FSDP_PROF_RESIDUAL);
     if (!out || !a || !b) return FSDP_ERR(FSDP_EINVAL, "out, a and b must be non-NULL");
     long ln = (long)n;
 #pragma omp parallel for schedule(static)
@@ -331,6 +339,7 @@ fsdp_status fsdp_residual_forward(float *out, const float *a, const float *b, si
 }
 
 fsdp_status fsdp_residual_backward(float *da, float *db, const float *dout, size_t n, int accumulate) {
+    FSDP_PROF_SCOPE(FSDP_PROF_RESIDUAL);
     if (!dout) return FSDP_ERR(FSDP_EINVAL, "dout must be non-NULL");
     if (accumulate && (da == dout || db == dout))
         return FSDP_ERR(FSDP_EINVAL, "da/db may alias dout only with accumulate == 0");

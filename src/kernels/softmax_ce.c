@@ -5,6 +5,7 @@
 #include "kernels/kernels.h"
 
 #include "core/core.h"
+#include "core/prof.h"
 #include "kernels/vmath.h"
 
 #include <math.h>
@@ -20,6 +21,7 @@ static fsdp_status check_vocab(const char *fn, int N, int V, int Vp) {
 
 fsdp_status fsdp_softmax_crossentropy(float *losses, float *mean_loss, float *dlogits, const float *logits,
                                       const int *targets, int N, int V, int Vp, float dloss) {
+    FSDP_PROF_SCOPE(FSDP_PROF_SOFTMAX_CE);
     FSDP_TRY(check_vocab(__func__, N, V, Vp));
     if (!logits || !targets) return FSDP_ERR(FSDP_EINVAL, "logits and targets must be non-NULL");
     for (int n = 0; n < N; n++)
@@ -59,6 +61,7 @@ fsdp_status fsdp_softmax_crossentropy(float *losses, float *mean_loss, float *dl
 }
 
 fsdp_status fsdp_softmax_forward(float *probs, const float *logits, int N, int V, int Vp, float temperature) {
+    FSDP_PROF_SCOPE(FSDP_PROF_SOFTMAX_CE);
     FSDP_TRY(check_vocab(__func__, N, V, Vp));
     if (!probs || !logits) return FSDP_ERR(FSDP_EINVAL, "probs and logits must be non-NULL");
     if (!(temperature > 0.0f)) return FSDP_ERR(FSDP_EINVAL, "temperature must be > 0, got %g", temperature);

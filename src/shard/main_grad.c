@@ -99,6 +99,7 @@ fsdp_status fsdp_unit_grad_from_bf16(fsdp_unit_t *u, int t, const fsdp_bf16 *g) 
     int acc;
     FSDP_TRY(get_view(u, t, &dst, &acc, "fsdp_unit_grad_from_bf16"));
     size_t n = u->tensors[t].numel;
+    FSDP_PROF_SCOPE(FSDP_PROF_CAST);
     if (acc)
         fsdp_bf16_add_f32_n(dst, g, n);
     else
@@ -166,7 +167,10 @@ fsdp_status shard_reduce_start(fsdp_unit_t *u) {
     }
     /* bf16 wire: one cast into a comm buffer, reduced in place; finish upcasts the result into mg. */
     FSDP_TRY(fsdp_mem_alloc((void **)&u->wire, u->padded * sizeof(fsdp_bf16), FSDP_MEM_COMM));
-    fsdp_f32_to_bf16_n(u->wire, mg, u->padded);
+    {
+        FSDP_PROF_SCOPE(FSDP_PROF_CAST);
+        fsdp_f32_to_bf16_n(u->wire, mg, u->padded);
+    }
     shard_set_label(u, no_shard ? "all-reduce grads (bf16)" : "reduce-scatter grads (bf16)");
     st = no_shard
              ? fsdp_comm_iall_reduce(e->comm, u->wire, u->wire, u->padded, FSDP_BF16, FSDP_SUM, &u->reduce)
@@ -207,6 +211,7 @@ fsdp_status shard_reduce_finish(fsdp_unit_t *u) {
     if (st != FSDP_OK) return give_up_buffers(u, st);
     size_t n_out = u->shard_len; /* NO_SHARD: padded (everything) */
     if (u->wire != NULL) {
+        FSDP_PROF_SCOPE(FSDP_PROF_CAST);
         fsdp_bf16_to_f32_n(mg, u->wire, n_out);
         fsdp_mem_free(u->wire);
         u->wire = NULL;

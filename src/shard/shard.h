@@ -5,6 +5,7 @@
 #define FSDP_SHARD_H
 
 #include "core/core.h"
+#include "core/prof.h"
 
 #include <stdint.h>
 

@@ -436,6 +436,7 @@ static fsdp_status op_unshard_start(void *ctx, int i, int prefetch) {
     char *slot = (char *)u->full + u->shard_off * esz;
     if (dt == FSDP_BF16) {
         /* split over threads in fixed chunks (exact conversion: the split changes no bit) */
+        FSDP_PROF_SCOPE(FSDP_PROF_CAST);
         const size_t ch = SHARD_OMP_MIN, nc = (u->shard_len + ch - 1) / ch;
 #pragma omp parallel for schedule(static) if (nc > 1)
         for (size_t c = 0; c < nc; c++)

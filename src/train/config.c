@@ -87,7 +87,7 @@ static const opt_def opts[] = {
      "overlap: all-gathers prefetched ahead of their unit (from step 2) and each reduce-scatter run "
      "during the next unit's backward; 0: every collective completes in its hook (least memory)"},
     {"threads", OPT_INT, F(threads), 0, 4096, NULL, C_TRAIN | C_SAMPLE | C_EXPORT,
-     "OpenMP threads per rank; 0: cores / ranks on this node"},
+     "OpenMP threads per rank; 0: the cores this process may use (CPU affinity) / ranks on this node"},
     {"comm-timeout", OPT_DBL, F(comm_timeout), -1, 1e9, NULL, C_TRAIN,
      "seconds before a stuck collective aborts (<= 0: wait forever)"},
     {"checkpoint-dir", OPT_STR, F(checkpoint_dir), 0, 0, NULL, C_TRAIN, "where step_NNNNNN/ folders go"},
@@ -465,8 +465,12 @@ void fsdp_train_usage(FILE *f, fsdp_train_cmd cmd) {
     }
     fprintf(f, "  %-30s this text\n", "--help");
     if (cmd == FSDP_CMD_TRAIN)
-        fprintf(f, "\nother commands: fsdp-train prepare|export|sample --help\n"
-                   "many ranks: mpirun -np N fsdp-train ... (same flags; the global batch stays the same)\n");
+        fprintf(
+            f,
+            "\nother commands: fsdp-train prepare|export|sample --help\n"
+            "many ranks: mpirun -np N --bind-to none fsdp-train ... (same flags; the global batch stays the "
+            "same)\n"
+            "idle OpenMP threads sleep (OMP_WAIT_POLICY=passive) unless OMP_WAIT_POLICY is set\n");
 }
 
 void fsdp_train_config_print(FILE *f, const fsdp_train_config *cfg) {

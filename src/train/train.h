@@ -62,7 +62,24 @@ fsdp_status fsdp_train_ckpt_tokenizer(const char *flag, const char *ckpt, char *
  * min_lr at step `steps`. */
 double fsdp_train_lr(const fsdp_train_config *cfg, int s);
 
-/* Threads per rank the trainer uses: cfg->threads, or cores / ranks on this node (at least 1). */
+/* Threads per rank the trainer uses: cfg->threads, or the cores this process may run on (its CPU
+ * affinity: a launcher's binding, taskset, a cgroup cpuset) / ranks on this node (at least 1). */
 int fsdp_train_threads(const fsdp_train_config *cfg, fsdp_comm_t *comm);
+/* The cores this process may run on (its CPU affinity mask), and the cores online on the machine. */
+int fsdp_train_affinity_cores(void);
+int fsdp_train_online_cores(void);
+/* Warns (to err) when threads exceed the cores this rank may run on, and notes when a launcher's
+ * binding leaves this node's ranks fewer cores than are online; rank 0 notes for the node, every rank
+ * warns for itself. */
+void fsdp_train_check_affinity(FILE *err, int threads, fsdp_comm_t *comm);
+
+/* The trainer's OpenMP wait policy: idle OpenMP threads sleep (OMP_WAIT_POLICY=passive) instead of
+ * spinning, unless the environment already sets OMP_WAIT_POLICY (any value: the user's choice stands).
+ * libgomp reads the variable once, when it loads, so this sets it and re-executes the program
+ * (/proc/self/exe, same argv); call it first thing in main(), before MPI_Init. Returns only when the
+ * variable was already set or the re-execution failed (then the variable is unset again and the run
+ * keeps libgomp's default). Tools that follow the process across exec (valgrind without
+ * --trace-children) should set OMP_WAIT_POLICY themselves. */
+void fsdp_train_omp_wait_default(char **argv);
 
 #endif

@@ -11,3 +11,11 @@ if(TARGET fsdp-train)
   endforeach()
   set_tests_properties(train/cli_basic PROPERTIES ENVIRONMENT "FSDP_CHECK_EXPORT=/usr/bin/python3")
 endif()
+# The thread policy: --threads 0 under a CPU affinity mask and ranks, the affinity warning, the passive
+# OpenMP wait default (tests/train/threads.sh; needs taskset, Debian's util-linux).
+if(TARGET fsdp-train)
+  add_test(NAME train/threads
+    COMMAND ${PROJECT_SOURCE_DIR}/tests/train/threads.sh $<TARGET_FILE:fsdp-train>
+            ${PROJECT_SOURCE_DIR}/tests/mpirun.sh ${PROJECT_BINARY_DIR}/tmp_threads)
+  set_tests_properties(train/threads PROPERTIES LABELS "script;train" TIMEOUT 300)
+endif()

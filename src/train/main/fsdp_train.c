@@ -59,6 +59,9 @@ static fsdp_status prepare(const fsdp_train_config *c) {
 }
 
 int main(int argc, char **argv) {
+    /* Idle OpenMP threads sleep unless OMP_WAIT_POLICY says otherwise: spinning ones steal the cores
+     * that working threads and other ranks need (docs/TRAINER.md, "Threads"). May re-execute. */
+    fsdp_train_omp_wait_default(argv);
     fsdp_train_config cfg;
     fsdp_status ps = fsdp_train_config_parse(&cfg, argc, argv);
     char parse_msg[1024];
