@@ -144,9 +144,23 @@ fsdp_status fsdp_residual_backward(float *da, float *db, const float *dout, size
 fsdp_status fsdp_attention_forward(float *out, float *preatt, float *att, const float *qkv, int B, int T,
                                    int C, int NH);
 /* dqkv: float [B,T,3C] (overwritten); dout: float [B,T,C]; qkv and att as saved by the forward.
- * Scratch: T floats per OpenMP thread (fsdp_mem_alloc, activation). */
+ * Scratch per OpenMP thread (fsdp_mem_alloc, activation, freed before returning): T floats (generic),
+ * (hs + 1) * T rounded up to 16 (blocked AVX-512), or 64 * T (GEMM). */
 fsdp_status fsdp_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att, int B,
                                     int T, int C, int NH);
+
+/* How attention runs: per-row kernels (generic C, or the blocked AVX-512 form for head sizes that are a
+ * multiple of 16), or oneDNN sgemm calls over the causal lower triangle in blocks of 64 query rows.
+ * Both compute the same quantities (agreeing to rounding) and each is deterministic; forward and
+ * backward may use different ones. AUTO takes GEMM from T >= FSDP_ATT_GEMM_MIN_T (where it was
+ * measured faster, BENCHMARKS.md), the per-row kernels below. */
+typedef enum { FSDP_ATT_AUTO = 0, FSDP_ATT_BLOCKED, FSDP_ATT_GEMM } fsdp_att_impl;
+#define FSDP_ATT_GEMM_MIN_T 32
+/* The implementation fsdp_attention_forward/backward take for sequence length T and head size hs. */
+fsdp_att_impl fsdp_attention_impl_for(int T, int hs);
+/* Tests and benchmarks: force one implementation for every later call (process-wide), or AUTO. */
+fsdp_status fsdp_attention_force_impl(fsdp_att_impl impl);
+const char *fsdp_attention_impl_name(fsdp_att_impl impl); /* "auto", "blocked", "gemm" */
 
 /* ---------------------------------------------------------------- softmax + cross-entropy (padded vocab) */
 
