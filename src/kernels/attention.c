@@ -387,9 +387,41 @@ static dnnl_status_t att_fwd_gemm_head(float *out, float *preatt, float *att, co
     return ds;
 }
 
-/* ds: scratch of ATT_GEMM_R * T floats. */
+/* dP -> dS in place for the rows [t0, t0 + r) of one head: g[t2] = a[t2] * (g[t2] - sum(a * g)) * scale
+ * for t2 <= t, 0 for t < t2 < n. g: [r, n], a: the att rows (leading dimension T). Instantiated
+ * generic and for AVX-512 (the row sums are `omp simd` reductions in double). */
+static inline __attribute__((always_inline)) void att_ds_rows_body(float *ds, const float *Ab, int t0, int r,
+                                                                   int n, int T, float scale) {
+    for (int j = 0; j < r; j++) {
+        const int t = t0 + j;
+        const float *a = Ab + (size_t)j * T;
+        float *g = ds + (size_t)j * n;
+        double dsum = 0.0;
+#pragma omp simd reduction(+ : dsum)
+        for (int t2 = 0; t2 <= t; t2++)
+            dsum += (double)a[t2] * g[t2];
+        const float dsf = (float)dsum;
+#pragma omp simd
+        for (int t2 = 0; t2 <= t; t2++)
+            g[t2] = a[t2] * (g[t2] - dsf) * scale;
+        for (int t2 = t + 1; t2 < n; t2++)
+            g[t2] = 0.0f;
+    }
+}
+
+static void att_ds_rows_generic(float *ds, const float *Ab, int t0, int r, int n, int T, float scale) {
+    att_ds_rows_body(ds, Ab, t0, r, n, T, scale);
+}
+#ifdef ATT_X86
+T512 static void att_ds_rows_avx512(float *ds, const float *Ab, int t0, int r, int n, int T, float scale) {
+    att_ds_rows_body(ds, Ab, t0, r, n, T, scale);
+}
+#endif
+
+/* ds: scratch of ATT_GEMM_R * T floats; v512: take the AVX-512 instantiation of the row pass. */
 static dnnl_status_t att_bwd_gemm_head(float *dqkv, const float *dout, const float *qkv, const float *att,
-                                       float *ds, int b, int h, int T, int C, int NH, int hs, float scale) {
+                                       float *ds, int b, int h, int T, int C, int NH, int hs, float scale,
+                                       int v512) {
     const size_t C3 = (size_t)3 * C;
     const float *q = qkv + (size_t)b * T * C3 + (size_t)h * hs, *k = q + C, *v = q + 2 * (size_t)C;
     float *dq = dqkv + (size_t)b * T * C3 + (size_t)h * hs, *dk = dq + C, *dv = dq + 2 * (size_t)C;
@@ -404,19 +436,13 @@ static dnnl_status_t att_bwd_gemm_head(float *dqkv, const float *dout, const flo
         /* dP [r, n] (leading dimension n) */
         st = sgemm('N', 'T', r, n, hs, 1.0f, dOb, (size_t)C, v, C3, 0.0f, ds, (size_t)n);
         if (st != dnnl_success) break;
-        for (int j = 0; j < r; j++) {
-            const int t = t0 + j;
-            const float *a = Ab + (size_t)j * T;
-            float *g = ds + (size_t)j * n;
-            double dsum = 0.0;
-            for (int t2 = 0; t2 <= t; t2++)
-                dsum += (double)a[t2] * g[t2];
-            const float dsf = (float)dsum;
-            for (int t2 = 0; t2 <= t; t2++)
-                g[t2] = a[t2] * (g[t2] - dsf) * scale;
-            for (int t2 = t + 1; t2 < n; t2++)
-                g[t2] = 0.0f;
-        }
+#ifdef ATT_X86
+        if (v512)
+            att_ds_rows_avx512(ds, Ab, t0, r, n, T, scale);
+        else
+#endif
+            att_ds_rows_generic(ds, Ab, t0, r, n, T, scale);
+        (void)v512;
         st = sgemm('N', 'N', r, hs, n, 1.0f, ds, (size_t)n, k, C3, 0.0f, dq + (size_t)t0 * C3, C3);
         if (st == dnnl_success)
             st = sgemm('T', 'N', n, hs, r, 1.0f, ds, (size_t)n, q + (size_t)t0 * C3, C3, beta, dk, C3);
@@ -448,11 +474,16 @@ static fsdp_status att_bwd_gemm(float *dqkv, const float *dout, const float *qkv
                                 float *scratch, size_t per_thr, int nthr, int B, int T, int C, int NH, int hs,
                                 float scale) {
     int bad = dnnl_success;
+#ifdef ATT_X86
+    const int v512 = fsdp_simd_active() == FSDP_SIMD_AVX512;
+#else
+    const int v512 = 0;
+#endif
 #pragma omp parallel for collapse(2) schedule(static) num_threads(nthr)
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++) {
             float *ds = scratch + (size_t)omp_get_thread_num() * per_thr;
-            dnnl_status_t st = att_bwd_gemm_head(dqkv, dout, qkv, att, ds, b, h, T, C, NH, hs, scale);
+            dnnl_status_t st = att_bwd_gemm_head(dqkv, dout, qkv, att, ds, b, h, T, C, NH, hs, scale, v512);
             if (st != dnnl_success) __atomic_store_n(&bad, (int)st, __ATOMIC_RELAXED);
         }
     return att_gemm_status((dnnl_status_t)bad, "backward");

@@ -170,29 +170,27 @@ static void run_small(void) {
 }
 
 int main(void) {
-    /* per-row kernels on every SIMD form this CPU has: generic, and the AVX-512 ones (omp simd clone,
-     * blocked) */
-    CHECK_OK(fsdp_attention_force_impl(g_impl = FSDP_ATT_BLOCKED));
+    /* both implementations on every SIMD form this CPU has: generic, and the AVX-512 ones (per-row:
+     * omp simd clone and blocked; sgemm form: its dS pass) */
+    const fsdp_att_impl impls[2] = {FSDP_ATT_BLOCKED, FSDP_ATT_GEMM};
     const fsdp_simd paths[3] = {FSDP_SIMD_AUTO, FSDP_SIMD_AVX2, FSDP_SIMD_SCALAR};
-    for (int p = 0; p < 3; p++) {
-        if (fsdp_simd_force(paths[p]) != FSDP_OK) {
-            fsdp_clear_error();
-            continue;
+    for (int k = 0; k < 2; k++)
+        for (int p = 0; p < 3; p++) {
+            CHECK_OK(fsdp_attention_force_impl(g_impl = impls[k]));
+            if (fsdp_simd_force(paths[p]) != FSDP_OK) {
+                fsdp_clear_error();
+                continue;
+            }
+            kref_seed(3);
+            run_small();
+            run(1, 130, 128, 2, 1.0f, 0); /* three 64-row blocks in the sgemm form, the last of 2 rows */
         }
-        kref_seed(3);
-        run_small();
-        run(1, 130, 128, 2, 1.0f, 0); /* the lengths the GEMM form is tested at */
-    }
     CHECK_OK(fsdp_simd_force(FSDP_SIMD_AUTO));
-    /* the sgemm form: the same shapes, and T around its 64-row blocks (one partial block, exactly one,
-     * one full and a row, three with a short last one) */
+    /* the sgemm form at T around its 64-row blocks: one partial block, exactly one, one and a row */
     CHECK_OK(fsdp_attention_force_impl(g_impl = FSDP_ATT_GEMM));
-    kref_seed(3);
-    run_small();
     run(2, 63, 64, 2, 1.0f, 0);
     run(1, 64, 64, 1, 2.0f, 0);
     run(1, 65, 96, 3, 1.0f, 0);
-    run(1, 130, 128, 2, 1.0f, 0);
     /* AUTO picks by T */
     CHECK_OK(fsdp_attention_force_impl(FSDP_ATT_AUTO));
     CHECK(fsdp_attention_impl_for(FSDP_ATT_GEMM_MIN_T - 1, 64) == FSDP_ATT_BLOCKED);
