@@ -517,6 +517,25 @@ fsdp_status fsdp_attention_forward(float *out, float *preatt, float *att, const 
     return FSDP_OK;
 }
 
+/* The backward's scratch floats per thread: dL/datt of one row (T, generic), V^T of one head and that
+ * row (hs*Tp + Tp, blocked AVX-512), or dS of one block of rows (ATT_GEMM_R * T, sgemm form). */
+static size_t att_bwd_per_thread(int T, int hs, int *gemm, int *blk) {
+    *gemm = fsdp_attention_impl_for(T, hs) == FSDP_ATT_GEMM;
+#ifdef ATT_X86
+    *blk = !*gemm && fsdp_simd_active() == FSDP_SIMD_AVX512 && hs % 16 == 0 && hs <= 16 * ATT_MAXNC;
+#else
+    *blk = 0;
+#endif
+    const size_t Tp = (size_t)((T + 15) & ~15);
+    return *gemm ? (size_t)ATT_GEMM_R * T : *blk ? (size_t)hs * Tp + Tp : (size_t)T;
+}
+
+size_t fsdp_attention_backward_scratch_bytes(int T, int hs, int nthr) {
+    if (T <= 0 || hs <= 0 || nthr <= 0) return 0;
+    int gemm, blk;
+    return (size_t)nthr * att_bwd_per_thread(T, hs, &gemm, &blk) * sizeof(float);
+}
+
 fsdp_status fsdp_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att, int B,
                                     int T, int C, int NH) {
     FSDP_TRY(check_att(B, T, C, NH));
@@ -524,17 +543,8 @@ fsdp_status fsdp_attention_backward(float *dqkv, const float *dout, const float 
         return FSDP_ERR(FSDP_EINVAL, "dqkv, dout, qkv and att must be non-NULL");
     int hs = C / NH;
     float scale = 1.0f / sqrtf((float)hs);
-    int nthr = omp_get_max_threads();
-    const int gemm = fsdp_attention_impl_for(T, hs) == FSDP_ATT_GEMM;
-#ifdef ATT_X86
-    const int blk = !gemm && fsdp_simd_active() == FSDP_SIMD_AVX512 && hs % 16 == 0 && hs <= 16 * ATT_MAXNC;
-#else
-    const int blk = 0;
-#endif
-    /* per thread: dL/datt of one row (T floats), or V^T of one head and that row (hs*Tp + Tp), or dS of
-     * one block of rows (ATT_GEMM_R * T) */
-    const size_t Tp = (size_t)((T + 15) & ~15);
-    const size_t per_thr = gemm ? (size_t)ATT_GEMM_R * T : blk ? (size_t)hs * Tp + Tp : (size_t)T;
+    int nthr = omp_get_max_threads(), gemm, blk;
+    const size_t per_thr = att_bwd_per_thread(T, hs, &gemm, &blk);
     float *scratch = NULL;
     FSDP_TRY(fsdp_mem_alloc((void **)&scratch, (size_t)nthr * per_thr * sizeof(float), FSDP_MEM_ACTIVATION));
     if (gemm) {

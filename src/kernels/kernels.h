@@ -144,16 +144,19 @@ fsdp_status fsdp_residual_backward(float *da, float *db, const float *dout, size
 fsdp_status fsdp_attention_forward(float *out, float *preatt, float *att, const float *qkv, int B, int T,
                                    int C, int NH);
 /* dqkv: float [B,T,3C] (overwritten); dout: float [B,T,C]; qkv and att as saved by the forward.
- * Scratch per OpenMP thread (fsdp_mem_alloc, activation, freed before returning): T floats (generic),
- * (hs + 1) * T rounded up to 16 (blocked AVX-512), or 64 * T (GEMM). */
+ * Scratch (fsdp_mem_alloc, activation, freed before returning): fsdp_attention_backward_scratch_bytes. */
 fsdp_status fsdp_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att, int B,
                                     int T, int C, int NH);
+/* Bytes of scratch fsdp_attention_backward allocates at sequence length T, head size hs on nthr OpenMP
+ * threads with the implementation it takes now: per thread T floats (generic per-row), (hs + 1) * T
+ * rounded up to 16 (blocked AVX-512) or 64 * T (sgemm form). 0 for non-positive arguments. */
+size_t fsdp_attention_backward_scratch_bytes(int T, int hs, int nthr);
 
 /* How attention runs: per-row kernels (generic C, or the blocked AVX-512 form for head sizes that are a
  * multiple of 16), or oneDNN sgemm calls over the causal lower triangle in blocks of 64 query rows.
  * Both compute the same quantities (agreeing to rounding) and each is deterministic; forward and
  * backward may use different ones. AUTO takes GEMM from T >= FSDP_ATT_GEMM_MIN_T (where it was
- * measured faster, BENCHMARKS.md), the per-row kernels below. */
+ * measured faster: bench/bench_attention.c), the per-row kernels below. */
 typedef enum { FSDP_ATT_AUTO = 0, FSDP_ATT_BLOCKED, FSDP_ATT_GEMM } fsdp_att_impl;
 #define FSDP_ATT_GEMM_MIN_T 32
 /* The implementation fsdp_attention_forward/backward take for sequence length T and head size hs. */
