@@ -19,9 +19,11 @@
  * - Memory: the GEMMs keep a grow-only workspace (category FSDP_MEM_OTHER) until
  *   fsdp_kernels_shutdown: in mixed mode bf16 copies of the activation operands (largest M*K + M*N
  *   elements of 2 bytes; the LM head's dlogits copy dominates: B*T*Vp*2 bytes) plus oneDNN's
- *   scratchpad (f32 copies of both operands too on the bf16-via-f32 path). Element-wise kernels
- *   allocate only small per-call buffers (C or T floats per thread) and free them before returning.
- * - GEMM calls are serialised by a mutex (one engine, stream, cache and workspace per process);
+ *   scratchpad (f32 copies of both operands too on the bf16-via-f32 path). Element-wise kernels and
+ *   attention allocate only per-call buffers (C, T, (hs+1)*T or 64*T floats per thread) and free them
+ *   before returning.
+ * - Linear-layer GEMM calls are serialised by a mutex (one engine, stream, cache and workspace per
+ *   process); attention's sgemm calls keep no state and run on the calling OpenMP thread;
  *   the element-wise kernels keep no shared state. Parallelism is inside each kernel (OpenMP, and
  *   oneDNN's own OpenMP threads).
  * - Results are deterministic for a fixed thread count (no atomics; fixed summation orders).
