@@ -19,9 +19,11 @@
  * - Memory: the GEMMs keep a grow-only workspace (category FSDP_MEM_OTHER) until
  *   fsdp_kernels_shutdown: in mixed mode bf16 copies of the activation operands (largest M*K + M*N
  *   elements of 2 bytes; the LM head's dlogits copy dominates: B*T*Vp*2 bytes) plus oneDNN's
- *   scratchpad (f32 copies of both operands too on the bf16-via-f32 path). Element-wise kernels
- *   allocate only small per-call buffers (C or T floats per thread) and free them before returning.
- * - GEMM calls are serialised by a mutex (one engine, stream, cache and workspace per process);
+ *   scratchpad (f32 copies of both operands too on the bf16-via-f32 path). Element-wise kernels and
+ *   attention allocate only per-call buffers (C, T, (hs+1)*T or 64*T floats per thread) and free them
+ *   before returning.
+ * - Linear-layer GEMM calls are serialised by a mutex (one engine, stream, cache and workspace per
+ *   process); attention's sgemm calls keep no state and run on the calling OpenMP thread;
  *   the element-wise kernels keep no shared state. Parallelism is inside each kernel (OpenMP, and
  *   oneDNN's own OpenMP threads).
  * - Results are deterministic for a fixed thread count (no atomics; fixed summation orders).
@@ -144,9 +146,26 @@ fsdp_status fsdp_residual_backward(float *da, float *db, const float *dout, size
 fsdp_status fsdp_attention_forward(float *out, float *preatt, float *att, const float *qkv, int B, int T,
                                    int C, int NH);
 /* dqkv: float [B,T,3C] (overwritten); dout: float [B,T,C]; qkv and att as saved by the forward.
- * Scratch: T floats per OpenMP thread (fsdp_mem_alloc, activation). */
+ * Scratch (fsdp_mem_alloc, activation, freed before returning): fsdp_attention_backward_scratch_bytes. */
 fsdp_status fsdp_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att, int B,
                                     int T, int C, int NH);
+/* Bytes of scratch fsdp_attention_backward allocates at sequence length T, head size hs on nthr OpenMP
+ * threads with the implementation it takes now: per thread T floats (generic per-row), (hs + 1) * T
+ * rounded up to 16 (blocked AVX-512) or 64 * T (sgemm form). 0 for non-positive arguments. */
+size_t fsdp_attention_backward_scratch_bytes(int T, int hs, int nthr);
+
+/* How attention runs: per-row kernels (generic C, or the blocked AVX-512 form for head sizes that are a
+ * multiple of 16), or oneDNN sgemm calls over the causal lower triangle in blocks of 64 query rows.
+ * Both compute the same quantities (agreeing to rounding) and each is deterministic; forward and
+ * backward may use different ones. AUTO takes GEMM from T >= FSDP_ATT_GEMM_MIN_T (where it was
+ * measured faster: bench/bench_attention.c), the per-row kernels below. */
+typedef enum { FSDP_ATT_AUTO = 0, FSDP_ATT_BLOCKED, FSDP_ATT_GEMM } fsdp_att_impl;
+#define FSDP_ATT_GEMM_MIN_T 32
+/* The implementation fsdp_attention_forward/backward take for sequence length T and head size hs. */
+fsdp_att_impl fsdp_attention_impl_for(int T, int hs);
+/* Tests and benchmarks: force one implementation for every later call (process-wide), or AUTO. */
+fsdp_status fsdp_attention_force_impl(fsdp_att_impl impl);
+const char *fsdp_attention_impl_name(fsdp_att_impl impl); /* "auto", "blocked", "gemm" */
 
 /* ---------------------------------------------------------------- softmax + cross-entropy (padded vocab) */
 

@@ -240,9 +240,9 @@ fsdp_status fsdp_train_plan_compute(const fsdp_train_config *c, int world, int t
     pc.steps = c->steps > 1 ? 2 : 1;    /* prefetch starts with the second step */
     pc.schedule = FSDP_PLAN_ROOT_WRAPS; /* gpt's hook order */
     /* activation: the model's arena, the trainer's input and target tokens (int32 [b, T] each), and
-     * attention backward's scratch (T floats per thread) that lives beside them during backward. */
+     * attention backward's scratch that lives beside them during backward. */
     pc.activation_bytes = gpt_activation_bytes(&gc, b, T) + 2 * bt * sizeof(int32_t) +
-                          (size_t)threads * (size_t)T * sizeof(float);
+                          fsdp_attention_backward_scratch_bytes(T, gc.n_embd / gc.n_head, threads);
     /* other: the GEMM workspace and the loaders' read buffers (b*T + 1 int32 each). */
     pc.other_bytes = gpt_other_bytes(&gc, b, T, pc.engine.compute_dtype) +
                      (size_t)(have_val ? 2 : 1) * (bt + 1) * sizeof(int32_t);

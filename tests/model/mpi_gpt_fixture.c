@@ -5,6 +5,7 @@
  * even when the slices are unequal (3 ranks on 4 rows). FSDP_TEST_VERBOSE=1 prints every error. */
 #include "fixture.h"
 #include "gpt_test_util.h"
+#include "kernels/kernels.h"
 #include "test_util.h"
 
 #include <stdlib.h>
@@ -171,9 +172,15 @@ int main(int argc, char **argv) {
     CHECK_OK(s);
     if (s == FSDP_OK) {
         CHECK(fx.L == 2 && fx.C == 64 && fx.V == 300 && fx.Vp == 320 && fx.steps == 10);
+        /* both attention implementations (kernels.h): the sgemm form, then the per-row kernels */
+        CHECK_OK(fsdp_attention_force_impl(FSDP_ATT_GEMM));
         run(comm, &fx, FSDP_F32, 0);
         run(comm, &fx, FSDP_BF16, 0);
         run(comm, &fx, FSDP_F32, 1); /* recompute: same numbers (bitwise: test_gpt.c) */
+        CHECK_OK(fsdp_attention_force_impl(FSDP_ATT_BLOCKED));
+        run(comm, &fx, FSDP_F32, 0);
+        run(comm, &fx, FSDP_BF16, 0);
+        CHECK_OK(fsdp_attention_force_impl(FSDP_ATT_AUTO));
     }
     gpt_fixture_free(&fx);
     int rc = TEST_MAIN_END();

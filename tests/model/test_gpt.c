@@ -3,6 +3,7 @@
  * are tracked under their category; the fixture reader rejects corrupt files. */
 #include "fixture.h"
 #include "gpt_test_util.h"
+#include "kernels/kernels.h"
 #include "test_util.h"
 
 #include <stdint.h>
@@ -226,8 +227,14 @@ int main(void) {
     cc.backend = FSDP_COMM_SELF;
     CHECK_OK(fsdp_comm_init(&comm, &cc, NULL, NULL));
     if (!comm) return TEST_MAIN_END();
-    test_recompute_bitwise(comm, FSDP_F32);
-    test_recompute_bitwise(comm, FSDP_BF16);
+    /* both attention implementations (kernels.h) */
+    const fsdp_att_impl impls[2] = {FSDP_ATT_BLOCKED, FSDP_ATT_GEMM};
+    for (int i = 0; i < 2; i++) {
+        CHECK_OK(fsdp_attention_force_impl(impls[i]));
+        test_recompute_bitwise(comm, FSDP_F32);
+        test_recompute_bitwise(comm, FSDP_BF16);
+    }
+    CHECK_OK(fsdp_attention_force_impl(FSDP_ATT_AUTO));
     test_config_and_misuse(comm);
     test_fixture_reader();
     fsdp_comm_free(comm);
