@@ -1,7 +1,8 @@
 /* test_gpt.c — the GPT-2 model on one process: activation recompute gives bitwise the same loss,
- * logits and gradients (fp32 and mixed); config validation and misuse give clear errors; activations
- * are tracked under their category; the fixture reader rejects corrupt files. */
+ * logits and gradients (fp32, and mixed on each GEMM path); config validation and misuse give clear errors;
+ * activations are tracked under their category; the fixture reader rejects corrupt files. */
 #include "fixture.h"
+#include "kernels/kernels.h"
 #include "gpt_test_util.h"
 #include "test_util.h"
 
@@ -227,7 +228,13 @@ int main(void) {
     CHECK_OK(fsdp_comm_init(&comm, &cc, NULL, NULL));
     if (!comm) return TEST_MAIN_END();
     test_recompute_bitwise(comm, FSDP_F32);
-    test_recompute_bitwise(comm, FSDP_BF16);
+    /* mixed: each GEMM path, then whatever auto picks on this machine */
+    static const fsdp_mixed_compute mc[] = {FSDP_MIXED_COMPUTE_BF16, FSDP_MIXED_COMPUTE_F32,
+                                            FSDP_MIXED_COMPUTE_AUTO};
+    for (int i = 0; i < 3; i++) {
+        CHECK_OK(fsdp_gemm_set_mixed_compute(mc[i]));
+        test_recompute_bitwise(comm, FSDP_BF16);
+    }
     test_config_and_misuse(comm);
     test_fixture_reader();
     fsdp_comm_free(comm);
