@@ -47,7 +47,8 @@ static struct {
     int mixed_resolved;       /* choice below is valid */
     fsdp_gemm_mixed_choice choice;
     char impl[2][128]; /* fsdp_gemm_impl_name results for F32, BF16 */
-} G = {.bf16_probe = -1};
+    int strided_ok;    /* -1 unknown; 1: oneDNN's f32 matmul is the same kernel with strided A and C */
+} G = {.bf16_probe = -1, .strided_ok = -1};
 
 static pthread_mutex_t G_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -115,6 +116,7 @@ void fsdp_kernels_shutdown(void) {
     G.engine = NULL;
     G.ready = 0;
     G.bf16_probe = -1;
+    G.strided_ok = -1;
     G.mixed_resolved = 0; /* the setting (fsdp_gemm_set_mixed_compute) stays */
     memset(&G.stats, 0, sizeof G.stats);
     G.impl[0][0] = G.impl[1][0] = '\0';
@@ -393,8 +395,9 @@ fail:
  * once per dinp — as often as an fp32 copy of each gathered unit would be, without such a copy. A
  * weight of at most widen_bytes as f32 (every transformer-block weight up to C = 1448) is widened
  * whole; a larger one (the LM head) in blocks of rows. oneDNN 2.x's brgemm matmul takes only dense A
- * and C (a strided view falls back to a much slower gemm:jit), so a block's output columns (forward)
- * or dout columns (dinp) go through a dense [M, rows] buffer (SLOT_C32). */
+ * and C (a strided view falls back to a much slower gemm:jit), so there a block's output columns
+ * (forward) or dout columns (dinp) go through a dense [M, rows] buffer (SLOT_C32); where the f32 kernel
+ * is gemm:jit anyway (AVX2) the block reads and writes them in place. */
 #define WIDEN_BYTES_DEFAULT ((size_t)32 << 20)
 static size_t widen_bytes = WIDEN_BYTES_DEFAULT; /* read and written under G_lock */
 
@@ -428,13 +431,53 @@ static void copy_cols(float *dst, int ldd, const float *src, int lds, int M, int
         memcpy(dst + (size_t)m * ldd, src + (size_t)m * lds, (size_t)n * sizeof(float));
 }
 
+/* Name of the implementation oneDNN picks for an f32 matmul of key k ("" if none). */
+static void impl_of(const gemm_key *k, char *out, size_t cap) {
+    gemm_entry *e = NULL;
+    const_dnnl_primitive_desc_t pd = NULL;
+    const char *name = NULL;
+    out[0] = '\0';
+    if (entry_create(k, &e) == FSDP_OK && dnnl_primitive_get_primitive_desc(e->prim, &pd) == dnnl_success &&
+        dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &name) == dnnl_success && name)
+        snprintf(out, cap, "%s", name);
+    entry_free(e);
+    fsdp_clear_error();
+}
+
+/* Whether a weight block may read dout's columns and write out's columns in place (strided A and C):
+ * only when oneDNN runs such views with the same kernel as dense ones (gemm:jit on AVX2 does; the
+ * AVX-512 brgemm does not and falls back to a slower one), else they go through SLOT_C32. */
+static int strided_ok_locked(void) {
+    if (G.strided_ok < 0) {
+        gemm_key dense = {64, 64, 64, 0, 1, 0, 64, 64, 64, dnnl_f32, dnnl_f32, dnnl_data_type_undef};
+        gemm_key strided = dense;
+        strided.lda = strided.ldc = 256;
+        char a[128], b[128];
+        impl_of(&dense, a, sizeof a);
+        impl_of(&strided, b, sizeof b);
+        G.strided_ok = a[0] && strcmp(a, b) == 0;
+    }
+    return G.strided_ok;
+}
+
+void fsdp_gemm_widen_workspace(int M, int K, int N, size_t *w32_bytes, size_t *c32_bytes) {
+    pthread_mutex_lock(&G_lock);
+    int rows = widen_rows_locked(K, N), dense = 0;
+    if (rows > 0 && rows < N && M > 0 && init_locked() == FSDP_OK) dense = !strided_ok_locked();
+    fsdp_clear_error();
+    pthread_mutex_unlock(&G_lock);
+    *w32_bytes = rows > 0 ? (size_t)rows * (size_t)K * sizeof(float) : 0;
+    *c32_bytes = dense ? (size_t)M * (size_t)rows * sizeof(float) : 0;
+}
+
 /* out[M,N] = inp[M,K] · W[N,K]^T (+ bias), output columns block by block. */
 static fsdp_status f32c_forward(float *out, const float *inp, const fsdp_bf16 *W, const fsdp_bf16 *bias,
                                 int M, int K, int N) {
     int rows = widen_rows_locked(K, N);
     void *w32, *b32 = NULL, *c32 = NULL;
     FSDP_TRY(slot_get(SLOT_W32, (size_t)rows * K * sizeof(float), &w32));
-    if (rows < N) FSDP_TRY(slot_get(SLOT_C32, (size_t)M * rows * sizeof(float), &c32));
+    if (rows < N && !strided_ok_locked())
+        FSDP_TRY(slot_get(SLOT_C32, (size_t)M * rows * sizeof(float), &c32));
     if (bias) {
         FSDP_TRY(slot_get(SLOT_BIAS32, (size_t)N * sizeof(float), &b32));
         to_f32_par(b32, bias, (size_t)N);
@@ -442,10 +485,13 @@ static fsdp_status f32c_forward(float *out, const float *inp, const fsdp_bf16 *W
     for (int n0 = 0; n0 < N; n0 += rows) {
         int n = N - n0 < rows ? N - n0 : rows;
         to_f32_par(w32, W + (size_t)n0 * K, (size_t)n * K);
-        float *dst = c32 ? (float *)c32 : out;
-        FSDP_TRY(
-            gemm_exec(dst, inp, w32, b32 ? (float *)b32 + n0 : NULL, FSDP_F32, 0, 0, 1, M, K, n, 0, 0, 0, 0));
-        if (c32) copy_cols(out + n0, N, c32, n, M, n);
+        float *bb = b32 ? (float *)b32 + n0 : NULL;
+        if (c32) {
+            FSDP_TRY(gemm_exec(c32, inp, w32, bb, FSDP_F32, 0, 0, 1, M, K, n, 0, 0, 0, 0));
+            copy_cols(out + n0, N, c32, n, M, n);
+        } else {
+            FSDP_TRY(gemm_exec(out + n0, inp, w32, bb, FSDP_F32, 0, 0, 1, M, K, n, 0, 0, N, 0));
+        }
     }
     return FSDP_OK;
 }
@@ -457,16 +503,19 @@ static fsdp_status f32c_dinp(float *dinp, int acc, const float *dout, const fsdp
     int rows = widen_rows_locked(K, N);
     void *w32, *a32 = NULL;
     FSDP_TRY(slot_get(SLOT_W32, (size_t)rows * K * sizeof(float), &w32));
-    if (rows < N) FSDP_TRY(slot_get(SLOT_C32, (size_t)M * rows * sizeof(float), &a32));
+    if (rows < N && !strided_ok_locked())
+        FSDP_TRY(slot_get(SLOT_C32, (size_t)M * rows * sizeof(float), &a32));
     for (int n0 = 0; n0 < N; n0 += rows) {
         int n = N - n0 < rows ? N - n0 : rows;
         to_f32_par(w32, W + (size_t)n0 * K, (size_t)n * K);
-        const float *A = dout;
+        const float *A = dout + n0;
+        int lda = N;
         if (a32) {
             copy_cols(a32, n, dout + n0, N, M, n);
             A = a32;
+            lda = n;
         }
-        FSDP_TRY(gemm_exec(dinp, A, w32, NULL, FSDP_F32, 0, 0, 0, M, n, K, 0, 0, 0, n0 ? 1 : acc));
+        FSDP_TRY(gemm_exec(dinp, A, w32, NULL, FSDP_F32, 0, 0, 0, M, n, K, lda, 0, 0, n0 ? 1 : acc));
     }
     return FSDP_OK;
 }

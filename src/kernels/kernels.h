@@ -106,6 +106,10 @@ fsdp_status fsdp_gemm_force_bf16_fallback(int on);
  * as f32, else equal blocks of a multiple of 16 rows within that bound (at least 16 rows). 0 for bad
  * dims. */
 int fsdp_gemm_widen_rows(int K, int N);
+/* The f32-compute workspace an [M,K] x [N,K]^T GEMM (or its dinp) needs: *w32_bytes the widened rows,
+ * *c32_bytes the dense block buffer (0 unless the weight is widened in blocks and this ISA's f32
+ * kernel needs dense operands). May initialise oneDNN. */
+void fsdp_gemm_widen_workspace(int M, int K, int N, size_t *w32_bytes, size_t *c32_bytes);
 /* Tests/benchmarks: the block bound of fsdp_gemm_widen_rows in bytes (0: the default, 32 MiB). */
 void fsdp_gemm_set_widen_bytes(size_t bytes);
 

@@ -158,9 +158,10 @@ size_t gpt_activation_bytes(const gpt_config *cfg, int B, int T) {
  * bf16-via-f32 fallback also widens both GEMM operands and the bias to fp32: A32 up to N*max(4C, Vp)
  * (dout; forward's in is smaller), B32 up to max(N*4C, Vp*C, 4C*C) (an activation or a weight), bias
  * up to 4C. The f32-compute path widens the weight, rows = fsdp_gemm_widen_rows(k, n) at a time (W32:
- * the largest rows*k), with a dense [N, rows] buffer for a weight widened in several blocks (C32: the
- * LM head at GPT-2 widths), and the bias (up to 4C). Short-lived buffers beside them: softmax-CE row
- * losses (N doubles) and LayerNorm forward's fp32 weight and bias (2C floats). */
+ * the largest rows*k), with a dense [N, rows] buffer for a weight widened in several blocks where the
+ * f32 kernel needs dense operands (C32: the LM head at GPT-2 widths on AVX-512), and the bias (up to
+ * 4C); fsdp_gemm_widen_workspace gives the first two per shape. Short-lived buffers beside them: softmax-CE
+ * row losses (N doubles) and LayerNorm forward's fp32 weight and bias (2C floats). */
 size_t gpt_other_bytes(const gpt_config *cfg, int B, int T, fsdp_dtype compute) {
     if (gpt_config_validate(cfg) != FSDP_OK || B < 1 || T < 1) return 0;
     gpt_config c = resolve(cfg);
@@ -179,11 +180,12 @@ size_t gpt_other_bytes(const gpt_config *cfg, int B, int T, fsdp_dtype compute) 
         const size_t kn[5][2] = {{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}, {C, Vp}};
         size_t w32 = 0, c32 = 0;
         for (int i = 0; i < 5; i++) {
-            size_t rows = (size_t)fsdp_gemm_widen_rows((int)kn[i][0], (int)kn[i][1]);
-            if (rows * kn[i][0] > w32) w32 = rows * kn[i][0];
-            if (rows < kn[i][1] && N * rows > c32) c32 = N * rows;
+            size_t wb, cb;
+            fsdp_gemm_widen_workspace((int)N, (int)kn[i][0], (int)kn[i][1], &wb, &cb);
+            if (wb > w32) w32 = wb;
+            if (cb > c32) c32 = cb;
         }
-        bytes += (w32 + c32 + 4 * C) * sizeof(float);
+        bytes += w32 + c32 + 4 * C * sizeof(float);
     }
     size_t transient = N * sizeof(double);
     if (2 * C * sizeof(float) > transient) transient = 2 * C * sizeof(float);

@@ -260,6 +260,11 @@ int main(void) {
     CHECK(fsdp_gemm_widen_rows(200, 131) == 16 && fsdp_gemm_widen_rows(64, 29) == 16);
     CHECK(fsdp_gemm_widen_rows(64, 16) == 16 && fsdp_gemm_widen_rows(64, 17) == 16);
     run_shapes(FSDP_BF16, 0, "f32-compute, 16-row blocks");
+    size_t wb, cb;
+    fsdp_gemm_widen_workspace(5, 200, 131, &wb, &cb); /* 9 blocks of 16 rows */
+    CHECK(wb == 16 * 200 * 4 && (cb == 0 || cb == 5 * 16 * 4));
+    fsdp_gemm_widen_workspace(5, 8, 16, &wb, &cb); /* one block: no dense buffer */
+    CHECK(wb == 16 * 8 * 4 && cb == 0);
     fsdp_gemm_set_widen_bytes(0);
 
     check_choice(native);
