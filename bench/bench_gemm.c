@@ -1,8 +1,10 @@
 /* bench_gemm.c — measured GEMM throughput of the kernels layer on this machine: f32 and bf16 peak with a
  * large square matmul, the GEMMs of one GPT-2-124M step (B*T rows) for forward, dinp and the fused wgrad
  * into fp32 main_grad with beta 0 and beta 1 (the cost of accumulating), and the oneDNN ISA/impl in use.
- * Usage: bench_gemm [--reps R] [--rows BT] [--square S]   (defaults 5, 256, 2048). Best-of-R timings,
- * the ops of one shape interleaved. */
+ * Three paths: fp32 parameters ("f32"), bf16 parameters on bf16 GEMMs ("bf16", or "bf16-via-f32" where
+ * oneDNN has no bf16 matmul) and bf16 parameters on the f32-compute path ("f32-compute").
+ * Usage: bench_gemm [--reps R] [--rows BT] [--square S] [--widen-kib W]   (defaults 5, 256, 2048, the
+ * library's block bound). Best-of-R timings, the ops of one shape interleaved. */
 #include "kernels/kernels.h"
 
 #include <omp.h>
@@ -42,6 +44,7 @@ static void sort_d(double *t, int n) {
 
 /* Runs every op for one shape and dtype, printing one row per op. */
 static int bench_shape(const char *label, fsdp_dtype pdt, int M, int K, int N, const op_kind *ops, int nops) {
+    const char *pname = fsdp_gemm_path_name(fsdp_gemm_path_for(pdt));
     size_t mk = (size_t)M * K, mn = (size_t)M * N, nk = (size_t)N * K;
     float *X = NULL, *Y = NULL, *G = NULL;
     void *W = NULL;
@@ -81,8 +84,8 @@ static int bench_shape(const char *label, fsdp_dtype pdt, int M, int K, int N, c
         sort_d(t[o], r);
         double best = t[o][0], med = t[o][r / 2];
         if (ops[o] == OP_WGRAD0) best0 = best;
-        printf("%-10s %-5s %5d %5d %5d  %-12s %9.3f %9.3f %8.1f", label, fsdp_dtype_name(pdt), M, K, N,
-               op_name[ops[o]], best * 1e3, med * 1e3, gflop / best);
+        printf("%-10s %-12s %5d %5d %5d  %-12s %9.3f %9.3f %8.1f", label, pname, M, K, N, op_name[ops[o]],
+               best * 1e3, med * 1e3, gflop / best);
         if (ops[o] == OP_WGRAD1 && best0 > 0) printf("   beta1/beta0 = %.3f", best / best0);
         printf("\n");
     }
@@ -96,7 +99,7 @@ done:
 }
 
 int main(int argc, char **argv) {
-    int rows = 256, sq = 2048;
+    int rows = 256, sq = 2048, widen_kib = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--reps") && i + 1 < argc)
             reps = atoi(argv[++i]);
@@ -104,15 +107,18 @@ int main(int argc, char **argv) {
             rows = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--square") && i + 1 < argc)
             sq = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--widen-kib") && i + 1 < argc)
+            widen_kib = atoi(argv[++i]);
         else {
-            fprintf(stderr, "usage: %s [--reps R] [--rows B*T] [--square S]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--reps R] [--rows B*T] [--square S] [--widen-kib W]\n", argv[0]);
             return 2;
         }
     }
-    if (reps < 1 || rows < 1 || sq < 1) {
-        fprintf(stderr, "bench_gemm: --reps, --rows and --square must be positive\n");
+    if (reps < 1 || rows < 1 || sq < 1 || widen_kib < 0) {
+        fprintf(stderr, "bench_gemm: --reps, --rows and --square must be positive, --widen-kib >= 0\n");
         return 2;
     }
+    fsdp_gemm_set_widen_bytes((size_t)widen_kib << 10);
     if (fsdp_kernels_init() != FSDP_OK) {
         fprintf(stderr, "bench_gemm: %s\n", fsdp_last_error());
         return 1;
@@ -120,20 +126,38 @@ int main(int argc, char **argv) {
     printf("# oneDNN ISA: %s; OpenMP threads: %d\n", fsdp_kernels_isa_name(), omp_get_max_threads());
     printf("# f32 GEMM: path %s, impl %s\n", fsdp_gemm_path_name(fsdp_gemm_path_for(FSDP_F32)),
            fsdp_gemm_impl_name(FSDP_F32));
+    fsdp_gemm_mixed_choice ch;
+    if (fsdp_gemm_mixed_choice_get(&ch) != FSDP_OK) {
+        fprintf(stderr, "bench_gemm: %s\n", fsdp_last_error());
+        return 1;
+    }
+    printf("# mixed precision (bf16 parameters) default: %s (%s; probe bf16 %.3f ms, f32-compute %.3f ms)\n",
+           fsdp_gemm_path_name(ch.path), ch.source, ch.probe_bf16_ms, ch.probe_f32_ms);
+    fsdp_gemm_set_mixed_compute(FSDP_MIXED_COMPUTE_BF16);
     printf("# bf16 GEMM: path %s, impl %s\n", fsdp_gemm_path_name(fsdp_gemm_path_for(FSDP_BF16)),
            fsdp_gemm_impl_name(FSDP_BF16));
+    printf("# f32-compute: weight widened in blocks of <= %d rows at K=768 (lm_head)\n",
+           fsdp_gemm_widen_rows(768, 50304));
     printf(
         "# times in ms (best, median of %d); GFLOP/s from the best; bf16 includes rounding the fp32\n"
-        "# activation operands to bf16; wgrad writes fp32 main_grad (beta0 overwrite, beta1 sum post-op)\n",
+        "# activation operands to bf16, f32-compute widening the bf16 weight; wgrad writes fp32 main_grad\n"
+        "# (beta0 overwrite, beta1 sum post-op)\n",
         reps);
-    printf("%-10s %-5s %5s %5s %5s  %-12s %9s %9s %8s\n", "shape", "dtype", "M", "K", "N", "op", "best_ms",
+    printf("%-10s %-12s %5s %5s %5s  %-12s %9s %9s %8s\n", "shape", "path", "M", "K", "N", "op", "best_ms",
            "med_ms", "GFLOP/s");
 
     const op_kind all[] = {OP_FWD, OP_DINP, OP_WGRAD0, OP_WGRAD1};
     const op_kind fwd[] = {OP_FWD};
     int rc = 0;
-    for (int d = 0; d < 2 && !rc; d++)
-        rc = bench_shape("square", d ? FSDP_BF16 : FSDP_F32, sq, sq, sq, fwd, 1);
+    /* d: 0 fp32 parameters, 1 bf16 GEMMs, 2 f32-compute */
+    static const fsdp_mixed_compute mode[3] = {FSDP_MIXED_COMPUTE_BF16, FSDP_MIXED_COMPUTE_BF16,
+                                               FSDP_MIXED_COMPUTE_F32};
+#define RUN(label, M, K, N, ops, nops)                                                                       \
+    for (int d = 0; d < 3 && !rc; d++) {                                                                     \
+        fsdp_gemm_set_mixed_compute(mode[d]);                                                                \
+        rc = bench_shape(label, d ? FSDP_BF16 : FSDP_F32, M, K, N, ops, nops);                               \
+    }
+    RUN("square", sq, sq, sq, fwd, 1);
     /* GPT-2 124M (C = 768, padded vocab 50304): per-layer linears and the tied LM head. */
     struct {
         const char *name;
@@ -144,8 +168,8 @@ int main(int argc, char **argv) {
                {"mlp.proj", 3072, 768},
                {"lm_head", 768, 50304}};
     for (size_t s = 0; s < sizeof gpt / sizeof gpt[0] && !rc; s++)
-        for (int d = 0; d < 2 && !rc; d++)
-            rc = bench_shape(gpt[s].name, d ? FSDP_BF16 : FSDP_F32, rows, gpt[s].K, gpt[s].N, all, 4);
+        RUN(gpt[s].name, rows, gpt[s].K, gpt[s].N, all, 4);
+#undef RUN
     fsdp_kernels_shutdown();
     return rc;
 }

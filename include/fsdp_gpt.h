@@ -59,14 +59,16 @@ size_t gpt_num_params(const gpt_config *cfg);
 size_t gpt_activation_bytes(const gpt_config *cfg, int B, int T);
 
 /* Bytes the kernels keep in category other during training steps on (B, T) batches with this compute
- * dtype: the GEMMs' grow-only operand copies (mixed mode: bf16 copies of the activation operands,
- * B*T*max(4C, Vp) + B*T*4C elements of 2 bytes; on the bf16-via-f32 fallback path also fp32 copies of
- * both operands and the bias) plus the largest short-lived buffer that coexists with them (softmax-CE
+ * dtype: the GEMMs' grow-only operand copies (mixed mode on bf16 GEMMs: bf16 copies of the activation
+ * operands, B*T*max(4C, Vp) + B*T*4C elements of 2 bytes, on the bf16-via-f32 fallback path also fp32
+ * copies of both operands and the bias; mixed mode on the f32-compute path: the widened weight rows,
+ * at most 32 MiB, a B*T x rows fp32 buffer when the LM head is widened in blocks, and a 4C-float bias)
+ * plus the largest short-lived buffer that coexists with them (softmax-CE
  * row losses, B*T doubles; LayerNorm parameters widened to fp32, 2*C floats). Exact for these buffers
  * from the second step on (the workspace reaches its size in the first backward). NOT included:
  * oneDNN's own scratchpad, whose size oneDNN picks per GEMM shape and CPU ISA — so the figure is a
- * lower bound of the measured `other` peak. May initialise oneDNN (to learn the GEMM path); allocates
- * nothing tracked. 0 for an invalid config or B, T < 1. */
+ * lower bound of the measured `other` peak. May initialise oneDNN and resolve the mixed-precision GEMM
+ * path (a probe, under auto); allocates nothing tracked. 0 for an invalid config or B, T < 1. */
 size_t gpt_other_bytes(const gpt_config *cfg, int B, int T, fsdp_dtype compute);
 
 /* The units gpt_init registers, as data: the memory plan's input AND gpt_init's own source, so the

@@ -12,6 +12,10 @@ which halves the file and makes the mixed-precision parameter cast exact at step
 quantity (logits, loss, gradients, the AdamW run) is computed in float64 from those weights and stored
 as float32 (logits, gradients) or float64 (losses, norms). The script also runs the same steps in
 float32 and prints the fp32-vs-fp64 gap: the noise floor a correct fp32 implementation sits in.
+Because the weights are bf16 values and the step-0 quantities are float64 from them, those records
+are also the exact reference of fsdp.c's mixed mode on its f32-compute GEMM path (bf16 parameters
+widened exactly, fp32 activations and GEMMs): tests/model/mpi_gpt_fixture.c holds that path to fp32's
+tolerances at step 0, while the bf16-GEMM path (activations rounded to bf16) gets wider ones.
 
 File layout (little endian; tests/model/fixture.h is the reader and checks all of it):
     header, 256 bytes = 64 int32 slots:

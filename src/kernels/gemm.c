@@ -17,6 +17,7 @@
 typedef struct {
     int M, K, N;
     int ta, tb, beta;
+    int lda, ldb, ldc;                 /* leading dimensions (row strides of the stored matrices) */
     dnnl_data_type_t adt, bdt, biasdt; /* biasdt == dnnl_data_type_undef: no bias */
 } gemm_key;
 
@@ -29,8 +30,9 @@ typedef struct gemm_entry {
 } gemm_entry;
 
 /* Workspace slots (category other), grow-only, kept until fsdp_kernels_shutdown: bf16 copies of the
- * activation operands, f32 copies on the fallback path, oneDNN's scratchpad. */
-enum { SLOT_A = 0, SLOT_B, SLOT_A32, SLOT_B32, SLOT_BIAS32, SLOT_PAD, NSLOT };
+ * activation operands, f32 copies on the fallback path, the f32-compute path's widened weight rows,
+ * oneDNN's scratchpad. */
+enum { SLOT_A = 0, SLOT_B, SLOT_A32, SLOT_B32, SLOT_BIAS32, SLOT_W32, SLOT_C32, SLOT_PAD, NSLOT };
 
 static struct {
     int ready;
@@ -42,8 +44,12 @@ static struct {
     size_t slot_bytes[NSLOT];
     int bf16_probe; /* -1 unknown, 0 oneDNN refuses bf16 matmul, 1 works */
     int force_fallback;
+    fsdp_mixed_compute mixed; /* fsdp_gemm_set_mixed_compute */
+    int mixed_resolved;       /* choice below is valid */
+    fsdp_gemm_mixed_choice choice;
     char impl[2][128]; /* fsdp_gemm_impl_name results for F32, BF16 */
-} G = {.bf16_probe = -1};
+    int strided_ok;    /* -1 unknown; 1: oneDNN's f32 matmul is the same kernel with strided A and C */
+} G = {.bf16_probe = -1, .strided_ok = -1};
 
 static pthread_mutex_t G_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -111,6 +117,8 @@ void fsdp_kernels_shutdown(void) {
     G.engine = NULL;
     G.ready = 0;
     G.bf16_probe = -1;
+    G.strided_ok = -1;
+    G.mixed_resolved = 0; /* the setting (fsdp_gemm_set_mixed_compute) stays */
     memset(&G.stats, 0, sizeof G.stats);
     G.impl[0][0] = G.impl[1][0] = '\0';
     pthread_mutex_unlock(&G_lock);
@@ -129,13 +137,15 @@ static fsdp_status slot_get(int s, size_t bytes, void **out) {
     return FSDP_OK;
 }
 
-/* Row-major [rows, cols] descriptor, or its transpose view when `trans` (stored [cols, rows]). */
-static dnnl_status_t md_2d(dnnl_memory_desc_t *md, int rows, int cols, int trans, dnnl_data_type_t dt) {
+/* Row-major [rows, cols] descriptor with row stride ld (>= cols), or its transpose view when `trans`
+ * (stored [cols, rows] with row stride ld >= rows). */
+static dnnl_status_t md_2d(dnnl_memory_desc_t *md, int rows, int cols, int trans, int ld,
+                           dnnl_data_type_t dt) {
     dnnl_dims_t dims = {rows, cols};
-    dnnl_dims_t strides = {cols, 1};
+    dnnl_dims_t strides = {ld, 1};
     if (trans) {
         strides[0] = 1;
-        strides[1] = rows;
+        strides[1] = ld;
     }
     return dnnl_memory_desc_init_by_strides(md, 2, dims, dt, strides);
 }
@@ -152,11 +162,11 @@ static fsdp_status entry_create(const gemm_key *k, gemm_entry **out) {
     e->key = *k;
 
     dnnl_memory_desc_t amd, bmd, cmd, biasmd;
-    DNNL_TRY(md_2d(&amd, k->M, k->K, k->ta, k->adt), "A descriptor");
-    DNNL_TRY(md_2d(&bmd, k->K, k->N, k->tb, k->bdt), "B descriptor");
-    DNNL_TRY(md_2d(&cmd, k->M, k->N, 0, dnnl_f32), "C descriptor");
+    DNNL_TRY(md_2d(&amd, k->M, k->K, k->ta, k->lda, k->adt), "A descriptor");
+    DNNL_TRY(md_2d(&bmd, k->K, k->N, k->tb, k->ldb, k->bdt), "B descriptor");
+    DNNL_TRY(md_2d(&cmd, k->M, k->N, 0, k->ldc, dnnl_f32), "C descriptor");
     int has_bias = k->biasdt != dnnl_data_type_undef;
-    if (has_bias) DNNL_TRY(md_2d(&biasmd, 1, k->N, 0, k->biasdt), "bias descriptor");
+    if (has_bias) DNNL_TRY(md_2d(&biasmd, 1, k->N, 0, k->N, k->biasdt), "bias descriptor");
 
     dnnl_matmul_desc_t desc;
     DNNL_TRY(dnnl_matmul_desc_init(&desc, &amd, &bmd, has_bias ? &biasmd : NULL, &cmd), "matmul descriptor");
@@ -223,7 +233,7 @@ static int bf16_native_locked(void) {
     if (G.bf16_probe < 0) {
         G.bf16_probe = 1;
         for (int beta = 0; beta < 2; beta++) {
-            gemm_key k = {64, 64, 64, 0, 1, beta, dnnl_bf16, dnnl_bf16, dnnl_bf16};
+            gemm_key k = {64, 64, 64, 0, 1, beta, 64, 64, 64, dnnl_bf16, dnnl_bf16, dnnl_bf16};
             gemm_entry *e = NULL;
             if (entry_create(&k, &e) != FSDP_OK) G.bf16_probe = 0;
             entry_free(e);
@@ -233,15 +243,17 @@ static int bf16_native_locked(void) {
     return G.bf16_probe;
 }
 
+static fsdp_status mixed_resolve_locked(void); /* below, with the probe */
+
 static fsdp_gemm_path path_locked(fsdp_dtype pdt) {
     if (pdt == FSDP_F32) return FSDP_GEMM_F32;
-    if (G.force_fallback || !bf16_native_locked()) return FSDP_GEMM_BF16_VIA_F32;
-    return FSDP_GEMM_BF16;
+    if (mixed_resolve_locked() != FSDP_OK) return FSDP_GEMM_F32_COMPUTE; /* the error stays with the GEMMs */
+    return G.choice.path;
 }
 
 fsdp_gemm_path fsdp_gemm_path_for(fsdp_dtype pdt) {
     pthread_mutex_lock(&G_lock);
-    fsdp_gemm_path p = FSDP_GEMM_BF16_VIA_F32;
+    fsdp_gemm_path p = FSDP_GEMM_F32_COMPUTE;
     if (pdt == FSDP_F32)
         p = FSDP_GEMM_F32;
     else if (init_locked() == FSDP_OK)
@@ -255,6 +267,7 @@ const char *fsdp_gemm_path_name(fsdp_gemm_path p) {
     case FSDP_GEMM_F32: return "f32";
     case FSDP_GEMM_BF16: return "bf16";
     case FSDP_GEMM_BF16_VIA_F32: return "bf16-via-f32";
+    case FSDP_GEMM_F32_COMPUTE: return "f32-compute";
     }
     return "unknown";
 }
@@ -270,7 +283,8 @@ const char *fsdp_gemm_impl_name(fsdp_dtype pdt) {
     if (init_locked() == FSDP_OK) {
         int i = pdt == FSDP_BF16;
         dnnl_data_type_t dt = (i && path_locked(pdt) == FSDP_GEMM_BF16) ? dnnl_bf16 : dnnl_f32;
-        gemm_key k = {256, 768, 768, 0, 1, 0, dt, dt, dnnl_data_type_undef};
+        fsdp_clear_error(); /* a bad FSDP_MIXED_COMPUTE is reported by the GEMMs */
+        gemm_key k = {256, 768, 768, 0, 1, 0, 768, 768, 768, dt, dt, dnnl_data_type_undef};
         gemm_entry *e = NULL;
         if (entry_create(&k, &e) == FSDP_OK) {
             const_dnnl_primitive_desc_t pd = NULL;
@@ -291,6 +305,7 @@ const char *fsdp_gemm_impl_name(fsdp_dtype pdt) {
 fsdp_status fsdp_gemm_force_bf16_fallback(int on) {
     pthread_mutex_lock(&G_lock);
     G.force_fallback = on != 0;
+    G.mixed_resolved = 0;
     cache_clear_locked();
     pthread_mutex_unlock(&G_lock);
     return FSDP_OK;
@@ -323,13 +338,19 @@ static void to_f32_par(float *dst, const fsdp_bf16 *src, size_t n) {
     }
 }
 
-/* Runs C (beta)= op(A)·op(B) (+ bias) with operands of dtype `dt` (F32, or BF16 raw bits), fp32 C.
- * On the bf16-via-f32 path the bf16 operands are widened to f32 (exactly) first. Lock held. */
-static fsdp_status gemm_exec(float *C, const void *A, const void *B, const void *bias, fsdp_dtype dt, int ta,
-                             int tb, int M, int K, int N, int beta) {
+/* Runs C (beta)= op(A)·op(B) (+ bias) with operands of dtype `dt` (F32, or BF16 raw bits), fp32 C,
+ * leading dimensions lda, ldb, ldc (0: the natural ones). widen: the bf16 operands are widened to f32
+ * (exactly) first — the bf16-via-f32 path, natural leading dimensions only. Lock held. */
+static fsdp_status gemm_exec(float *C, const void *A, const void *B, const void *bias, fsdp_dtype dt,
+                             int widen, int ta, int tb, int M, int K, int N, int lda, int ldb, int ldc,
+                             int beta) {
     fsdp_status st = FSDP_OK;
     dnnl_data_type_t ddt = dt == FSDP_BF16 ? dnnl_bf16 : dnnl_f32;
-    if (dt == FSDP_BF16 && path_locked(dt) == FSDP_GEMM_BF16_VIA_F32) {
+    if (!lda) lda = ta ? M : K;
+    if (!ldb) ldb = tb ? K : N;
+    if (!ldc) ldc = N;
+    if (dt == FSDP_BF16 && widen) {
+        FSDP_INVARIANT(lda == (ta ? M : K) && ldb == (tb ? K : N));
         void *a32, *b32, *bias32 = NULL;
         FSDP_TRY(slot_get(SLOT_A32, (size_t)M * K * sizeof(float), &a32));
         FSDP_TRY(slot_get(SLOT_B32, (size_t)K * N * sizeof(float), &b32));
@@ -344,7 +365,7 @@ static fsdp_status gemm_exec(float *C, const void *A, const void *B, const void 
         bias = bias32;
         ddt = dnnl_f32;
     }
-    gemm_key k = {M, K, N, ta, tb, beta != 0, ddt, ddt, bias ? ddt : dnnl_data_type_undef};
+    gemm_key k = {M, K, N, ta, tb, beta != 0, lda, ldb, ldc, ddt, ddt, bias ? ddt : dnnl_data_type_undef};
     gemm_entry *e;
     FSDP_TRY(entry_get(&k, &e));
     void *pad = NULL;
@@ -371,6 +392,262 @@ fail:
     return st;
 }
 
+/* ---------------------------------------------------------------- the f32-compute path
+ * bf16 weights, fp32 activations: the weight is widened to f32 (exactly) into SLOT_W32 and multiplied
+ * by the unrounded fp32 activations with an f32 GEMM, so each weight is widened once per forward and
+ * once per dinp — as often as an fp32 copy of each gathered unit would be, without such a copy. A
+ * weight of at most widen_bytes as f32 (every transformer-block weight up to C = 1448) is widened
+ * whole; a larger one (the LM head) in blocks of rows. oneDNN 2.x's brgemm matmul takes only dense A
+ * and C (a strided view falls back to a much slower gemm:jit), so there a block's output columns
+ * (forward) or dout columns (dinp) go through a dense [M, rows] buffer (SLOT_C32); where the f32 kernel
+ * is gemm:jit anyway (AVX2) the block reads and writes them in place. */
+#define WIDEN_BYTES_DEFAULT ((size_t)32 << 20)
+static size_t widen_bytes = WIDEN_BYTES_DEFAULT; /* read and written under G_lock */
+
+void fsdp_gemm_set_widen_bytes(size_t bytes) {
+    pthread_mutex_lock(&G_lock);
+    widen_bytes = bytes ? bytes : WIDEN_BYTES_DEFAULT;
+    pthread_mutex_unlock(&G_lock);
+}
+
+static int widen_rows_locked(int K, int N) {
+    if (K <= 0 || N <= 0) return 0;
+    size_t rows = widen_bytes / ((size_t)K * sizeof(float));
+    if (rows < 16) rows = 16;
+    if (rows >= (size_t)N) return N;
+    size_t nblk = ((size_t)N + rows - 1) / rows; /* blocks of equal size, rounded to 16 rows */
+    rows = (((size_t)N + nblk - 1) / nblk + 15) / 16 * 16;
+    return rows < (size_t)N ? (int)rows : N;
+}
+
+int fsdp_gemm_widen_rows(int K, int N) {
+    pthread_mutex_lock(&G_lock);
+    int r = widen_rows_locked(K, N);
+    pthread_mutex_unlock(&G_lock);
+    return r;
+}
+
+/* dst[m, 0:n] = src[m, 0:n] for m < M, row strides ldd and lds. */
+static void copy_cols(float *dst, int ldd, const float *src, int lds, int M, int n) {
+#pragma omp parallel for schedule(static) if ((size_t)M * n > CVT_CHUNK)
+    for (int m = 0; m < M; m++)
+        memcpy(dst + (size_t)m * ldd, src + (size_t)m * lds, (size_t)n * sizeof(float));
+}
+
+/* Name of the implementation oneDNN picks for an f32 matmul of key k ("" if none). */
+static void impl_of(const gemm_key *k, char *out, size_t cap) {
+    gemm_entry *e = NULL;
+    const_dnnl_primitive_desc_t pd = NULL;
+    const char *name = NULL;
+    out[0] = '\0';
+    if (entry_create(k, &e) == FSDP_OK && dnnl_primitive_get_primitive_desc(e->prim, &pd) == dnnl_success &&
+        dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &name) == dnnl_success && name)
+        snprintf(out, cap, "%s", name);
+    entry_free(e);
+    fsdp_clear_error();
+}
+
+/* Whether a weight block may read dout's columns and write out's columns in place (strided A and C):
+ * only when oneDNN runs such views with the same kernel as dense ones (gemm:jit on AVX2 does; the
+ * AVX-512 brgemm does not and falls back to a slower one), else they go through SLOT_C32. */
+static int strided_ok_locked(void) {
+    if (G.strided_ok < 0) {
+        gemm_key dense = {64, 64, 64, 0, 1, 0, 64, 64, 64, dnnl_f32, dnnl_f32, dnnl_data_type_undef};
+        gemm_key strided = dense;
+        strided.lda = strided.ldc = 256;
+        char a[128], b[128];
+        impl_of(&dense, a, sizeof a);
+        impl_of(&strided, b, sizeof b);
+        G.strided_ok = a[0] && strcmp(a, b) == 0;
+    }
+    return G.strided_ok;
+}
+
+void fsdp_gemm_widen_workspace(int M, int K, int N, size_t *w32_bytes, size_t *c32_bytes) {
+    pthread_mutex_lock(&G_lock);
+    int rows = widen_rows_locked(K, N), dense = 0;
+    if (rows > 0 && rows < N && M > 0 && init_locked() == FSDP_OK) dense = !strided_ok_locked();
+    fsdp_clear_error();
+    pthread_mutex_unlock(&G_lock);
+    *w32_bytes = rows > 0 ? (size_t)rows * (size_t)K * sizeof(float) : 0;
+    *c32_bytes = dense ? (size_t)M * (size_t)rows * sizeof(float) : 0;
+}
+
+/* out[M,N] = inp[M,K] · W[N,K]^T (+ bias), output columns block by block. */
+static fsdp_status f32c_forward(float *out, const float *inp, const fsdp_bf16 *W, const fsdp_bf16 *bias,
+                                int M, int K, int N) {
+    int rows = widen_rows_locked(K, N);
+    void *w32, *b32 = NULL, *c32 = NULL;
+    FSDP_TRY(slot_get(SLOT_W32, (size_t)rows * K * sizeof(float), &w32));
+    if (rows < N && !strided_ok_locked())
+        FSDP_TRY(slot_get(SLOT_C32, (size_t)M * rows * sizeof(float), &c32));
+    if (bias) {
+        FSDP_TRY(slot_get(SLOT_BIAS32, (size_t)N * sizeof(float), &b32));
+        to_f32_par(b32, bias, (size_t)N);
+    }
+    for (int n0 = 0; n0 < N; n0 += rows) {
+        int n = N - n0 < rows ? N - n0 : rows;
+        to_f32_par(w32, W + (size_t)n0 * K, (size_t)n * K);
+        float *bb = b32 ? (float *)b32 + n0 : NULL;
+        if (c32) {
+            FSDP_TRY(gemm_exec(c32, inp, w32, bb, FSDP_F32, 0, 0, 1, M, K, n, 0, 0, 0, 0));
+            copy_cols(out + n0, N, c32, n, M, n);
+        } else {
+            FSDP_TRY(gemm_exec(out + n0, inp, w32, bb, FSDP_F32, 0, 0, 1, M, K, n, 0, 0, N, 0));
+        }
+    }
+    return FSDP_OK;
+}
+
+/* dinp[M,K] (+)= dout[M,N] · W[N,K]: a sum over blocks of W's rows (dout's columns); the first block
+ * takes the caller's flag, the others add. */
+static fsdp_status f32c_dinp(float *dinp, int acc, const float *dout, const fsdp_bf16 *W, int M, int K,
+                             int N) {
+    int rows = widen_rows_locked(K, N);
+    void *w32, *a32 = NULL;
+    FSDP_TRY(slot_get(SLOT_W32, (size_t)rows * K * sizeof(float), &w32));
+    if (rows < N && !strided_ok_locked())
+        FSDP_TRY(slot_get(SLOT_C32, (size_t)M * rows * sizeof(float), &a32));
+    for (int n0 = 0; n0 < N; n0 += rows) {
+        int n = N - n0 < rows ? N - n0 : rows;
+        to_f32_par(w32, W + (size_t)n0 * K, (size_t)n * K);
+        const float *A = dout + n0;
+        int lda = N;
+        if (a32) {
+            copy_cols(a32, n, dout + n0, N, M, n);
+            A = a32;
+            lda = n;
+        }
+        FSDP_TRY(gemm_exec(dinp, A, w32, NULL, FSDP_F32, 0, 0, 0, M, n, K, lda, 0, 0, n0 ? 1 : acc));
+    }
+    return FSDP_OK;
+}
+
+/* The forward with parameter dtype pdt on `path` (F32: plain). Lock held, engine ready. */
+static fsdp_status forward_locked(float *out, const float *inp, const void *weight, const void *bias,
+                                  fsdp_dtype pdt, fsdp_gemm_path path, int M, int K, int N) {
+    if (pdt == FSDP_F32) return gemm_exec(out, inp, weight, bias, FSDP_F32, 0, 0, 1, M, K, N, 0, 0, 0, 0);
+    if (path == FSDP_GEMM_F32_COMPUTE) return f32c_forward(out, inp, weight, bias, M, K, N);
+    void *a16;
+    FSDP_TRY(slot_get(SLOT_A, (size_t)M * K * sizeof(fsdp_bf16), &a16));
+    to_bf16_par(a16, inp, (size_t)M * K);
+    /* weight [N,K] is B^T: tb = 1. */
+    return gemm_exec(out, a16, weight, bias, FSDP_BF16, path == FSDP_GEMM_BF16_VIA_F32, 0, 1, M, K, N, 0, 0,
+                     0, 0);
+}
+
+/* ---------------------------------------------------------------- choosing the mixed-precision path */
+
+const char *fsdp_mixed_compute_name(fsdp_mixed_compute m) {
+    switch (m) {
+    case FSDP_MIXED_COMPUTE_AUTO: return "auto";
+    case FSDP_MIXED_COMPUTE_BF16: return "bf16";
+    case FSDP_MIXED_COMPUTE_F32: return "f32";
+    }
+    return "unknown";
+}
+
+fsdp_status fsdp_gemm_set_mixed_compute(fsdp_mixed_compute m) {
+    if (m != FSDP_MIXED_COMPUTE_AUTO && m != FSDP_MIXED_COMPUTE_BF16 && m != FSDP_MIXED_COMPUTE_F32)
+        return FSDP_ERR(FSDP_EINVAL, "mixed compute %d is not auto, bf16 or f32", (int)m);
+    pthread_mutex_lock(&G_lock);
+    G.mixed = m;
+    G.mixed_resolved = 0;
+    pthread_mutex_unlock(&G_lock);
+    return FSDP_OK;
+}
+
+/* Best-of-PROBE_REPS seconds of the forward of a GPT-2-124M qkv GEMM (M=256 rows, K=768, N=2304) with
+ * bf16 parameters on the native bf16 path (rounding the activations included) and on the f32-compute
+ * path (widening the weight included), interleaved so that load hits both alike. The buffers and the
+ * workspace they grew are freed again. */
+enum { PROBE_M = 256, PROBE_K = 768, PROBE_N = 2304, PROBE_REPS = 5 };
+
+static fsdp_status probe_locked(double *bf16_s, double *f32_s) {
+    float *X = NULL, *Y = NULL;
+    fsdp_bf16 *W = NULL;
+    fsdp_status st = fsdp_mem_alloc((void **)&X, (size_t)PROBE_M * PROBE_K * sizeof(float), FSDP_MEM_OTHER);
+    if (st == FSDP_OK)
+        st = fsdp_mem_alloc((void **)&Y, (size_t)PROBE_M * PROBE_N * sizeof(float), FSDP_MEM_OTHER);
+    if (st == FSDP_OK)
+        st = fsdp_mem_alloc((void **)&W, (size_t)PROBE_N * PROBE_K * sizeof(fsdp_bf16), FSDP_MEM_OTHER);
+    if (st == FSDP_OK) {
+        for (size_t i = 0; i < (size_t)PROBE_M * PROBE_K; i++)
+            X[i] = (float)((i * 2654435761u) % 1000) * 1e-3f - 0.5f;
+        for (size_t i = 0; i < (size_t)PROBE_N * PROBE_K; i++)
+            W[i] = fsdp_f32_to_bf16((float)((i * 69069u) % 991) * 1e-3f - 0.5f);
+    }
+    double best[2] = {1e30, 1e30};
+    const fsdp_gemm_path paths[2] = {FSDP_GEMM_BF16, FSDP_GEMM_F32_COMPUTE};
+    for (int r = -1; r < PROBE_REPS && st == FSDP_OK; r++) /* r = -1: primitive creation, untimed */
+        for (int p = 0; p < 2 && st == FSDP_OK; p++) {
+            double t0 = fsdp_time_s();
+            st = forward_locked(Y, X, W, NULL, FSDP_BF16, paths[p], PROBE_M, PROBE_K, PROBE_N);
+            double t = fsdp_time_s() - t0;
+            if (r >= 0 && t < best[p]) best[p] = t;
+        }
+    fsdp_mem_free(W);
+    fsdp_mem_free(Y);
+    fsdp_mem_free(X);
+    cache_clear_locked(); /* the probe's shapes are not the model's */
+    for (int i = 0; i < NSLOT; i++) {
+        fsdp_mem_free(G.slot[i]);
+        G.slot[i] = NULL;
+        G.slot_bytes[i] = 0;
+    }
+    *bf16_s = best[0];
+    *f32_s = best[1];
+    return st;
+}
+
+/* The native bf16 path must beat the f32-compute path by this factor to be chosen. */
+#define PROBE_MARGIN 0.9
+
+static fsdp_status mixed_resolve_locked(void) {
+    if (G.mixed_resolved) return FSDP_OK;
+    fsdp_gemm_mixed_choice c = {.path = FSDP_GEMM_F32_COMPUTE, .setting = G.mixed, .source = "the setting"};
+    if (c.setting == FSDP_MIXED_COMPUTE_AUTO) {
+        const char *e = getenv("FSDP_MIXED_COMPUTE");
+        if (e && *e && strcmp(e, "auto") != 0) {
+            if (strcmp(e, "bf16") == 0)
+                c.setting = FSDP_MIXED_COMPUTE_BF16;
+            else if (strcmp(e, "f32") == 0)
+                c.setting = FSDP_MIXED_COMPUTE_F32;
+            else
+                return FSDP_ERR(FSDP_EINVAL, "FSDP_MIXED_COMPUTE='%s' is not auto, bf16 or f32", e);
+            c.source = "FSDP_MIXED_COMPUTE";
+        }
+    }
+    int native = bf16_native_locked() && !G.force_fallback;
+    if (c.setting == FSDP_MIXED_COMPUTE_AUTO) {
+        if (!native) {
+            c.source = "no bf16 matmul on this ISA";
+        } else {
+            double tb, tf;
+            FSDP_TRY(probe_locked(&tb, &tf));
+            c.probe_bf16_ms = tb * 1e3;
+            c.probe_f32_ms = tf * 1e3;
+            c.source = "a probe";
+            if (tb <= PROBE_MARGIN * tf) c.path = FSDP_GEMM_BF16;
+        }
+    } else if (c.setting == FSDP_MIXED_COMPUTE_BF16) {
+        c.path = native ? FSDP_GEMM_BF16 : FSDP_GEMM_BF16_VIA_F32;
+    }
+    G.choice = c;
+    G.mixed_resolved = 1;
+    return FSDP_OK;
+}
+
+fsdp_status fsdp_gemm_mixed_choice_get(fsdp_gemm_mixed_choice *out) {
+    if (!out) return FSDP_ERR(FSDP_EINVAL, "out must not be NULL");
+    pthread_mutex_lock(&G_lock);
+    fsdp_status st = init_locked();
+    if (st == FSDP_OK) st = mixed_resolve_locked();
+    if (st == FSDP_OK) *out = G.choice;
+    pthread_mutex_unlock(&G_lock);
+    return st;
+}
+
 static fsdp_status check_dims(const char *fn, int M, int K, int N, fsdp_dtype pdt) {
     if (M <= 0 || K <= 0 || N <= 0)
         return fsdp_set_error(FSDP_EINVAL, "%s: dims must be positive, got M=%d K=%d N=%d", fn, M, K, N);
@@ -390,17 +667,8 @@ fsdp_status fsdp_matmul_forward(float *out, const float *inp, const void *weight
     if ((const float *)out == inp) return FSDP_ERR(FSDP_EINVAL, "out must not alias inp");
     pthread_mutex_lock(&G_lock);
     fsdp_status st = init_locked();
-    const void *A = inp;
-    if (st == FSDP_OK && pdt == FSDP_BF16) {
-        void *a16;
-        st = slot_get(SLOT_A, (size_t)M * K * sizeof(fsdp_bf16), &a16);
-        if (st == FSDP_OK) {
-            to_bf16_par(a16, inp, (size_t)M * K);
-            A = a16;
-        }
-    }
-    /* weight [N,K] is B^T: tb = 1. */
-    if (st == FSDP_OK) st = gemm_exec(out, A, weight, bias, pdt, 0, 1, M, K, N, 0);
+    if (st == FSDP_OK && pdt == FSDP_BF16) st = mixed_resolve_locked();
+    if (st == FSDP_OK) st = forward_locked(out, inp, weight, bias, pdt, path_locked(pdt), M, K, N);
     pthread_mutex_unlock(&G_lock);
     return st;
 }
@@ -464,8 +732,22 @@ fsdp_status fsdp_matmul_backward(float *dinp, int dinp_acc, float *dweight, int 
 
     pthread_mutex_lock(&G_lock);
     fsdp_status st = init_locked();
+    if (st == FSDP_OK && pdt == FSDP_BF16) st = mixed_resolve_locked();
+    fsdp_gemm_path path = st == FSDP_OK ? path_locked(pdt) : FSDP_GEMM_F32;
+    if (st == FSDP_OK && (path == FSDP_GEMM_F32 || path == FSDP_GEMM_F32_COMPUTE)) {
+        /* fp32 activations as they are; only the weight is bf16 on the f32-compute path. */
+        if (dinp && path == FSDP_GEMM_F32)
+            st = gemm_exec(dinp, dout, weight, NULL, FSDP_F32, 0, 0, 0, M, N, K, 0, 0, 0, dinp_acc);
+        else if (dinp)
+            st = f32c_dinp(dinp, dinp_acc, dout, weight, M, K, N);
+        if (st == FSDP_OK && dweight)
+            st = gemm_exec(dweight, dout, inp, NULL, FSDP_F32, 0, 1, 0, N, M, K, 0, 0, 0, dweight_acc);
+        pthread_mutex_unlock(&G_lock);
+        return st;
+    }
     const void *dY = dout, *X = inp;
-    if (st == FSDP_OK && pdt == FSDP_BF16) {
+    int widen = path == FSDP_GEMM_BF16_VIA_F32;
+    if (st == FSDP_OK) {
         void *d16 = NULL, *x16 = NULL;
         st = slot_get(SLOT_A, (size_t)M * N * sizeof(fsdp_bf16), &d16);
         if (st == FSDP_OK && dweight) st = slot_get(SLOT_B, (size_t)M * K * sizeof(fsdp_bf16), &x16);
@@ -479,9 +761,11 @@ fsdp_status fsdp_matmul_backward(float *dinp, int dinp_acc, float *dweight, int 
         }
     }
     /* dinp[M,K] (+)= dY[M,N] · W[N,K]: A = dY (ta 0), B = W stored [K'=N, N'=K] (tb 0). */
-    if (st == FSDP_OK && dinp) st = gemm_exec(dinp, dY, weight, NULL, pdt, 0, 0, M, N, K, dinp_acc);
+    if (st == FSDP_OK && dinp)
+        st = gemm_exec(dinp, dY, weight, NULL, FSDP_BF16, widen, 0, 0, M, N, K, 0, 0, 0, dinp_acc);
     /* dW[N,K] (+)= dY^T · X: A = dY stored [M,N] = [K',M'] (ta 1), B = X [M,K] (tb 0). */
-    if (st == FSDP_OK && dweight) st = gemm_exec(dweight, dY, X, NULL, pdt, 1, 0, N, M, K, dweight_acc);
+    if (st == FSDP_OK && dweight)
+        st = gemm_exec(dweight, dY, X, NULL, FSDP_BF16, widen, 1, 0, N, M, K, 0, 0, 0, dweight_acc);
     pthread_mutex_unlock(&G_lock);
     return st;
 }

@@ -11,17 +11,21 @@
  * - Parameter GRADIENTS are fp32 main_grad slices with an `accumulate` flag (the first-touch protocol
  *   of fsdp_unit_main_grad): 0 = overwrite every element (the buffer may hold garbage or NaN),
  *   1 = add into the existing values exactly once.
- * - GEMMs in mixed mode (pdt == FSDP_BF16) round their fp32 activation operands to bf16 (RNE, in a
- *   scratch buffer) and multiply bf16 x bf16 with fp32 accumulation and fp32 output. In fp32 mode
- *   everything is fp32.
+ * - GEMMs in mixed mode (pdt == FSDP_BF16) take one of two maths, chosen per process
+ *   (fsdp_mixed_compute below): bf16 GEMMs round their fp32 activation operands to bf16 (RNE, in a
+ *   scratch buffer) and multiply bf16 x bf16 with fp32 accumulation and fp32 output; the f32-compute
+ *   path widens the bf16 weight to f32 (exact) and multiplies the fp32 activations as they are. The
+ *   weight-gradient GEMM of the f32-compute path is entirely fp32. In fp32 mode everything is fp32.
  * - Non-positive dims, NULL required pointers, out-of-range token ids -> FSDP_EINVAL with a message;
  *   nothing is written on a validation failure. Scratch goes through fsdp_mem_alloc.
  * - Memory: the GEMMs keep a grow-only workspace (category FSDP_MEM_OTHER) until
- *   fsdp_kernels_shutdown: in mixed mode bf16 copies of the activation operands (largest M*K + M*N
- *   elements of 2 bytes; the LM head's dlogits copy dominates: B*T*Vp*2 bytes) plus oneDNN's
- *   scratchpad (f32 copies of both operands too on the bf16-via-f32 path). Element-wise kernels and
- *   attention allocate only per-call buffers (C, T, (hs+1)*T or 64*T floats per thread) and free them
- *   before returning.
+ *   fsdp_kernels_shutdown: on the bf16 paths bf16 copies of the activation operands (largest M*K + M*N
+ *   elements of 2 bytes; the LM head's dlogits copy dominates: B*T*Vp*2 bytes; f32 copies of both
+ *   operands too on the bf16-via-f32 path); on the f32-compute path the widened weight (rows =
+ * fsdp_gemm_widen_rows(K, N): rows * K floats, at most 32 MiB), when the weight is widened in several blocks
+ * (rows < N) a dense [M, rows] float buffer for one block's output or dout columns, and the widened bias (N
+ * floats); oneDNN's scratchpad on every path. Element-wise kernels and attention allocate only per-call
+ * buffers (C, T, (hs+1)*T or 64*T floats per thread) and free them before returning.
  * - Linear-layer GEMM calls are serialised by a mutex (one engine, stream, cache and workspace per
  *   process); attention's sgemm calls keep no state and run on the calling OpenMP thread;
  *   the element-wise kernels keep no shared state. Parallelism is inside each kernel (OpenMP, and
@@ -50,22 +54,65 @@ void fsdp_kernels_shutdown(void);
 
 /* How a GEMM with parameter dtype pdt runs. */
 typedef enum {
-    FSDP_GEMM_F32 = 0,     /* oneDNN f32 x f32 -> f32 */
-    FSDP_GEMM_BF16,        /* oneDNN bf16 x bf16 -> f32 (native or oneDNN-emulated on this ISA) */
-    FSDP_GEMM_BF16_VIA_F32 /* fallback: bf16 operands widened to f32 (exact), f32 GEMM; same math */
+    FSDP_GEMM_F32 = 0,      /* fp32 parameters: oneDNN f32 x f32 -> f32 */
+    FSDP_GEMM_BF16,         /* oneDNN bf16 x bf16 -> f32 (native or oneDNN-emulated on this ISA); the fp32
+                               activation operands are rounded to bf16 */
+    FSDP_GEMM_BF16_VIA_F32, /* the same bf16 math where oneDNN has no bf16 matmul: both bf16 operands
+                               widened to f32 (exact), f32 GEMM */
+    FSDP_GEMM_F32_COMPUTE   /* bf16 parameters widened to f32 (exact), fp32 activations unrounded, f32
+                               GEMM: bf16 storage and wire, fp32 math */
 } fsdp_gemm_path;
 
-/* The path GEMMs with parameter dtype pdt take on this machine (probes oneDNN once; may initialise). */
+/* How mixed precision (bf16 parameters) computes its GEMMs, set for the process:
+ *   BF16  bf16 GEMMs (FSDP_GEMM_BF16, or FSDP_GEMM_BF16_VIA_F32 where oneDNN has no bf16 matmul);
+ *   F32   FSDP_GEMM_F32_COMPUTE;
+ *   AUTO  (default) the environment variable FSDP_MIXED_COMPUTE=auto|bf16|f32 if set, else: F32 where
+ *         oneDNN has no bf16 matmul (AVX2 CPUs), else a probe at the first bf16 GEMM times one
+ *         representative GEMM forward on both paths (conversions included) and picks BF16 only when it
+ *         takes at most 0.9x the f32-compute time.
+ * The probe's answer may differ between machines or runs; ranks of one job must agree on it (the
+ * trainer sets rank 0's choice on every rank). Setting resets the resolved choice. */
+typedef enum {
+    FSDP_MIXED_COMPUTE_AUTO = 0,
+    FSDP_MIXED_COMPUTE_BF16,
+    FSDP_MIXED_COMPUTE_F32
+} fsdp_mixed_compute;
+
+typedef struct {
+    fsdp_gemm_path path;        /* FSDP_GEMM_BF16, FSDP_GEMM_BF16_VIA_F32 or FSDP_GEMM_F32_COMPUTE */
+    fsdp_mixed_compute setting; /* BF16 or F32 once resolved; AUTO when the probe or the ISA decided */
+    const char *source;         /* "set", "FSDP_MIXED_COMPUTE", "auto: probe", "auto: no bf16 matmul ..." */
+    double probe_bf16_ms, probe_f32_ms; /* the probe's best times; 0 when no probe ran */
+} fsdp_gemm_mixed_choice;
+
+fsdp_status fsdp_gemm_set_mixed_compute(fsdp_mixed_compute m);
+/* Resolves the choice (probing once if it must) and returns it. FSDP_EINVAL for a bad
+ * FSDP_MIXED_COMPUTE value (every bf16 GEMM then fails with the same message). */
+fsdp_status fsdp_gemm_mixed_choice_get(fsdp_gemm_mixed_choice *out);
+const char *fsdp_mixed_compute_name(fsdp_mixed_compute m); /* "auto", "bf16", "f32" */
+
+/* The path GEMMs with parameter dtype pdt take on this machine (resolves the mixed choice; may
+ * initialise and probe). */
 fsdp_gemm_path fsdp_gemm_path_for(fsdp_dtype pdt);
-const char *fsdp_gemm_path_name(fsdp_gemm_path p); /* "f32", "bf16", "bf16-via-f32" */
+const char *fsdp_gemm_path_name(fsdp_gemm_path p); /* "f32", "bf16", "bf16-via-f32", "f32-compute" */
 /* oneDNN's effective CPU ISA ("avx512_core_bf16", "avx2", ...). */
 const char *fsdp_kernels_isa_name(void);
 /* oneDNN implementation chosen for a representative GEMM of dtype pdt (e.g. "brg:avx512_core_bf16"),
  * or "unavailable". Static string valid until fsdp_kernels_shutdown. */
 const char *fsdp_gemm_impl_name(fsdp_dtype pdt);
-/* Tests/benchmarks: force the bf16-via-f32 fallback (on = 1) or return to auto (on = 0).
- * Clears the primitive cache. */
+/* Tests/benchmarks: force the bf16-via-f32 fallback for the BF16 setting (on = 1) or return to auto
+ * (on = 0). Clears the primitive cache and the resolved mixed choice. */
 fsdp_status fsdp_gemm_force_bf16_fallback(int on);
+/* f32-compute path: rows of a weight [N,K] widened per block: N when the whole weight fits in 32 MiB
+ * as f32, else equal blocks of a multiple of 16 rows within that bound (at least 16 rows). 0 for bad
+ * dims. */
+int fsdp_gemm_widen_rows(int K, int N);
+/* The f32-compute workspace an [M,K] x [N,K]^T GEMM (or its dinp) needs: *w32_bytes the widened rows,
+ * *c32_bytes the dense block buffer (0 unless the weight is widened in blocks and this ISA's f32
+ * kernel needs dense operands). May initialise oneDNN. */
+void fsdp_gemm_widen_workspace(int M, int K, int N, size_t *w32_bytes, size_t *c32_bytes);
+/* Tests/benchmarks: the block bound of fsdp_gemm_widen_rows in bytes (0: the default, 32 MiB). */
+void fsdp_gemm_set_widen_bytes(size_t bytes);
 
 /* Primitive cache counters since init (tests: a repeated shape must hit). */
 typedef struct {

@@ -153,25 +153,39 @@ size_t gpt_activation_bytes(const gpt_config *cfg, int B, int T) {
 /* Mirrors gemm.c's workspace slots for this model's GEMM shapes (N = B*T rows):
  *   forward  out[N,n] = in[N,k] W[n,k]^T  with (k, n) in {(C,3C), (C,C), (C,4C), (4C,C), (C,Vp)};
  *   backward dinp = dout[N,n] W, dW = dout^T in, for the same shapes.
- * Mixed mode keeps bf16 copies of the activation operands: slot A holds in (forward) or dout (backward),
- * at most N*max(4C, Vp) elements; slot B holds in (backward), at most N*4C. The bf16-via-f32 fallback
- * also widens both GEMM operands and the bias to fp32: A32 up to N*max(4C, Vp) (dout; forward's in is
- * smaller), B32 up to max(N*4C, Vp*C, 4C*C) (an activation or a weight), bias up to 4C. Short-lived
- * buffers beside them: softmax-CE row losses (N doubles) and LayerNorm forward's fp32 weight and bias
- * (2C floats). */
+ * The bf16 GEMM paths keep bf16 copies of the activation operands: slot A holds in (forward) or dout
+ * (backward), at most N*max(4C, Vp) elements; slot B holds in (backward), at most N*4C. The
+ * bf16-via-f32 fallback also widens both GEMM operands and the bias to fp32: A32 up to N*max(4C, Vp)
+ * (dout; forward's in is smaller), B32 up to max(N*4C, Vp*C, 4C*C) (an activation or a weight), bias
+ * up to 4C. The f32-compute path widens the weight, rows = fsdp_gemm_widen_rows(k, n) at a time (W32:
+ * the largest rows*k), with a dense [N, rows] buffer for a weight widened in several blocks where the
+ * f32 kernel needs dense operands (C32: the LM head at GPT-2 widths on AVX-512), and the bias (up to
+ * 4C); fsdp_gemm_widen_workspace gives the first two per shape. Short-lived buffers beside them: softmax-CE
+ * row losses (N doubles) and LayerNorm forward's fp32 weight and bias (2C floats). */
 size_t gpt_other_bytes(const gpt_config *cfg, int B, int T, fsdp_dtype compute) {
     if (gpt_config_validate(cfg) != FSDP_OK || B < 1 || T < 1) return 0;
     gpt_config c = resolve(cfg);
     size_t N = (size_t)B * (size_t)T, C = (size_t)c.n_embd, Vp = (size_t)c.padded_vocab_size;
     size_t wide = 4 * C > Vp ? 4 * C : Vp; /* widest activation operand's columns */
     size_t bytes = 0;
-    if (compute == FSDP_BF16) {
+    fsdp_gemm_path path = compute == FSDP_BF16 ? fsdp_gemm_path_for(FSDP_BF16) : FSDP_GEMM_F32;
+    if (path == FSDP_GEMM_BF16 || path == FSDP_GEMM_BF16_VIA_F32) {
         bytes += N * wide * sizeof(fsdp_bf16) + N * 4 * C * sizeof(fsdp_bf16);
-        if (fsdp_gemm_path_for(FSDP_BF16) == FSDP_GEMM_BF16_VIA_F32) {
+        if (path == FSDP_GEMM_BF16_VIA_F32) {
             size_t b32 = N * 4 * C;
             if (Vp * C > b32) b32 = Vp * C;
             bytes += (N * wide + b32 + 4 * C) * sizeof(float);
         }
+    } else if (path == FSDP_GEMM_F32_COMPUTE) {
+        const size_t kn[5][2] = {{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}, {C, Vp}};
+        size_t w32 = 0, c32 = 0;
+        for (int i = 0; i < 5; i++) {
+            size_t wb, cb;
+            fsdp_gemm_widen_workspace((int)N, (int)kn[i][0], (int)kn[i][1], &wb, &cb);
+            if (wb > w32) w32 = wb;
+            if (cb > c32) c32 = cb;
+        }
+        bytes += w32 + c32 + 4 * C * sizeof(float);
     }
     size_t transient = N * sizeof(double);
     if (2 * C * sizeof(float) > transient) transient = 2 * C * sizeof(float);

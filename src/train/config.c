@@ -21,6 +21,7 @@ typedef enum { OPT_INT, OPT_I64, OPT_DBL, OPT_STR, OPT_BOOL, OPT_ENUM, OPT_LIST 
 #define C_SAMPLE  (1u << FSDP_CMD_SAMPLE)
 
 static const char *const precision_names[] = {"fp32", "mixed", NULL};
+static const char *const mixed_compute_names[] = {"auto", "bf16", "f32", NULL}; /* fsdp_mixed_compute order */
 static const char *const strategy_names[] = {"full", "grad-op", "none", "hybrid",
                                              NULL}; /* fsdp_strategy order */
 static const char *const main_grad_names[] = {"lazy", "eager", NULL};
@@ -71,7 +72,12 @@ static const opt_def opts[] = {
     {"seed", OPT_I64, F(seed), 0, 9.007199254740992e15, NULL, C_TRAIN | C_SAMPLE,
      "seed of the initial weights (train) and of sampling"},
     {"precision", OPT_ENUM, F(precision), 0, 0, precision_names, C_TRAIN,
-     "fp32 (reference) or mixed (bf16 params and GEMMs, fp32 master and main_grad)"},
+     "fp32 (reference) or mixed (bf16 params on the wire and in memory, fp32 master and main_grad)"},
+    {"mixed-compute", OPT_ENUM, F(mixed_compute), 0, 0, mixed_compute_names, C_TRAIN,
+     "--precision mixed: how GEMMs compute. bf16: bf16 x bf16 (activations rounded to bf16); f32: the bf16 "
+     "weights widened exactly, fp32 activations, f32 GEMMs; auto: bf16 only where a probe at start-up "
+     "finds it faster than f32 on this CPU (never without bf16 instructions), rank 0's choice for all "
+     "ranks (auto also reads FSDP_MIXED_COMPUTE=auto|bf16|f32)"},
     {"strategy", OPT_ENUM, F(strategy), 0, 0, strategy_names, C_TRAIN,
      "full (ZeRO-3), grad-op (keep params forward to backward), none (data parallel), hybrid (full within "
      "each group of --shard-group ranks, replicated across groups: HSDP)"},

@@ -44,11 +44,12 @@ typedef struct {
     int64_t seed;
 
     /* engine policies */
-    int precision;    /* fsdp_precision */
-    int strategy;     /* fsdp_strategy */
-    int main_grad;    /* fsdp_main_grad_policy */
-    int accum;        /* fsdp_accum_mode */
-    int reduce_dtype; /* fsdp_dtype */
+    int precision;     /* fsdp_precision */
+    int mixed_compute; /* --precision mixed: fsdp_mixed_compute (src/kernels/kernels.h): auto, bf16, f32 */
+    int strategy;      /* fsdp_strategy */
+    int main_grad;     /* fsdp_main_grad_policy */
+    int accum;         /* fsdp_accum_mode */
+    int reduce_dtype;  /* fsdp_dtype */
     int recompute;
     int max_inflight;    /* prefetched gathers / overlap depth; 0: synchronous */
     int shard_group;     /* --strategy hybrid: ranks per group; 0: the ranks of one host */

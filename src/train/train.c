@@ -269,6 +269,7 @@ static fsdp_status plan_local(const fsdp_train_config *cfg_in, fsdp_comm_t *comm
         if (threads < 1) threads = 1;
     }
     fsdp_plan plan;
+    FSDP_TRY(fsdp_gemm_set_mixed_compute((fsdp_mixed_compute)c->mixed_compute)); /* other: its workspace */
     FSDP_TRY(fsdp_train_plan_compute(c, world, threads, c->eval_every > 0, NULL, &plan));
     if (!rank0) return FSDP_OK;
     if (out) {
@@ -622,6 +623,7 @@ typedef struct {
     double t_loop, t_steps;
     int steps_timed;
     fsdp_train_result rr;
+    const char *gemm_path; /* the GEMM path every rank takes (fsdp_gemm_path_name) */
 } train_run;
 
 /* What one step measured. */
@@ -631,6 +633,39 @@ typedef struct {
     float loss, norm;      /* loss: the mean over the global batch */
     fsdp_prof_counts prof; /* this rank's time per kernel class in the step (core/prof.h) */
 } step_record;
+
+/* How the GEMMs compute, the same on every rank: --mixed-compute, and under auto rank 0's choice (its
+ * probe may answer differently from another rank's, and then the ranks' numerics would differ). Rank 0
+ * prints the choice and why. */
+static fsdp_status agree_gemm_path(train_run *r) {
+    const fsdp_train_config *c = &r->cfg;
+    const int mixed = c->precision == FSDP_PRECISION_MIXED;
+    fsdp_gemm_mixed_choice ch0 = {0}, ch = {0}; /* rank 0's own resolution; the agreed one */
+    fsdp_status s = fsdp_gemm_set_mixed_compute((fsdp_mixed_compute)c->mixed_compute);
+    if (s == FSDP_OK && mixed && r->rank == 0) s = fsdp_gemm_mixed_choice_get(&ch0);
+    FSDP_TRY(fsdp_comm_agree(r->comm, s, "choosing the mixed-precision GEMM path"));
+    r->gemm_path = fsdp_gemm_path_name(FSDP_GEMM_F32);
+    if (mixed) {
+        int32_t m = ch0.path == FSDP_GEMM_F32_COMPUTE ? FSDP_MIXED_COMPUTE_F32 : FSDP_MIXED_COMPUTE_BF16;
+        FSDP_TRY(fsdp_comm_broadcast(r->comm, &m, 1, FSDP_I32, 0));
+        s = fsdp_gemm_set_mixed_compute((fsdp_mixed_compute)m);
+        if (s == FSDP_OK) s = fsdp_gemm_mixed_choice_get(&ch);
+        FSDP_TRY(fsdp_comm_agree(r->comm, s, "setting the mixed-precision GEMM path"));
+        r->gemm_path = fsdp_gemm_path_name(ch.path);
+    }
+    if (!r->o) return FSDP_OK;
+    fsdp_dtype pdt = mixed ? FSDP_BF16 : FSDP_F32;
+    fprintf(r->o, "  GEMMs: %s path (oneDNN %s, ISA %s)", r->gemm_path, fsdp_gemm_impl_name(pdt),
+            fsdp_kernels_isa_name());
+    if (mixed) {
+        fprintf(r->o, "; --mixed-compute %s, decided by %s",
+                fsdp_mixed_compute_name((fsdp_mixed_compute)c->mixed_compute), ch0.source);
+        if (ch0.probe_bf16_ms > 0)
+            fprintf(r->o, " (bf16 %.2f ms, f32-compute %.2f ms)", ch0.probe_bf16_ms, ch0.probe_f32_ms);
+    }
+    fprintf(r->o, "\n");
+    return FSDP_OK;
+}
 
 /* The settings every rank agrees on, the checkpoint folder (this run's alone, writable), the data, the
  * model and its memory plan, the config record. */
@@ -658,11 +693,8 @@ static fsdp_status run_setup(train_run *r) {
         fprintf(r->o, "  world size %d (%s), %d OpenMP thread%s per rank (OMP_WAIT_POLICY %s)\n", r->world,
                 fsdp_comm_backend_name(comm), r->threads, r->threads == 1 ? "" : "s",
                 wait ? wait : "unset: libgomp's default, spin then sleep");
-        /* Which GEMM path runs: native bf16, or the exact bf16-via-f32 fallback on CPUs without it. */
-        fsdp_dtype pdt = c->precision == FSDP_PRECISION_MIXED ? FSDP_BF16 : FSDP_F32;
-        fprintf(r->o, "  GEMMs: %s path (oneDNN %s, ISA %s)\n", fsdp_gemm_path_name(fsdp_gemm_path_for(pdt)),
-                fsdp_gemm_impl_name(pdt), fsdp_kernels_isa_name());
     }
+    FSDP_TRY(agree_gemm_path(r));
     r->train_path = fsdp_strdupf("%s/train.bin", c->data);
     r->val_path = fsdp_strdupf("%s/val.bin", c->data);
     if (!r->train_path || !r->val_path) return FSDP_ERR(FSDP_ENOMEM, "no memory for paths");
@@ -873,10 +905,12 @@ static fsdp_status log_step(train_run *r, const step_record *rec) {
     r->rr.last_loss = rec->loss;
     r->rr.tokens_per_s = r->steps_timed ? tokens_per_step / avg : tps;
     char line[1024];
-    int n = snprintf(line, sizeof line,
-                     "{\"step\": %d, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, "
-                     "\"tokens_per_s\": %.1f, \"step_s\": %.6f, \"peak_mem_bytes\": %zu, \"kernels_s\": {",
-                     rec->step, rec->loss, rec->lr, rec->norm, tps, rec->dt, fsdp_mem_total_peak());
+    int n =
+        snprintf(line, sizeof line,
+                 "{\"step\": %d, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, "
+                 "\"tokens_per_s\": %.1f, \"step_s\": %.6f, \"peak_mem_bytes\": %zu, \"gemm_path\": \"%s\", "
+                 "\"kernels_s\": {",
+                 rec->step, rec->loss, rec->lr, rec->norm, tps, rec->dt, fsdp_mem_total_peak(), r->gemm_path);
     for (int k = 0; k < FSDP_PROF_NCLASS && n > 0 && (size_t)n < sizeof line; k++)
         n += snprintf(line + n, sizeof line - (size_t)n, "%s\"%s\": %.6f", k ? ", " : "",
                       fsdp_prof_class_name((fsdp_prof_class)k), rec->prof.seconds[k]);

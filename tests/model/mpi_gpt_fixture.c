@@ -1,9 +1,11 @@
 /* mpi_gpt_fixture.c — the GPT-2 model against PyTorch (tests/model/gpt2_tiny.bin, written by
  * tools/gpt2_reference.py): logits, loss, every parameter gradient, the pre-clip gradient norm and the
- * losses of 10 AdamW steps with clipping, in fp32 and mixed mode, on any number of ranks. Each rank
- * runs a disjoint slice of the batch; loss_scale makes the engine's rank average the full-batch mean
- * even when the slices are unequal (3 ranks on 4 rows). FSDP_TEST_VERBOSE=1 prints every error. */
+ * losses of 10 AdamW steps with clipping, in fp32 and mixed mode (both GEMM paths: bf16 and
+ * f32-compute), on any number of ranks. Each rank runs a disjoint slice of the batch; loss_scale makes
+ * the engine's rank average the full-batch mean even when the slices are unequal (3 ranks on 4 rows).
+ * FSDP_TEST_VERBOSE=1 prints every error. */
 #include "fixture.h"
+#include "kernels/kernels.h"
 #include "gpt_test_util.h"
 #include "kernels/kernels.h"
 #include "test_util.h"
@@ -25,19 +27,34 @@
  *   over 128 rows of bf16-rounded products); the 10 step losses <= 2.7e-4 (errors of 10 updates add
  *   up); the pre-clip norms <= 6.3e-3 (step 7: by then the weights have drifted by the loss error).
  * Bounds: about 3x the measured worst of each class, well below the effect of a real bug (a wrong
- * or missing term moves a gradient by >= 5e-2 relative, the loss by >= 1e-3). */
+ * or missing term moves a gradient by >= 5e-2 relative, the loss by >= 1e-3).
+ *
+ * mixed on the f32-compute path (bf16 parameters widened exactly, fp32 activations and GEMMs): at step
+ * 0 the fixture's weights are exactly the bf16 parameters and the float64 reference is computed from
+ * them, so the first forward and backward are an fp32 computation of the reference's own numbers:
+ * measured logits 2.7e-7, loss 4.4e-8, gradients <= 5.9e-7 at 1 and 3 ranks — fp32 mode's figures, so
+ * fp32's 1e-5 bounds. From step 1 the updated masters are rounded to bf16 while the reference keeps
+ * them exact: step losses <= 2.6e-4, norms <= 4.7e-3 measured; bounds 8e-4 and 1.5e-2. */
 typedef struct {
     double logits, loss, grad, grad_matrix, norm, steps;
 } tolerances;
 static const tolerances TOL_FP32 = {1e-5, 1e-5, 1e-5, 1e-5, 1e-5, 1e-5};
 static const tolerances TOL_MIXED = {5e-3, 2e-5, 1.2e-2, 1.5e-2, 2e-2, 1e-3};
+static const tolerances TOL_F32C = {1e-5, 1e-5, 1e-5, 1e-5, 1.5e-2, 8e-4};
 
 static int verbose;
 
-static fsdp_status run(fsdp_comm_t *comm, const gpt_fixture *fx, fsdp_dtype dt, int recompute) {
+/* mc: how mixed precision computes its GEMMs (set on every rank alike; ignored in fp32). */
+static fsdp_status run(fsdp_comm_t *comm, const gpt_fixture *fx, fsdp_dtype dt, fsdp_mixed_compute mc,
+                       int recompute) {
     const int rank = fsdp_comm_rank(comm), world = fsdp_comm_size(comm);
-    const tolerances *tol = dt == FSDP_F32 ? &TOL_FP32 : &TOL_MIXED;
-    const char *mode = dt == FSDP_F32 ? "fp32" : "mixed";
+    const int f32c = mc == FSDP_MIXED_COMPUTE_F32;
+    const tolerances *tol = dt == FSDP_F32 ? &TOL_FP32 : f32c ? &TOL_F32C : &TOL_MIXED;
+    const char *mode = dt == FSDP_F32 ? "fp32" : f32c ? "mixed f32-compute" : "mixed bf16";
+    CHECK_OK(fsdp_gemm_set_mixed_compute(mc));
+    if (dt == FSDP_BF16)
+        CHECKF((fsdp_gemm_path_for(dt) == FSDP_GEMM_F32_COMPUTE) == f32c, "%s: path %s", mode,
+               fsdp_gemm_path_name(fsdp_gemm_path_for(dt)));
     const int B = fx->B, T = fx->T, Vp = fx->Vp;
     int b0, b1;
     gt_rows(B, rank, world, &b0, &b1);
@@ -172,14 +189,18 @@ int main(int argc, char **argv) {
     CHECK_OK(s);
     if (s == FSDP_OK) {
         CHECK(fx.L == 2 && fx.C == 64 && fx.V == 300 && fx.Vp == 320 && fx.steps == 10);
-        /* both attention implementations (kernels.h): the sgemm form, then the per-row kernels */
+        /* both attention implementations (kernels.h): the sgemm form with every precision and mixed GEMM
+         * path, then the per-row kernels */
         CHECK_OK(fsdp_attention_force_impl(FSDP_ATT_GEMM));
-        run(comm, &fx, FSDP_F32, 0);
-        run(comm, &fx, FSDP_BF16, 0);
-        run(comm, &fx, FSDP_F32, 1); /* recompute: same numbers (bitwise: test_gpt.c) */
+        run(comm, &fx, FSDP_F32, FSDP_MIXED_COMPUTE_AUTO, 0);
+        run(comm, &fx, FSDP_BF16, FSDP_MIXED_COMPUTE_BF16, 0);
+        run(comm, &fx, FSDP_BF16, FSDP_MIXED_COMPUTE_F32, 0);
+        run(comm, &fx, FSDP_F32, FSDP_MIXED_COMPUTE_AUTO,
+            1); /* recompute: same numbers (bitwise: test_gpt.c) */
         CHECK_OK(fsdp_attention_force_impl(FSDP_ATT_BLOCKED));
-        run(comm, &fx, FSDP_F32, 0);
-        run(comm, &fx, FSDP_BF16, 0);
+        run(comm, &fx, FSDP_F32, FSDP_MIXED_COMPUTE_AUTO, 0);
+        run(comm, &fx, FSDP_BF16, FSDP_MIXED_COMPUTE_BF16, 0);
+        run(comm, &fx, FSDP_BF16, FSDP_MIXED_COMPUTE_F32, 0);
         CHECK_OK(fsdp_attention_force_impl(FSDP_ATT_AUTO));
     }
     gpt_fixture_free(&fx);

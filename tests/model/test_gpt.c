@@ -1,7 +1,8 @@
 /* test_gpt.c — the GPT-2 model on one process: activation recompute gives bitwise the same loss,
- * logits and gradients (fp32 and mixed); config validation and misuse give clear errors; activations
- * are tracked under their category; the fixture reader rejects corrupt files. */
+ * logits and gradients (fp32, and mixed on each GEMM path); config validation and misuse give clear errors;
+ * activations are tracked under their category; the fixture reader rejects corrupt files. */
 #include "fixture.h"
+#include "kernels/kernels.h"
 #include "gpt_test_util.h"
 #include "kernels/kernels.h"
 #include "test_util.h"
@@ -227,12 +228,17 @@ int main(void) {
     cc.backend = FSDP_COMM_SELF;
     CHECK_OK(fsdp_comm_init(&comm, &cc, NULL, NULL));
     if (!comm) return TEST_MAIN_END();
-    /* both attention implementations (kernels.h) */
+    /* both attention implementations (kernels.h); mixed: each GEMM path, then whatever auto picks here */
     const fsdp_att_impl impls[2] = {FSDP_ATT_BLOCKED, FSDP_ATT_GEMM};
+    static const fsdp_mixed_compute mc[] = {FSDP_MIXED_COMPUTE_BF16, FSDP_MIXED_COMPUTE_F32,
+                                            FSDP_MIXED_COMPUTE_AUTO};
     for (int i = 0; i < 2; i++) {
         CHECK_OK(fsdp_attention_force_impl(impls[i]));
         test_recompute_bitwise(comm, FSDP_F32);
-        test_recompute_bitwise(comm, FSDP_BF16);
+        for (int j = 0; j < 3; j++) {
+            CHECK_OK(fsdp_gemm_set_mixed_compute(mc[j]));
+            test_recompute_bitwise(comm, FSDP_BF16);
+        }
     }
     CHECK_OK(fsdp_attention_force_impl(FSDP_ATT_AUTO));
     test_config_and_misuse(comm);

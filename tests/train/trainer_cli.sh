@@ -45,6 +45,18 @@ if [ "$PART" = basic ] || [ "$PART" = all ]; then
     [ "$(grep -c '"loss"' basic.jsonl)" = 20 ] && ok || bad "20 metrics lines"
     grep -q '"val_loss"' basic.jsonl && ok || bad "val loss in metrics"
     for k in step loss lr grad_norm tokens_per_s; do grep -q "\"$k\"" basic.jsonl && ok || bad "metrics lack $k"; done
+    [ "$(field basic.jsonl 20 gemm_path)" = '"f32"' ] && grep -q "GEMMs: f32 path" basic.log && ok || bad "fp32: gemm_path f32 in metrics and header"
+    # mixed precision: the GEMM path set by --mixed-compute, named in the header and the metrics; a bad
+    # FSDP_MIXED_COMPUTE (read under auto) is an error before the first step
+    for mc in f32 bf16; do
+        "$BIN" "${TINY[@]}" --precision mixed --mixed-compute $mc --steps 2 --checkpoint-dir ck_mc_$mc --metrics mc_$mc.jsonl >mc_$mc.log 2>&1 || bad "--mixed-compute $mc: $(tail -3 mc_$mc.log)"
+        p=$(field mc_$mc.jsonl 2 gemm_path)
+        case "$mc:$p" in
+        f32:'"f32-compute"' | bf16:'"bf16"' | bf16:'"bf16-via-f32"') grep -q "GEMMs: ${p//\"/} path" mc_$mc.log && ok || bad "--mixed-compute $mc: header lacks $p" ;;
+        *) bad "--mixed-compute $mc: gemm_path $p" ;;
+        esac
+    done
+    FSDP_MIXED_COMPUTE=fp16 expect_fail "FSDP_MIXED_COMPUTE='fp16'" mc_env "$BIN" "${TINY[@]}" --precision mixed --steps 2 --checkpoint-dir ck_mc_env
     grep -q -- "--layers" basic.log && grep -q "sample" basic.log && ok || bad "settings and sample printed"
     l1=$(field basic.jsonl 1 loss); l20=$(field basic.jsonl 20 loss)
     python3 -c "import sys; sys.exit(0 if float('$l20') < float('$l1') - 0.5 else 1)" && ok || bad "loss falls: $l1 -> $l20"
