@@ -163,10 +163,12 @@ fsdp_status shard_reduce_start(fsdp_unit_t *u) {
     int no_shard = e->cfg.strategy == FSDP_NO_SHARD;
     fsdp_status st;
     u->reduce_acc = 0;
-    if (e->cfg.reduce_dtype == FSDP_F32 && !no_shard && e->rep_comm == NULL) {
+    if (e->cfg.reduce_dtype == FSDP_F32 && !no_shard && e->rep_comm == NULL &&
+        fsdp_comm_size(e->shard_comm) > 1) {
         /* steps 2-4 in one pass: the reduction adds its scaled sum straight into the gradient shard
          * (the same bits as reducing into main_grad and adding it afterwards, without writing the
-         * reduced block back and reading it again) */
+         * reduced block back and reading it again). Alone in its group, a rank has nothing to reduce:
+         * step 4's loop below then runs on every OpenMP thread instead of in the communicator. */
         shard_set_label(u, "reduce-scatter grads");
         u->reduce_acc = 1;
         return fsdp_comm_ireduce_scatter_acc(e->shard_comm, mg, u->grad, u->shard_len, shard_grad_scale(e),
