@@ -8,6 +8,10 @@
  * Figures follow nccl-tests: size = the total buffer (all-gather: recv = world*count elements;
  * reduce-scatter: send = world*count), algbw = size / time, busbw = algbw * (n-1)/n. The time of one
  * call is the slowest rank's mean over the timed iterations; the transports alternate size by size.
+ * shm and mpi time the out-of-place form (nccl-tests' default); eng times the shared-memory transport
+ * in the form the engine calls it (all-gather in place, f32 reduce-scatter accumulating into a
+ * separate gradient buffer, bf16 reduce-scatter in place): an in-place all-gather does not copy its
+ * own block, so its ceiling against memcpy is 1.0 where the out-of-place one's is 0.5 at 2 ranks.
  * Usage: bench_comm [max_mib (256)] [min_kib (1)] */
 #include "fsdp.h"
 
@@ -15,6 +19,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#define FSDP_TRY_BENCH(expr)                                                                                 \
+    do {                                                                                                     \
+        fsdp_status s_ = (expr);                                                                             \
+        if (s_ != FSDP_OK) return s_;                                                                        \
+    } while (0)
 
 static int die(fsdp_comm_t *c, const char *what) {
     fprintf(stderr, "bench_comm: %s: %s\n", what, fsdp_last_error());
@@ -27,15 +37,30 @@ static int iters_for(size_t size) {
     return iters < 3 ? 3 : (iters > 200 ? 200 : iters);
 }
 
-/* Seconds per call of collective k (0 all-gather, 1 reduce-scatter), slowest rank; < 0 on failure. */
-static double time_coll(fsdp_comm_t *c, int k, void *send, void *recv, size_t count, fsdp_dtype t,
+/* One call in the engine's form: all-gather in place (send = recv + rank*count), reduce-scatter F32
+ * accumulating into the gradient shard (fsdp_comm_ireduce_scatter_acc), BF16 in place. */
+static fsdp_status engine_form(fsdp_comm_t *c, int k, void *send, void *recv, size_t count, fsdp_dtype t) {
+    size_t es = fsdp_dtype_size(t);
+    if (k == 0)
+        return fsdp_comm_all_gather(c, (char *)recv + (size_t)fsdp_comm_rank(c) * count * es, recv, count, t);
+    if (t == FSDP_BF16) return fsdp_comm_reduce_scatter(c, send, send, count, t, FSDP_SUM);
+    fsdp_comm_req_t *q = NULL;
+    FSDP_TRY_BENCH(fsdp_comm_ireduce_scatter_acc(c, send, recv, count, 1.0f, &q));
+    return fsdp_comm_wait(q);
+}
+
+/* Seconds per call of collective k (0 all-gather, 1 reduce-scatter), slowest rank; < 0 on failure.
+ * form 0: out of place; 1: the engine's form. */
+static double time_coll(fsdp_comm_t *c, int k, int form, void *send, void *recv, size_t count, fsdp_dtype t,
                         int iters) {
     fsdp_status s = FSDP_OK;
     double t0 = 0;
     for (int it = -1; it < iters && s == FSDP_OK; it++) { /* it == -1: warm-up */
         if (it == 0 && (s = fsdp_comm_barrier(c)) != FSDP_OK) break;
         if (it == 0) t0 = fsdp_time_s();
-        if (k == 0)
+        if (form == 1)
+            s = engine_form(c, k, send, recv, count, t);
+        else if (k == 0)
             s = fsdp_comm_all_gather(c, send, recv, count, t);
         else
             s = fsdp_comm_reduce_scatter(c, send, recv, count, t, FSDP_SUM);
@@ -107,9 +132,9 @@ int main(int argc, char **argv) {
         printf("# bench_comm: world %d, transports: %s vs mpi, OMP_NUM_THREADS %s\n", world,
                fsdp_comm_shm_active(c[0]) ? "shm" : "mpi (shm does not apply here)",
                getenv("OMP_NUM_THREADS") ? getenv("OMP_NUM_THREADS") : "(unset)");
-        printf("# %-14s %-5s %12s %12s %6s %11s %11s %10s %10s %10s %10s %8s\n", "collective", "dtype",
-               "size_bytes", "count/rank", "iters", "shm_us", "mpi_us", "shm_busbw", "mpi_busbw",
-               "ompi_busbw", "memcpy", "shm/cpy");
+        printf("# %-14s %-5s %12s %12s %6s %11s %11s %10s %10s %10s %10s %10s %8s %8s\n", "collective",
+               "dtype", "size_bytes", "count/rank", "iters", "shm_us", "mpi_us", "shm_busbw", "eng_busbw",
+               "mpi_busbw", "ompi_busbw", "memcpy", "shm/cpy", "eng/cpy");
     }
     const char *names[2] = {"all-gather", "reduce-scatter"};
     fsdp_dtype dts[2] = {FSDP_F32, FSDP_BF16};
@@ -121,14 +146,16 @@ int main(int argc, char **argv) {
                 if (count == 0) continue;
                 size_t size = count * (size_t)world * es; /* the total buffer, nccl-tests' "size" */
                 int iters = iters_for(size);
-                double t[2];
+                double t[2], te;
                 for (int tr = 0; tr < 2; tr++)
-                    if ((t[tr] = time_coll(c[tr], k, send, recv, count, dts[d], iters)) < 0)
+                    if ((t[tr] = time_coll(c[tr], k, 0, send, recv, count, dts[d], iters)) < 0)
                         return die(c[tr], names[k]);
+                if ((te = time_coll(c[0], k, 1, send, recv, count, dts[d], iters)) < 0)
+                    return die(c[0], names[k]);
                 double to = time_ompi(c[0], k, send, recv, count, dts[d], iters);
                 double cpy = memcpy_gbs(c[0], recv, send, size, iters);
                 if (cpy < 0) return die(c[0], "memcpy timing");
-                double bus[2];
+                double bus[2], be = (double)size / te / 1e9 * (double)(world - 1) / (double)world;
                 for (int tr = 0; tr < 2; tr++)
                     bus[tr] = (double)size / t[tr] / 1e9 * (double)(world - 1) / (double)world;
                 char ob[16] = "n/a";
@@ -136,9 +163,10 @@ int main(int argc, char **argv) {
                     snprintf(ob, sizeof ob, "%.3f",
                              (double)size / to / 1e9 * (double)(world - 1) / (double)world);
                 if (rank == 0)
-                    printf("  %-14s %-5s %12zu %12zu %6d %11.1f %11.1f %10.3f %10.3f %10s %10.3f %8.2f\n",
+                    printf("  %-14s %-5s %12zu %12zu %6d %11.1f %11.1f %10.3f %10.3f %10.3f %10s %10.3f "
+                           "%8.2f %8.2f\n",
                            names[k], fsdp_dtype_name(dts[d]), size, count, iters, 1e6 * t[0], 1e6 * t[1],
-                           bus[0], bus[1], ob, cpy, bus[0] / cpy);
+                           bus[0], be, bus[1], ob, cpy, bus[0] / cpy, be / cpy);
                 if (rank == 0) fflush(stdout);
             }
     fsdp_mem_free(recv);

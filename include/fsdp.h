@@ -261,6 +261,14 @@ fsdp_status fsdp_comm_ireduce_scatter(fsdp_comm_t *c, const void *send, void *re
                                       fsdp_dtype t, fsdp_reduce_op op, fsdp_comm_req_t **req);
 fsdp_status fsdp_comm_iall_reduce(fsdp_comm_t *c, const void *send, void *recv, size_t count, fsdp_dtype t,
                                   fsdp_reduce_op op, fsdp_comm_req_t **req);
+/* Reduce-scatter that accumulates (F32 SUM): acc[i] += scale * sum over ranks of block `rank` of
+ * send, where the sum is the same rank-order fp32 sum fsdp_comm_ireduce_scatter computes and the
+ * product is rounded before the addition (never an fma): bit for bit a reduce-scatter into a buffer b
+ * followed by acc[i] += b[i] * scale, without writing b. acc (count elements) must not overlap send
+ * (world*count); both stay untouched by the caller until the request completes. After a timeout the
+ * call writes acc no more. */
+fsdp_status fsdp_comm_ireduce_scatter_acc(fsdp_comm_t *c, const float *send, float *acc, size_t count,
+                                          float scale, fsdp_comm_req_t **req);
 fsdp_status fsdp_comm_test(fsdp_comm_req_t *req, int *done);
 fsdp_status fsdp_comm_wait(fsdp_comm_req_t *req);
 /* Advances every started request as far as it can without waiting (Open MPI and the shared-memory

@@ -294,8 +294,14 @@ static fsdp_status check_args(fsdp_comm_t *c, comm_coll k, const void *send, voi
 static void self_run(fsdp_comm_req_t *r) {
     size_t n = r->count * fsdp_dtype_size(r->t);
     switch (r->coll) {
-    case COLL_ALL_GATHER:
     case COLL_REDUCE_SCATTER:
+        if (r->acc) {
+            const void *one[1] = {r->send};
+            comm_req_reduce(r, r->recv, one, r->count);
+            break;
+        }
+        /* fall through */
+    case COLL_ALL_GATHER:
     case COLL_ALL_REDUCE:
         if (!r->in_place) memcpy(r->recv, r->send, n);
         break;
@@ -332,6 +338,41 @@ static void reduce_int(void *dst, const void *const *src, const void *base, size
         REDUCE_INT(int64_t, uint64_t);
 }
 
+/* F32 rank-order sum of world contributions (src[s], or base + s*stride elements) into dst, or, with
+ * scale, added into the accumulator dst as fsdp_f32_sum_axpy_n does. One pass through the vector
+ * kernels with up to PMAX contributions at a time; beyond, tile by tile through an fp32 partial sum
+ * (stored fp32 between groups, as the kernels keep it: the same bits). */
+static void f32_sum(void *dst, const void *const *src, const void *base, size_t stride, int world, size_t n,
+                    const float *scale) {
+    enum { PMAX = 64, TILE = 2048 };
+    const float *p[PMAX];
+    for (int s = 0; s < world && s < PMAX; s++)
+        p[s] = src ? (const float *)src[s] : (const float *)base + (size_t)s * stride;
+    if (world <= PMAX) {
+        if (scale)
+            fsdp_f32_sum_axpy_n(dst, p, world, n, *scale);
+        else
+            fsdp_f32_sum_n(dst, p, world, n);
+        return;
+    }
+    float part[TILE];
+    const float *one[1] = {part};
+    for (size_t i0 = 0; i0 < n; i0 += TILE) {
+        size_t m = n - i0 < TILE ? n - i0 : TILE;
+        for (int s0 = 0; s0 < world; s0 += s0 == 0 ? PMAX : PMAX - 1) {
+            int k = 0;
+            if (s0 > 0) p[k++] = part;
+            for (int s = s0; s < world && k < PMAX; s++)
+                p[k++] = (src ? (const float *)src[s] : (const float *)base + (size_t)s * stride) + i0;
+            fsdp_f32_sum_n(part, p, k, m);
+        }
+        if (scale)
+            fsdp_f32_sum_axpy_n((float *)dst + i0, one, 1, m, *scale);
+        else
+            memcpy((float *)dst + i0, part, m * sizeof(float));
+    }
+}
+
 /* Contribution s is src[s] when src != NULL, else base + s*stride (elements). */
 static void reduce_impl(void *dst, const void *const *src, const void *base, size_t stride, int world,
                         size_t n, fsdp_dtype t, fsdp_reduce_op op) {
@@ -339,6 +380,15 @@ static void reduce_impl(void *dst, const void *const *src, const void *base, siz
      * bulk bf16 helpers are bit-identical to the scalar conversions (one fp32 add per element). */
     if (t == FSDP_I32 || t == FSDP_I64) {
         reduce_int(dst, src, base, stride, world, n, t, op);
+        return;
+    }
+    if (t == FSDP_F32 && op != FSDP_MAX) {
+        f32_sum(dst, src, base, stride, world, n, NULL);
+        if (op == FSDP_AVG) {
+            float *d = dst;
+            for (size_t i = 0; i < n; i++)
+                d[i] /= (float)world;
+        }
         return;
     }
     enum { TILE = 2048 };
@@ -387,6 +437,20 @@ void comm_reduce_ptrs(void *dst, const void *const *src, int world, size_t n, fs
     reduce_impl(dst, src, NULL, 0, world, n, t, op);
 }
 
+void comm_req_reduce(const fsdp_comm_req_t *r, void *dst, const void *const *src, size_t n) {
+    if (!r->acc)
+        reduce_impl(dst, src, NULL, 0, r->c->size, n, r->t, r->op);
+    else if (!r->acc_discard)
+        f32_sum(dst, src, NULL, 0, r->c->size, n, &r->acc_scale);
+}
+
+void comm_req_reduce_blocks(const fsdp_comm_req_t *r, void *dst, const void *src, size_t stride, size_t n) {
+    if (!r->acc)
+        reduce_impl(dst, NULL, src, stride, r->c->size, n, r->t, r->op);
+    else if (!r->acc_discard)
+        f32_sum(dst, NULL, src, stride, r->c->size, n, &r->acc_scale);
+}
+
 /* ----------------------------------------------------------------------------- requests and waiting */
 
 static void inflight_unlink(fsdp_comm_req_t *r) {
@@ -427,13 +491,13 @@ static void req_free(fsdp_comm_req_t *r) {
 
 /* Validates, then starts the collective. A count-0 call, the self backend and a fault-injected skip
  * give a request that is already done. Others join the communicator's in-flight list (start order). */
-static fsdp_status start(fsdp_comm_t *c, comm_coll k, const void *send, void *recv, size_t count,
-                         fsdp_dtype t, fsdp_reduce_op op, int root, fsdp_comm_req_t **out) {
-    fsdp_comm_req_t tmp = {0};
-    FSDP_TRY(check_args(c, k, send, recv, count, t, op, root, &tmp));
+static fsdp_status start_req(fsdp_comm_req_t *tmp, fsdp_comm_req_t **out) {
+    fsdp_comm_t *c = tmp->c;
+    comm_coll k = tmp->coll;
+    size_t count = tmp->count;
     fsdp_comm_req_t *r = malloc(sizeof *r);
     if (r == NULL) return FSDP_ERR(FSDP_ENOMEM, "%s: cannot allocate a request", comm_coll_name(k));
-    *r = tmp;
+    *r = *tmp;
     r->t0 = fsdp_time_s();
     snprintf(r->label, sizeof r->label, "%s", c->label);
     comm_lock(c);
@@ -471,6 +535,13 @@ static fsdp_status start(fsdp_comm_t *c, comm_coll k, const void *send, void *re
     comm_unlock(c);
     *out = r;
     return FSDP_OK;
+}
+
+static fsdp_status start(fsdp_comm_t *c, comm_coll k, const void *send, void *recv, size_t count,
+                         fsdp_dtype t, fsdp_reduce_op op, int root, fsdp_comm_req_t **out) {
+    fsdp_comm_req_t tmp = {0};
+    FSDP_TRY(check_args(c, k, send, recv, count, t, op, root, &tmp));
+    return start_req(&tmp, out);
 }
 
 /* Shared-memory requests advance in start order (their rounds must): every earlier one first. */
@@ -540,6 +611,7 @@ static fsdp_status timed_out(fsdp_comm_req_t *r, double elapsed) {
                  elapsed, c->timeout_s);
     comm_lock(c);
     inflight_unlink(r);
+    r->acc_discard = 1; /* the accumulator is the caller's to free now: a late completion leaves it */
     comm_unlock(c);
     r->is_stale = 1;
     if (r->stalled) { /* nothing was posted: nothing else owns any of it */
@@ -714,6 +786,22 @@ fsdp_status fsdp_comm_iall_reduce(fsdp_comm_t *c, const void *send, void *recv, 
     if (req == NULL) return FSDP_ERR(FSDP_EINVAL, "all-reduce: req is NULL; pass the address of a request");
     *req = NULL;
     return start(c, COLL_ALL_REDUCE, send, recv, count, t, op, 0, req);
+}
+
+fsdp_status fsdp_comm_ireduce_scatter_acc(fsdp_comm_t *c, const float *send, float *acc, size_t count,
+                                          float scale, fsdp_comm_req_t **req) {
+    if (req == NULL)
+        return FSDP_ERR(FSDP_EINVAL,
+                        "reduce-scatter (accumulate): req is NULL; pass the address of a request");
+    *req = NULL;
+    fsdp_comm_req_t tmp = {0};
+    FSDP_TRY(check_args(c, COLL_REDUCE_SCATTER, send, acc, count, FSDP_F32, FSDP_SUM, 0, &tmp));
+    if (tmp.in_place)
+        return FSDP_ERR(FSDP_EINVAL, "reduce-scatter (accumulate): acc must not be send (it adds into acc)");
+    if (scale != scale) return FSDP_ERR(FSDP_EINVAL, "reduce-scatter (accumulate): scale is NaN");
+    tmp.acc = 1;
+    tmp.acc_scale = scale;
+    return start_req(&tmp, req);
 }
 
 fsdp_status fsdp_comm_ireduce_scatter(fsdp_comm_t *c, const void *send, void *recv, size_t count,

@@ -80,6 +80,9 @@ struct fsdp_comm_req {
     fsdp_reduce_op op;
     int root;
     int in_place;
+    int acc;         /* fsdp_comm_ireduce_scatter_acc: recv is the accumulator, += acc_scale * sum */
+    float acc_scale; /* its scale */
+    int acc_discard; /* timed out: the result is no longer written */
     /* MPI progress state. */
     MPI_Request mreq;
     comm_phase phase;
@@ -149,6 +152,13 @@ void comm_reduce_blocks(void *dst, const void *src, size_t stride, int world, si
  * nothing else aliases it. */
 void comm_reduce_ptrs(void *dst, const void *const *src, int world, size_t n, fsdp_dtype t,
                       fsdp_reduce_op op);
+
+/* The end of every reduce-scatter path: n elements of the result from world contributions at src[s],
+ * into dst (comm_reduce_ptrs with r's dtype and op) or, for an accumulating request, added into the
+ * accumulator at dst (scaled; nothing once it timed out). */
+void comm_req_reduce(const fsdp_comm_req_t *r, void *dst, const void *const *src, size_t n);
+/* The same with contribution s at src + s*stride (elements). */
+void comm_req_reduce_blocks(const fsdp_comm_req_t *r, void *dst, const void *src, size_t stride, size_t n);
 
 /* Test-only: lowers the largest count passed to MPI as an int, so the chunked and derived-datatype
  * paths for counts above INT_MAX run with small buffers. limit 0 restores INT_MAX. */

@@ -387,7 +387,7 @@ fsdp_status comm_mpi_progress(fsdp_comm_req_t *r, int *done) {
             /* the staging stays until the request is released (test/wait): its lifetime then
              * depends on the caller's calls only, not on when progress happened to complete it,
              * which keeps the memory plan exact */
-            comm_reduce_blocks(r->recv, r->stage, r->count, c->size, r->count, r->t, r->op);
+            comm_req_reduce_blocks(r, r->recv, r->stage, r->count, r->count);
             r->phase = PH_NONE;
             break;
         case PH_AR_BF16_A2A: {

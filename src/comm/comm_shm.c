@@ -226,7 +226,7 @@ static fsdp_status cma_reduce(fsdp_comm_req_t *r, char *dst) {
             FSDP_TRY(cma_read(c, s, tile, at, len * es));
             c->shm_src[s] = tile;
         }
-        comm_reduce_ptrs(dst + off * es, c->shm_src, c->size, len, r->t, r->op);
+        comm_req_reduce(r, dst + off * es, c->shm_src, len);
     }
     return FSDP_OK;
 }
@@ -319,7 +319,7 @@ fsdp_status comm_shm_progress(fsdp_comm_req_t *r, int *done) {
             size_t sub = r->coll == COLL_REDUCE_SCATTER ? (size_t)c->rank * r->shm_chunk * es : 0;
             for (size_t s = 0; s < w; s++)
                 src[s] = slot_of(c, (int)s, round) + sub;
-            comm_reduce_ptrs(recv + off * es, src, c->size, len, r->t, r->op);
+            comm_req_reduce(r, recv + off * es, src, len);
             break;
         }
         default: break;

@@ -56,6 +56,14 @@ void fsdp_invariant_failed(const char *cond, const char *file, int line) __attri
 #define FSDP_FILE_NOCONTRACT
 #endif
 
+/* Rank-order fp32 sums for the communicator's reductions (dtype.c; every SIMD path gives the same
+ * bits, NaNs by fsdp_bf16_add_f32_n's rule):
+ * fsdp_f32_sum_n: dst[i] = ((src[0][i] + src[1][i]) + ...) + src[k-1][i]; dst may be src[0].
+ * fsdp_f32_sum_axpy_n: acc[i] += that sum * scale, the product rounded to fp32 before the addition
+ * (never an fma): the same bits as summing into a buffer b and then acc[i] += b[i] * scale. */
+void fsdp_f32_sum_n(float *dst, const float *const *src, int k, size_t n);
+void fsdp_f32_sum_axpy_n(float *acc, const float *const *src, int k, size_t n, float scale);
+
 /* Overflow-checked size_t multiply: returns 0 on overflow, else 1 and *out = a*b. */
 static inline int fsdp_mul_ok(size_t a, size_t b, size_t *out) { return !__builtin_mul_overflow(a, b, out); }
 

@@ -94,6 +94,30 @@ static void bf16_add_f32_scalar(float *dst, const fsdp_bf16 *src, size_t n) {
         dst[i] = add_f32(dst[i], bits_f32((uint32_t)src[i] << 16));
 }
 
+/* The rank-order sum of k contributions at element i: ((src[0] + src[1]) + ...) + src[k-1], each
+ * addition by add_f32's rule. */
+static inline float sum_at(const float *const *src, int k, size_t i) {
+    float a = src[0][i];
+    for (int s = 1; s < k; s++)
+        a = add_f32(a, src[s][i]);
+    return a;
+}
+
+/* Elements [i0, n); the vector forms finish their tails here. */
+static void f32_sum_scalar(float *dst, const float *const *src, int k, size_t i0, size_t n) {
+    for (size_t i = i0; i < n; i++)
+        dst[i] = sum_at(src, k, i);
+}
+
+/* acc += sum * scale: the product rounded to fp32, then the addition (two roundings, never an fma). */
+static void f32_sum_axpy_scalar(float *acc, const float *const *src, int k, size_t i0, size_t n,
+                                float scale) {
+    for (size_t i = i0; i < n; i++) {
+        volatile float p = sum_at(src, k, i) * scale; /* rounded: no fma with the addition */
+        acc[i] = add_f32(acc[i], p);
+    }
+}
+
 #ifdef FSDP_X86
 /* ---------------------------------------------------------------- AVX-512 (avx512f + avx512bw)
  * The native avx512_bf16 instruction (vcvtneps2bf16) is NOT used: it treats subnormal inputs as zero
@@ -182,6 +206,52 @@ __attribute__((target("avx512f,avx512bw"))) static void bf16_add_f32_avx512(floa
     bf16_add_f32_scalar(dst + i, src + i, n - i);
 }
 
+/* Sum of k contributions of 16 elements at i, in rank order (the same additions as sum_at). */
+__attribute__((target("avx512f,avx512bw"))) static inline __m512 sum16_avx512(const float *const *src, int k,
+                                                                              size_t i) {
+    __m512 a = _mm512_loadu_ps(src[0] + i);
+    for (int s = 1; s < k; s++)
+        a = add16_avx512(a, _mm512_loadu_ps(src[s] + i));
+    return a;
+}
+
+__attribute__((target("avx512f,avx512bw"))) static void f32_sum_avx512(float *dst, const float *const *src,
+                                                                       int k, size_t n) {
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m512 a = sum16_avx512(src, k, i), b = sum16_avx512(src, k, i + 16);
+        _mm512_storeu_ps(dst + i, a);
+        _mm512_storeu_ps(dst + i + 16, b);
+    }
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(dst + i, sum16_avx512(src, k, i));
+    f32_sum_scalar(dst, src, k, i, n);
+}
+
+/* The product of 16 sums, kept out of an fma with the addition that follows (GCC contracts across
+ * intrinsics, and AVX-512F has fmas): the scalar form's two roundings. */
+__attribute__((target("avx512f,avx512bw"))) static inline __m512 prod16_avx512(__m512 a, __m512 sc) {
+    __m512 p = _mm512_mul_ps(a, sc);
+    __asm__("" : "+v"(p));
+    return p;
+}
+
+__attribute__((target("avx512f,avx512bw"))) static void
+f32_sum_axpy_avx512(float *acc, const float *const *src, int k, size_t n, float scale) {
+    const __m512 sc = _mm512_set1_ps(scale);
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m512 a = prod16_avx512(sum16_avx512(src, k, i), sc),
+               b = prod16_avx512(sum16_avx512(src, k, i + 16), sc);
+        _mm512_storeu_ps(acc + i, add16_avx512(_mm512_loadu_ps(acc + i), a));
+        _mm512_storeu_ps(acc + i + 16, add16_avx512(_mm512_loadu_ps(acc + i + 16), b));
+    }
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(acc + i,
+                         add16_avx512(_mm512_loadu_ps(acc + i), prod16_avx512(sum16_avx512(src, k, i), sc)));
+    f32_sum_axpy_scalar(acc, src, k, i, n, scale);
+}
+
 /* ---------------------------------------------------------------- AVX2 */
 
 __attribute__((target("avx2"))) static inline __m256i cvt8_avx2(__m256i u) {
@@ -248,6 +318,32 @@ __attribute__((target("avx2"))) static void bf16_add_f32_avx2(float *dst, const 
         _mm256_storeu_ps(dst + i + 8, add8_avx2(d1, up8_avx2(src + i + 8)));
     }
     bf16_add_f32_scalar(dst + i, src + i, n - i);
+}
+
+__attribute__((target("avx2"))) static inline __m256 sum8_avx2(const float *const *src, int k, size_t i) {
+    __m256 a = _mm256_loadu_ps(src[0] + i);
+    for (int s = 1; s < k; s++)
+        a = add8_avx2(a, _mm256_loadu_ps(src[s] + i));
+    return a;
+}
+
+__attribute__((target("avx2"))) static void f32_sum_avx2(float *dst, const float *const *src, int k,
+                                                         size_t n) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(dst + i, sum8_avx2(src, k, i));
+    f32_sum_scalar(dst, src, k, i, n);
+}
+
+/* target avx2 has no fma: the product and the addition stay two roundings. */
+__attribute__((target("avx2"))) static void f32_sum_axpy_avx2(float *acc, const float *const *src, int k,
+                                                              size_t n, float scale) {
+    const __m256 sc = _mm256_set1_ps(scale);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(acc + i,
+                         add8_avx2(_mm256_loadu_ps(acc + i), _mm256_mul_ps(sum8_avx2(src, k, i), sc)));
+    f32_sum_axpy_scalar(acc, src, k, i, n, scale);
 }
 #endif /* FSDP_X86 */
 
@@ -340,5 +436,27 @@ void fsdp_bf16_add_f32_n(float *dst, const fsdp_bf16 *src, size_t n) {
     case FSDP_SIMD_AVX2: bf16_add_f32_avx2(dst, src, n); return;
 #endif
     default: bf16_add_f32_scalar(dst, src, n); return;
+    }
+}
+
+void fsdp_f32_sum_n(float *dst, const float *const *src, int k, size_t n) {
+    if (n == 0 || k < 1) return;
+    switch (simd_get()) {
+#ifdef FSDP_X86
+    case FSDP_SIMD_AVX512: f32_sum_avx512(dst, src, k, n); return;
+    case FSDP_SIMD_AVX2: f32_sum_avx2(dst, src, k, n); return;
+#endif
+    default: f32_sum_scalar(dst, src, k, 0, n); return;
+    }
+}
+
+void fsdp_f32_sum_axpy_n(float *acc, const float *const *src, int k, size_t n, float scale) {
+    if (n == 0 || k < 1) return;
+    switch (simd_get()) {
+#ifdef FSDP_X86
+    case FSDP_SIMD_AVX512: f32_sum_axpy_avx512(acc, src, k, n, scale); return;
+    case FSDP_SIMD_AVX2: f32_sum_axpy_avx2(acc, src, k, n, scale); return;
+#endif
+    default: f32_sum_axpy_scalar(acc, src, k, 0, n, scale); return;
     }
 }

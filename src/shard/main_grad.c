@@ -146,6 +146,11 @@ int fsdp_unit_grad_touched(const fsdp_unit_t *u, int t) {
  *     model's loss is a mean over its own micro-batch on its own rank, so the sum over ranks and
  *     micro-batches divided by world * n_micro is the mean over the global batch of the step;
  *  5. free main_grad (poisoned first in debug builds) and the wire buffer. */
+/* 1 / (world x n_micro): the one averaging factor (step 4). */
+static float shard_grad_scale(const fsdp_engine_t *e) {
+    return 1.0f / (float)((double)e->world * (double)e->n_micro);
+}
+
 fsdp_status shard_reduce_start(fsdp_unit_t *u) {
     fsdp_engine_t *e = u->eng;
     FSDP_INVARIANT(u->main_grad != NULL && u->reduce == NULL);
@@ -158,6 +163,18 @@ fsdp_status shard_reduce_start(fsdp_unit_t *u) {
 
     int no_shard = e->cfg.strategy == FSDP_NO_SHARD;
     fsdp_status st;
+    u->reduce_acc = 0;
+    if (e->cfg.reduce_dtype == FSDP_F32 && !no_shard && e->rep_comm == NULL &&
+        fsdp_comm_size(e->shard_comm) > 1) {
+        /* steps 2-4 in one pass: the reduction adds its scaled sum straight into the gradient shard
+         * (the same bits as reducing into main_grad and adding it afterwards, without writing the
+         * reduced block back and reading it again). Alone in its group, a rank has nothing to reduce:
+         * step 4's loop below then runs on every OpenMP thread instead of in the communicator. */
+        shard_set_label(u, "reduce-scatter grads");
+        u->reduce_acc = 1;
+        return fsdp_comm_ireduce_scatter_acc(e->shard_comm, mg, u->grad, u->shard_len, shard_grad_scale(e),
+                                             &u->reduce);
+    }
     if (e->cfg.reduce_dtype == FSDP_F32) {
         shard_set_label(u, no_shard ? "all-reduce grads" : "reduce-scatter grads");
         st = no_shard ? fsdp_comm_iall_reduce(e->comm, mg, mg, u->padded, FSDP_F32, FSDP_SUM, &u->reduce)
@@ -208,7 +225,13 @@ fsdp_status shard_reduce_finish(fsdp_unit_t *u) {
         u->reduce = NULL;
     }
     float *mg = u->main_grad;
+    int added = u->reduce_acc;
+    u->reduce_acc = 0;
     if (st != FSDP_OK) return give_up_buffers(u, st);
+    if (added) { /* the reduction already added into grad */
+        shard_main_grad_release(u);
+        return FSDP_OK;
+    }
     size_t n_out = u->shard_len; /* NO_SHARD: padded (everything) */
     if (u->wire != NULL) {
         FSDP_PROF_SCOPE(FSDP_PROF_CAST);
@@ -223,7 +246,7 @@ fsdp_status shard_reduce_finish(fsdp_unit_t *u) {
         fsdp_trace_unit_end(u->name, "all-reduce");
         if (st != FSDP_OK) return give_up_buffers(u, st);
     }
-    const float scale = 1.0f / (float)((double)e->world * (double)e->n_micro);
+    const float scale = shard_grad_scale(e);
     float *g = u->grad;
 #pragma omp parallel for schedule(static) if (n_out > SHARD_OMP_MIN)
     for (size_t i = 0; i < n_out; i++)

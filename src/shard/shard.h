@@ -134,6 +134,7 @@ struct fsdp_unit {
     float *main_grad;        /* (padded) fp32, category main_grad; NULL when not allocated */
     uint64_t *touched;       /* bitmask over tensors (non-alias indices), ceil(n/64) words */
     fsdp_comm_req_t *reduce; /* the reduction of main_grad while life.reducing */
+    int reduce_acc;          /* it adds into grad itself (fsdp_comm_ireduce_scatter_acc) */
     fsdp_bf16 *wire;         /* (padded) its bf16 wire buffer (reduce dtype BF16), category comm */
 };
 

@@ -117,6 +117,35 @@ static void test_reduce_scatter(fsdp_comm_t *c, size_t count, fsdp_dtype t, fsdp
     free(send);
 }
 
+/* Accumulating reduce-scatter: acc += scale * (the rank-order sum), the product rounded first. The
+ * sums are exact (vf), the scale 1/3 is not, so the product's rounding is visible. */
+static void test_reduce_scatter_acc(fsdp_comm_t *c, size_t count) {
+    float *send = xalloc((size_t)W * count * 4), *acc = xalloc(count * 4 + 4);
+    const float scale = 1.0f / 3.0f;
+    for (size_t j = 0; j < (size_t)W * count; j++)
+        send[j] = vf(R, j);
+    for (size_t i = 0; i <= count; i++)
+        acc[i] = vf(R + 7, i) * 0.5f; /* acc[count]: a guard */
+    fsdp_comm_req_t *q = NULL;
+    CHECK_OK(fsdp_comm_ireduce_scatter_acc(c, send, acc, count, scale, &q));
+    if (q != NULL) CHECK_OK(fsdp_comm_wait(q));
+    size_t bad = 0;
+    for (size_t i = 0; i < count; i += stride_for(count)) {
+        volatile float p = expect(vf, (size_t)R * count + i, FSDP_SUM, FSDP_F32) * scale;
+        float want = vf(R + 7, i) * 0.5f + p;
+        if (acc[i] != want) {
+            if (bad < 3) fprintf(stderr, "[rank %d] rs-acc i=%zu got %.9g want %.9g\n", R, i, acc[i], want);
+            bad++;
+        }
+    }
+    bad += acc[count] != vf(R + 7, count) * 0.5f;
+    for (size_t j = 0; j < (size_t)W * count; j += stride_for(count))
+        bad += send[j] != vf(R, j); /* the input is left as it was */
+    CHECKF(bad == 0, "reduce-scatter-acc count %zu: %zu wrong", count, bad);
+    free(acc);
+    free(send);
+}
+
 static void test_all_reduce(fsdp_comm_t *c, size_t count, fsdp_dtype t, fsdp_reduce_op op, valfn f,
                             int in_place) {
     size_t es = fsdp_dtype_size(t);
@@ -168,6 +197,7 @@ static void sweep(fsdp_comm_t *c, size_t count) {
         test_broadcast(c, count, ts[d], W - 1);
         test_broadcast(c, count, ts[d], 0);
     }
+    test_reduce_scatter_acc(c, count);
 }
 
 /* BF16 summed in fp32 and rounded once: with 3+ ranks the once-rounded sum differs from rounding
@@ -237,6 +267,11 @@ static void test_einval(fsdp_comm_t *c) {
     CHECK_ERR(fsdp_comm_iall_gather(c, buf, buf + 8, 1, FSDP_F32, NULL), FSDP_EINVAL, "req");
     CHECK_ERR(fsdp_comm_ireduce_scatter(c, buf, buf + 8, 1, FSDP_BF16, (fsdp_reduce_op)7, &q), FSDP_EINVAL,
               "op");
+    CHECK(q == NULL);
+    CHECK_ERR(fsdp_comm_ireduce_scatter_acc(c, buf, buf, 2, 1.0f, &q), FSDP_EINVAL, "acc must not be send");
+    CHECK_ERR(fsdp_comm_ireduce_scatter_acc(c, buf + 1, buf, 3, 1.0f, &q), FSDP_EINVAL, "overlaps");
+    CHECK_ERR(fsdp_comm_ireduce_scatter_acc(c, buf, buf + 8, 1, NAN, &q), FSDP_EINVAL, "NaN");
+    CHECK_ERR(fsdp_comm_ireduce_scatter_acc(c, buf, buf + 8, 1, 1.0f, NULL), FSDP_EINVAL, "req");
     CHECK(q == NULL);
     /* count 0 is a no-op on every rank */
     CHECK_OK(fsdp_comm_reduce_scatter(c, NULL, NULL, 0, FSDP_BF16, FSDP_AVG));
@@ -313,6 +348,7 @@ static void second_transport(int shm, const char *mode) {
         comm_test_set_int_limit(c, 0);
     }
     test_reduce_scatter(c, (size_t)1 << 20, FSDP_F32, FSDP_AVG, vf, 1, 1);
+    test_reduce_scatter_acc(c, (size_t)1 << 20);
     test_all_gather(c, (size_t)1 << 18, FSDP_BF16, 1, 1);
     fsdp_comm_free(c);
 }

@@ -1,5 +1,6 @@
 /* test_comm_self.c — the `self` backend without a launcher: AUTO picks it, every collective is exact
- * (world size 1), non-blocking requests complete, and every wrong use is FSDP_EINVAL with a message. */
+ * (world size 1), non-blocking requests complete, and every wrong use is FSDP_EINVAL with a message;
+ * the rank-order sums past 64 contributions, which no launched test reaches. */
 #include "comm/comm_impl.h"
 #include "test_util.h"
 
@@ -77,6 +78,67 @@ static void check_nonblocking(fsdp_comm_t *c) {
     CHECK_OK(fsdp_comm_wait(z));
 }
 
+/* Accumulating reduce-scatter at world 1: acc += send * scale, the product rounded first. */
+static void check_acc(fsdp_comm_t *c) {
+    float fs[N], acc[N + 1], a0[N + 1];
+    fsdp_bf16 bs[N];
+    fill(fs, bs, N, 3);
+    fill(a0, bs, N, 11);
+    a0[N] = 7.0f;
+    memcpy(acc, a0, sizeof acc);
+    fsdp_comm_req_t *q = NULL;
+    CHECK_OK(fsdp_comm_ireduce_scatter_acc(c, fs, acc, N, 1.0f / 3.0f, &q));
+    CHECK_OK(fsdp_comm_wait(q));
+    size_t bad = 0;
+    for (int i = 0; i < N; i++) {
+        volatile float p = fs[i] * (1.0f / 3.0f);
+        bad += acc[i] != a0[i] + p;
+    }
+    CHECKF(bad == 0 && acc[N] == 7.0f, "self reduce-scatter-acc: %zu wrong", bad);
+}
+
+/* The reduction kernels beyond 64 contributions (a world larger than any test launches): groups of
+ * contributions through an fp32 partial sum must give exactly the left-to-right fp32 sum, and the
+ * accumulating form that sum times scale added. Run through a request of a stand-in communicator. */
+static void check_wide_sums(void) {
+    enum { K = 130, M = 2500 }; /* two full groups, a third partial; a partial second tile */
+    static float in[K][M], out[M], acc[M];
+    const float *src[K];
+    uint64_t st = 99;
+    for (int s = 0; s < K; s++) {
+        src[s] = in[s];
+        for (int i = 0; i < M; i++) {
+            st = st * 6364136223846793005ull + 1442695040888963407ull;
+            in[s][i] = ldexpf((float)((st >> 33) % 2001) / 1000.0f - 1.0f, (int)((st >> 20) % 31) - 15);
+        }
+    }
+    int worlds[] = {64, 65, K};
+    for (int w = 0; w < 3; w++) {
+        fsdp_comm_t fake = {.size = worlds[w]};
+        fsdp_comm_req_t r = {.c = &fake, .t = FSDP_F32, .op = FSDP_SUM};
+        comm_req_reduce(&r, out, (const void *const *)src, M);
+        for (int i = 0; i < M; i++)
+            acc[i] = (float)i;
+        r.acc = 1;
+        r.acc_scale = 0.3f;
+        comm_req_reduce(&r, acc, (const void *const *)src, M);
+        size_t bad = 0;
+        for (int i = 0; i < M; i++) {
+            float a = in[0][i];
+            for (int s = 1; s < worlds[w]; s++)
+                a = a + in[s][i];
+            volatile float p = a * 0.3f;
+            bad += out[i] != a;
+            bad += acc[i] != (float)i + p;
+        }
+        CHECKF(bad == 0, "sum of %d contributions: %zu wrong", worlds[w], bad);
+        r.acc_discard = 1; /* a timed-out request writes nothing more */
+        memcpy(out, acc, sizeof out);
+        comm_req_reduce(&r, acc, (const void *const *)src, M);
+        CHECK(memcmp(out, acc, sizeof out) == 0);
+    }
+}
+
 static void check_einval(fsdp_comm_t *c) {
     float buf[2 * N] = {0};
     fsdp_comm_req_t *r = NULL;
@@ -141,6 +203,8 @@ int main(void) {
     CHECK(strcmp(c->label, "unit test / self") == 0);
     check_identity(c);
     check_nonblocking(c);
+    check_acc(c);
+    check_wide_sums();
     check_einval(c);
     fsdp_comm_free(c);
     fsdp_comm_free(NULL);

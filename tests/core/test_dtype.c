@@ -2,7 +2,8 @@
  * definition (candidates decoded to double, nearest chosen by comparing distances, ties to the even
  * pattern, overflow past the largest finite value to infinity), on the scalar functions and on every
  * SIMD path this CPU has, forced one at a time: all 65,536 bf16 values, every f32 exponent/mantissa-top
- * pattern with tie and near-tie low bits, random inputs, tails and unaligned pointers. */
+ * pattern with tie and near-tie low bits, random inputs, tails and unaligned pointers. Also the
+ * communicator's rank-order fp32 sums (test_sums). */
 #include "core/core.h"
 #include "test_util.h"
 
@@ -286,6 +287,80 @@ done:
     fsdp_mem_free(src);
 }
 
+/* Rank-order sums (fsdp_f32_sum_n, fsdp_f32_sum_axpy_n) against the definition written out here with
+ * plain fp32 additions, left to right: k = 1..6 and 70 contributions, random magnitudes over 2^-20..2^20
+ * (so the order of additions changes results: checked below), every length 0..69 and a long one at
+ * odd offsets (vector bodies and tails), the accumulate's product rounded before its addition, and the
+ * NaN rule (the earlier contribution's NaN, quieted). */
+static uint32_t lcg(uint64_t *st) {
+    *st = *st * 6364136223846793005ull + 1442695040888963407ull;
+    return (uint32_t)(*st >> 33);
+}
+
+static void test_sums(const char *path) {
+    enum { K = 70, L = 5003 };
+    static float in[K][L + 8], out[L + 8], acc[L + 8], acc0[L + 8];
+    uint64_t st = 12345;
+    for (int s = 0; s < K; s++)
+        for (size_t i = 0; i < L + 8; i++) {
+            float m = (float)(lcg(&st) % 2001) / 1000.0f - 1.0f;
+            in[s][i] = ldexpf(m, (int)(lcg(&st) % 41) - 20);
+        }
+    for (size_t i = 0; i < L + 8; i++)
+        acc0[i] = ldexpf((float)(lcg(&st) % 2001) / 1000.0f - 1.0f, 3);
+    const float scale = 1.0f / 3.0f;
+    int ks[] = {1, 2, 3, 4, 6, K};
+    size_t bad = 0, order_matters = 0;
+    for (int ki = 0; ki < 6; ki++) {
+        int k = ks[ki];
+        for (size_t len = 0; len <= L; len = len < 69 ? len + 1 : L) {
+            size_t o = len % 5; /* src and dst offsets differ: unaligned vectors */
+            const float *src[K];
+            for (int s = 0; s < k; s++)
+                src[s] = in[s] + o + (size_t)s % 3;
+            memset(out, 0x7f, sizeof out);
+            memcpy(acc, acc0, sizeof acc);
+            fsdp_f32_sum_n(out + 1, src, k, len);
+            fsdp_f32_sum_axpy_n(acc + 2, src, k, len, scale);
+            for (size_t i = 0; i < len; i++) {
+                float a = src[0][i], r = src[k - 1][i];
+                for (int s = 1; s < k; s++)
+                    a = a + src[s][i];
+                for (int s = k - 2; s >= 0; s--)
+                    r = r + src[s][i];
+                order_matters += a != r;
+                volatile float p = a * scale; /* rounded before the addition */
+                float want_acc = acc0[i + 2] + p;
+                bad += bits_of(out[1 + i]) != bits_of(a);
+                bad += bits_of(acc[2 + i]) != bits_of(want_acc);
+            }
+            bad += bits_of(out[1 + len]) != 0x7f7f7f7fu; /* nothing written past the end */
+            bad += bits_of(acc[2 + len]) != bits_of(acc0[2 + len]);
+            if (len == L) break;
+        }
+    }
+    CHECKF(bad == 0, "%s: %zu sum mismatches", path, bad);
+    CHECK(order_matters > 1000); /* the data would catch a different order */
+    bad = 0;
+    /* NaN: both contributions NaN -> the first one's, quieted; one NaN -> that one, quieted. */
+    float na[16], nb[16], nd[16];
+    for (int i = 0; i < 16; i++) {
+        na[i] = float_of(0x7f800001u + (uint32_t)i); /* signalling NaNs with payloads */
+        nb[i] = i % 2 ? float_of(0xff800100u) : 1.0f;
+    }
+    const float *np[2] = {na, nb};
+    fsdp_f32_sum_n(nd, np, 2, 16);
+    for (int i = 0; i < 16; i++)
+        bad += bits_of(nd[i]) != ((0x7f800001u + (uint32_t)i) | 0x00400000u);
+    const float *nq[2] = {nb, na};
+    fsdp_f32_sum_n(nd, nq, 2, 16);
+    for (int i = 0; i < 16; i++)
+        bad += bits_of(nd[i]) != (i % 2 ? 0xffc00100u : (0x7f800001u + (uint32_t)i) | 0x00400000u);
+    CHECKF(bad == 0, "%s: %zu NaN-rule mismatches", path, bad);
+    fsdp_f32_sum_n(NULL, NULL, 3, 0);
+    fsdp_f32_sum_axpy_n(NULL, NULL, 3, 0, 1.0f);
+}
+
 int main(void) {
     test_scalar_definitions();
 
@@ -314,6 +389,7 @@ int main(void) {
         CHECK(fsdp_simd_active() == (fsdp_simd)p);
         test_bulk_down(name);
         test_bulk_up(name);
+        test_sums(name);
         tested++;
         fprintf(stderr, "path %s: tested\n", name);
     }
