@@ -211,10 +211,11 @@ preflight)
     not_trained ck_readonly
     ;;
 metrics)
-    # Injected: the metrics file takes 2000 bytes (about 11 lines), then writes fail with ENOSPC.
+    # Injected: the metrics file takes 6000 bytes (about 12 lines of ~480 bytes: loss, ..., gemm_path and
+    # the per-kernel kernels_s), then writes fail with ENOSPC.
     for np in 1 2; do
         rm -rf ck_mi$np mi$np.jsonl
-        FAULT_PRELOAD_RANK=0 FSDP_FAULT_MATCH=mi$np.jsonl FSDP_FAULT_ENOSPC_AFTER=2000 \
+        FAULT_PRELOAD_RANK=0 FSDP_FAULT_MATCH=mi$np.jsonl FSDP_FAULT_ENOSPC_AFTER=6000 \
             fails_with metrics_inject_np$np "--metrics: cannot write mi$np.jsonl: No space left on device" \
             "$MPIRUN" $np ./launch.sh "$BIN" "${TINY[@]}" --steps 40 --checkpoint-every 5 --checkpoint-dir ck_mi$np --metrics mi$np.jsonl
         [ "$(errors metrics_inject_np$np)" = 1 ] && ok || bad "metrics_inject_np$np: $(errors metrics_inject_np$np) error lines, want 1"
