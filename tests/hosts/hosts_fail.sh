@@ -119,7 +119,9 @@ start ranks --mpi --mca --mpi orte_abort_on_non_zero_status --mpi 0
 t0=$(now)
 "$HOSTS" kill 2 ranks || bad "ranks: nothing to kill on host 2"
 finish_job ranks "$t0" 1 $((TIMEOUT + SLACK))
-ranks_end ranks "$t0" "1|143|137" $((TIMEOUT + SLACK)) 0 1
+# 141 (SIGPIPE) too: a rank that has reported its error and is still writing when rank 0's abort
+# has taken down its host's daemon, which held its output pipes (seen once in ~10 runs).
+ranks_end ranks "$t0" "1|141|143|137" $((TIMEOUT + SLACK)) 0 1
 named ranks h1 0 1
 ckpt_loads ranks
 
