@@ -24,7 +24,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-
 void life_init(life_sched *s, const life_ops *ops, void *ctx, life_unit **units, int n, int max_inflight) {
     memset(s, 0, sizeof *s);
     s->ops = ops;
