@@ -1081,6 +1081,21 @@ fsdp_status fsdp_train_run(const fsdp_train_config *cfg, fsdp_comm_t *comm, FILE
 /* ---------------------------------------------------------------- sample command */
 
 /* Builds the model a checkpoint was saved from (its manifest's config) and loads it on comm. */
+/* The model a checkpoint or a Hugging Face folder loads into, once every rank has read its config (s:
+ * this rank's status so far, agreed as `reading`). Loading needs no particular engine policy: the
+ * defaults (full shard, lazy main_grad, sharded accumulation, no recompute), whatever the flags said;
+ * none of them changes a forward pass. */
+static fsdp_status build_for_load(fsdp_status s, fsdp_train_config *c, fsdp_comm_t *comm, run_model *rm,
+                                  const char *reading, const char *building) {
+    c->strategy = FSDP_FULL_SHARD;
+    c->main_grad = FSDP_MAIN_GRAD_LAZY;
+    c->accum = FSDP_ACCUM_SHARDED;
+    c->recompute = 0;
+    s = fsdp_comm_agree(comm, s, reading);
+    if (s == FSDP_OK) s = model_build(c, comm, rm);
+    return fsdp_comm_agree(comm, s, building);
+}
+
 static fsdp_status load_checkpoint_model(const char *dir, fsdp_comm_t *comm, fsdp_train_config *c,
                                          run_model *rm, fsdp_ckpt_state *st) {
     char *step_dir = NULL;
@@ -1093,14 +1108,8 @@ static fsdp_status load_checkpoint_model(const char *dir, fsdp_comm_t *comm, fsd
         free(what);
     }
     fsdp_ckpt_close(r);
-    /* Loading needs no particular engine policy: keep the defaults (full shard, f32 reduce). */
-    c->strategy = FSDP_FULL_SHARD;
-    c->main_grad = FSDP_MAIN_GRAD_LAZY;
-    c->accum = FSDP_ACCUM_SHARDED;
-    c->recompute = 0;
-    s = fsdp_comm_agree(comm, s, "reading the checkpoint's manifest");
-    if (s == FSDP_OK) s = model_build(c, comm, rm);
-    s = fsdp_comm_agree(comm, s, "building the checkpoint's model");
+    s = build_for_load(s, c, comm, rm, "reading the checkpoint's manifest",
+                       "building the checkpoint's model");
     if (s == FSDP_OK) s = fsdp_ckpt_load(rm->eng, step_dir, st);
     free(step_dir);
     return s;
@@ -1111,11 +1120,7 @@ static fsdp_status load_hf_model(const char *dir, fsdp_comm_t *comm, fsdp_train_
     fsdp_status s = fsdp_hf_read_config(dir, c);
     c->seq_len = c->max_seq_len;
     c->precision = FSDP_PRECISION_FP32;
-    c->strategy = FSDP_FULL_SHARD;
-    c->recompute = 0;
-    s = fsdp_comm_agree(comm, s, "reading --init-from's config.json");
-    if (s == FSDP_OK) s = model_build(c, comm, rm);
-    s = fsdp_comm_agree(comm, s, "building --init-from's model");
+    s = build_for_load(s, c, comm, rm, "reading --init-from's config.json", "building --init-from's model");
     if (s == FSDP_OK) s = fsdp_hf_load(rm->eng, dir, NULL);
     return s;
 }
