@@ -10,6 +10,10 @@
 #include <pthread.h>
 #include <stdint.h>
 
+/* Open MPI's TCP transport flags set at MPI_Init when the user set none: its defaults without RDMA
+ * emulation ("put", "hetero-rdma"); comm_mpi.c says why. */
+#define FSDP_TCP_FLAGS "send,inplace,need-ack,need-csum"
+
 typedef enum {
     COLL_ALL_GATHER = 0,
     COLL_REDUCE_SCATTER,

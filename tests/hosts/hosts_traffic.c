@@ -12,6 +12,22 @@ static float recv_probe[1024];
 
 #include <unistd.h>
 
+/* Open MPI's btl_tcp_flags as the TCP transport of this process sees it (MPI_T), or -1. */
+static long tcp_flags(void) {
+    int prov = 0, idx = -1, count = 0;
+    long v = -1;
+    if (MPI_T_init_thread(MPI_THREAD_SINGLE, &prov) != MPI_SUCCESS) return -1;
+    MPI_T_cvar_handle h;
+    if (MPI_T_cvar_get_index("btl_tcp_flags", &idx) == MPI_SUCCESS &&
+        MPI_T_cvar_handle_alloc(idx, NULL, &h, &count) == MPI_SUCCESS) {
+        unsigned int u = 0;
+        if (count == 1 && MPI_T_cvar_read(h, &u) == MPI_SUCCESS) v = (long)u;
+        MPI_T_cvar_handle_free(&h);
+    }
+    MPI_T_finalize();
+    return v;
+}
+
 int main(int argc, char **argv) {
     fsdp_comm_t *c = NULL;
     fsdp_comm_config cfg = fsdp_comm_config_default();
@@ -27,6 +43,17 @@ int main(int argc, char **argv) {
     const char *thr = getenv("FSDP_COMM_PROGRESS_THREAD");
     CHECK(fsdp_comm_shm_active(c) == !across);
     CHECK(fsdp_comm_progress_thread(c) == (across && !(thr && strcmp(thr, "0") == 0)));
+    /* fsdp_comm_init took RDMA emulation ("put", 0x2) out of Open MPI's TCP transport unless the launcher
+     * set the flags (HOSTS_TCP_FLAGS_SET=1 from the script then): with it the step's collectives ran at
+     * half the line rate (comm_mpi.c) */
+    long fl = tcp_flags();
+    const char *user = getenv("HOSTS_TCP_FLAGS_SET");
+    CHECKF(fl >= 0, "btl_tcp_flags not readable through MPI_T");
+    if (user == NULL)
+        CHECKF(fl >= 0 && (fl & 0x1) && !(fl & 0x2), "btl_tcp_flags %#lx: want send (0x1) without put (0x2)",
+               fl);
+    else
+        CHECKF(fl >= 0 && (fl & 0x2), "btl_tcp_flags %#lx: the launcher's value (with put) was not kept", fl);
     /* and non-blocking requests complete through it while this thread only sleeps */
     if (across) {
         float x = (float)(rank + 1), y = 0;

@@ -33,6 +33,10 @@ for h in h1 h2; do
     [ $tx -ge $min ] && [ $tx -le $max ] && ok || bad "$h: tx $tx B, want $min .. $max"
 done
 
+# A btl_tcp_flags the user gives to mpirun is kept (fsdp_comm_init sets its own only when none is set).
+"$HOSTS" run 2 --mpi --mca --mpi btl_tcp_flags --mpi send,put,inplace,need-ack,need-csum \
+    --mpi -x --mpi HOSTS_TCP_FLAGS_SET=1 -- "$BIN" 1 1 >flags.log 2>&1 && ok || bad "user's btl_tcp_flags: $(tail -3 flags.log)"
+
 "$HOSTS" shape 1gbit && ok || bad "shape 1gbit"
 tc qdisc show dev "$HOSTS_ID-v1" | grep -q "tbf .*rate 1Gbit" && ok || bad "no 1 Gbit tbf on the bridge side of host 1"
 "$HOSTS" exec 2 tc qdisc show dev eth0 | grep -q "tbf .*rate 1Gbit" && ok || bad "no 1 Gbit tbf on host 2's side"
