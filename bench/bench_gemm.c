@@ -14,6 +14,12 @@
 
 static int reps = 5;
 
+/* One step's GEMMs timed alone, per path (0 f32, 1 bf16, 2 f32-compute): the sum of the best fwd,
+ * dinp and wgrad-beta0 times, each shape counted `step_mult` times (its layers), and their flops; and
+ * each path's square peak. */
+static double step_ms[3], step_gflop[3], square_gflops[3];
+static int step_mult = 0, cur_path = 0;
+
 typedef enum { OP_FWD = 0, OP_DINP, OP_WGRAD0, OP_WGRAD1 } op_kind;
 static const char *op_name[] = {"fwd Y=XW^T", "dinp dX=dYW", "wgrad beta0", "wgrad beta1"};
 
@@ -84,6 +90,11 @@ static int bench_shape(const char *label, fsdp_dtype pdt, int M, int K, int N, c
         sort_d(t[o], r);
         double best = t[o][0], med = t[o][r / 2];
         if (ops[o] == OP_WGRAD0) best0 = best;
+        if (step_mult > 0 && ops[o] != OP_WGRAD1) {
+            step_ms[cur_path] += step_mult * best * 1e3;
+            step_gflop[cur_path] += step_mult * gflop;
+        }
+        if (step_mult == 0) square_gflops[cur_path] = gflop / best;
         printf("%-10s %-12s %5d %5d %5d  %-12s %9.3f %9.3f %8.1f", label, pname, M, K, N, op_name[ops[o]],
                best * 1e3, med * 1e3, gflop / best);
         if (ops[o] == OP_WGRAD1 && best0 > 0) printf("   beta1/beta0 = %.3f", best / best0);
@@ -155,6 +166,7 @@ int main(int argc, char **argv) {
 #define RUN(label, M, K, N, ops, nops)                                                                       \
     for (int d = 0; d < 3 && !rc; d++) {                                                                     \
         fsdp_gemm_set_mixed_compute(mode[d]);                                                                \
+        cur_path = d;                                                                                        \
         rc = bench_shape(label, d ? FSDP_BF16 : FSDP_F32, M, K, N, ops, nops);                               \
     }
     RUN("square", sq, sq, sq, fwd, 1);
@@ -167,9 +179,23 @@ int main(int argc, char **argv) {
                {"mlp.fc", 768, 3072},
                {"mlp.proj", 3072, 768},
                {"lm_head", 768, 50304}};
-    for (size_t s = 0; s < sizeof gpt / sizeof gpt[0] && !rc; s++)
+    for (size_t s = 0; s < sizeof gpt / sizeof gpt[0] && !rc; s++) {
+        step_mult = s + 1 < sizeof gpt / sizeof gpt[0] ? 12 : 1;
         RUN(gpt[s].name, rows, gpt[s].K, gpt[s].N, all, 4);
+    }
 #undef RUN
+    /* The ceiling a training step's "share of the GEMM peak" can reach on this machine when nothing
+     * but its GEMMs ran, at the speed each has alone (operands hot in cache). */
+    double peak = square_gflops[0] > square_gflops[1] ? square_gflops[0] : square_gflops[1];
+    for (int d = 0; d < 3 && !rc; d++)
+        printf(
+            "# one GPT-2-124M step's GEMMs (12 layers x 4 linears + LM head; fwd, dinp, wgrad beta0) alone, "
+            "%s: %.1f ms, %.1f GFLOP/s = %.1f%% of the faster square peak (%.1f)\n",
+            d == 0   ? "f32"
+            : d == 1 ? "bf16"
+                     : "f32-compute",
+            step_ms[d], step_gflop[d] / step_ms[d] * 1e3, 100.0 * step_gflop[d] / step_ms[d] * 1e3 / peak,
+            peak);
     fsdp_kernels_shutdown();
     return rc;
 }
