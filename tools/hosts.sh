@@ -170,7 +170,8 @@ cmd_shape() {
         # rendezvous replies behind ~12 MB of data at 1 Gbit/s, and Open MPI's TCP transport ran at
         # half the line rate (bench_comm, 2 hosts, 16 MiB all-gather / reduce-scatter: 0.060 GB/s bus
         # bandwidth with 100ms, 0.117 with 2ms, the same minute; one plain TCP stream reached 0.95
-        # Gbit/s either way).
+        # Gbit/s either way). What remained of the half rate with 2ms was Open MPI's RDMA-emulation
+        # protocol, which fsdp_comm_init now turns off (src/comm/comm_mpi.c, docs/MULTIHOST.md).
         local bps burst
         bps=$(tc_rate_bits "$rate")
         [[ "$QUEUE" =~ ^[0-9]+(us|ms)$ ]] || die "HOSTS_QUEUE '$QUEUE' must be a time like 2ms or 500us"
