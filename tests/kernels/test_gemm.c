@@ -159,9 +159,11 @@ static void check_backward(const gcase *c, const char *tag) {
 }
 
 static void run_shapes(fsdp_dtype pdt, int ract, const char *tag) {
-    /* 1s, primes, and one larger shape (blocked kernels, tails) */
-    static const int shapes[][3] = {{1, 1, 1},    {1, 7, 3},    {5, 1, 11},
-                                    {13, 17, 19}, {37, 64, 29}, {96, 200, 131}};
+    /* 1s, primes, one larger shape (blocked kernels, tails), and K > 1024: dinp's and dweight's f32
+     * GEMMs then run in column blocks (gemm.c's GEMM_SPLIT_N; 2 blocks of 550, 4 of 577 with a
+     * shorter last one) */
+    static const int shapes[][3] = {{1, 1, 1},    {1, 7, 3},      {5, 1, 11},   {13, 17, 19},
+                                    {37, 64, 29}, {96, 200, 131}, {9, 1100, 7}, {3, 2305, 5}};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         gcase c;
         case_init(&c, pdt, ract, shapes[i][0], shapes[i][1], shapes[i][2]);
