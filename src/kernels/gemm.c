@@ -6,10 +6,10 @@
 #include "core/core.h"
 #include "core/prof.h"
 
+#include <limits.h>
 #include <oneapi/dnnl/dnnl.h>
 #include <oneapi/dnnl/dnnl_debug.h>
 #include <pthread.h>
-#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
