@@ -97,6 +97,22 @@ named_one() {
     [[ "$msg" =~ timeout_s\ $TIMEOUT ]] && ok || bad "$1: the timeout is not stated in '$msg'"
 }
 
+# stuck RANK...: for each rank that has not ended (no end record), where its threads wait: kernel wait
+# channel and state of each, and their stacks when gdb is installed. This case failed about once in 6
+# full suite runs under ctest -j2 (host 2's ranks never ended), never when run alone; the dump is for
+# finding out where they hang the next time.
+stuck() {
+    local r p
+    for r in "$@"; do
+        [ "$(wc -w <"rank.$r")" -lt 4 ] || continue
+        read -r p _ <"rank.$r"
+        echo "rank $r (pid $p) has not ended; its threads (comm, wchan, state):"
+        for t in /proc/"$p"/task/*; do echo "  $(cat "$t/comm" "$t/wchan" 2>/dev/null | tr '\n' ' ') $(awk '{print $3}' "$t/stat" 2>/dev/null)"; done
+        command -v gdb >/dev/null && gdb -p "$p" -batch -ex "thread apply all bt" 2>&1 | grep -E "^#|^Thread" | head -60
+    done
+    return 0
+}
+
 # ckpt_loads NAME: the checkpoint `latest` names is a complete one (step >= 8) and loads.
 ckpt_loads() {
     local latest
@@ -155,6 +171,7 @@ t0=$(now)
 kill -STOP $orted "$r0"
 i=0
 while { [ ! -f rank.2 ] || [ "$(wc -w <rank.2)" -lt 4 ] || [ "$(wc -w <rank.3)" -lt 4 ]; } && [ $i -lt 400 ]; do sleep 0.05; i=$((i + 1)); done
+stuck 2 3
 ranks_end frozen "$t0" 1 $((TIMEOUT + 3 + SLACK)) 2 3
 kill -KILL $orted "$r0" 2>/dev/null # the launcher, left waiting for the frozen daemon, may end now
 wait "$JOB"
