@@ -181,6 +181,10 @@ typedef struct {
     int shm; /* 1 (default): when every rank is on one host, all-gather, reduce-scatter and all-reduce go
               * through a shared-memory segment (two 4 MiB slots per rank; FSDP_COMM_SHM_SLOT_KIB sets the
               * slot size); 0, or FSDP_COMM_SHM=0 in the environment: Open MPI's collectives */
+    int stuck_exit; /* 1..255, with timeout_s > 0: a thread that has been inside one call into MPI for longer
+                     * than timeout_s (MPI itself not returning, e.g. waiting on a lost launcher daemon, so
+                     * the caller's wait never gets to report its timeout) prints which collective and
+                     * ends the process with this status (_exit); 0 (default): no such watchdog */
 } fsdp_comm_config;
 
 fsdp_comm_config fsdp_comm_config_default(void);

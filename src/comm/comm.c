@@ -42,8 +42,10 @@ static int launched_by_mpi(void) {
  * skips instead the first collective whose label contains TEXT (e.g. "@(prefetch)"). With ":stall" the
  * rank then posts no further collective either: each later one waits until its own timeout, as a rank
  * that went astray would (without it, the rank's next collective is mismatched against the others'
- * and MPI may fail the job first with a truncation error). Malformed values are an error rather than
- * silently ignored. */
+ * and MPI may fail the job first with a truncation error). <rank>:<n>:hang: that rank's n-th
+ * collective never returns from its first progress call, holding the MPI lock as if MPI itself did
+ * not return (the stuck_exit watchdog's test). Malformed values are an error rather than silently
+ * ignored. */
 static fsdp_status parse_skip(fsdp_comm_t *c) {
     c->skip_rank = -1;
     const char *v = getenv("FSDP_TEST_SKIP_COLLECTIVE");
@@ -51,8 +53,8 @@ static fsdp_status parse_skip(fsdp_comm_t *c) {
     char *end = NULL;
     long r = strtol(v, &end, 10);
     if (end == v || *end != ':' || r < 0 || r > INT_MAX)
-        return FSDP_ERR(FSDP_EINVAL, "FSDP_TEST_SKIP_COLLECTIVE=\"%s\" is malformed; use <rank>:<n>[:stall]",
-                        v);
+        return FSDP_ERR(FSDP_EINVAL,
+                        "FSDP_TEST_SKIP_COLLECTIVE=\"%s\" is malformed; use <rank>:<n>[:stall|:hang]", v);
     const char *p = end + 1;
     c->skip_stall = 0;
     c->skip_label[0] = '\0';
@@ -74,13 +76,17 @@ static fsdp_status parse_skip(fsdp_comm_t *c) {
         return FSDP_OK;
     }
     unsigned long long n = strtoull(p, &end, 10);
+    c->skip_hang = 0;
     if (end != p && strcmp(end, ":stall") == 0) {
         c->skip_stall = 1;
         end += strlen(end);
+    } else if (end != p && strcmp(end, ":hang") == 0) {
+        c->skip_hang = 1;
+        end += strlen(end);
     }
     if (end == p || *end != '\0' || p[0] == '-')
-        return FSDP_ERR(FSDP_EINVAL, "FSDP_TEST_SKIP_COLLECTIVE=\"%s\" is malformed; use <rank>:<n>[:stall]",
-                        v);
+        return FSDP_ERR(FSDP_EINVAL,
+                        "FSDP_TEST_SKIP_COLLECTIVE=\"%s\" is malformed; use <rank>:<n>[:stall|:hang]", v);
     c->skip_rank = (int)r;
     c->skip_seq = (uint64_t)n;
     return FSDP_OK;
@@ -98,12 +104,16 @@ fsdp_status fsdp_comm_init(fsdp_comm_t **out, const fsdp_comm_config *cfg, int *
         return FSDP_ERR(FSDP_EINVAL, "backend %d is not AUTO, SELF or MPI", (int)cfg->backend);
     if (cfg->timeout_s != cfg->timeout_s)
         return FSDP_ERR(FSDP_EINVAL, "timeout_s is NaN; use a number of seconds, or <= 0 to wait forever");
+    if (cfg->stuck_exit < 0 || cfg->stuck_exit > 255)
+        return FSDP_ERR(FSDP_EINVAL, "stuck_exit %d is not an exit status in 1..255 (or 0: off)",
+                        cfg->stuck_exit);
 
     fsdp_comm_t *c = calloc(1, sizeof *c);
     if (c == NULL) return FSDP_ERR(FSDP_ENOMEM, "cannot allocate the communicator (%zu bytes)", sizeof *c);
     c->backend = cfg->backend;
     if (c->backend == FSDP_COMM_AUTO) c->backend = launched_by_mpi() ? FSDP_COMM_MPI : FSDP_COMM_SELF;
     c->timeout_s = cfg->timeout_s;
+    c->stuck_exit = cfg->stuck_exit;
     c->shm_allowed = cfg->shm != 0;
     c->shm_win = MPI_WIN_NULL;
     c->int_limit = INT_MAX;
@@ -134,6 +144,7 @@ fsdp_status fsdp_comm_split(fsdp_comm_t *c, int color, int key, fsdp_comm_t **ou
     if (n == NULL) return FSDP_ERR(FSDP_ENOMEM, "cannot allocate the communicator (%zu bytes)", sizeof *n);
     n->backend = c->backend;
     n->timeout_s = c->timeout_s;
+    n->stuck_exit = c->stuck_exit; /* watched by the parent's watchdog (one per process) */
     n->shm_allowed = c->shm_allowed;
     n->shm_win = MPI_WIN_NULL;
     n->int_limit = INT_MAX;
@@ -511,14 +522,18 @@ static fsdp_status start_req(fsdp_comm_req_t *tmp, fsdp_comm_req_t **out) {
         if (c->skip_rank == c->rank && c->skip_label[0] && c->skip_seq == UINT64_MAX &&
             strstr(c->label, c->skip_label) != NULL)
             c->skip_seq = seq;
-        if (c->skip_rank == c->rank && c->skip_seq == seq) {
+        if (c->skip_rank == c->rank && c->skip_seq == seq && !c->skip_hang) {
             r->done = 1; /* test fault: this rank pretends the collective happened */
         } else if (c->skip_rank == c->rank && c->skip_stall && seq > c->skip_seq) {
             r->stalled = 1; /* test fault: never posted, so it can only time out */
+        } else if (c->skip_rank == c->rank && c->skip_hang && seq == c->skip_seq) {
+            r->hang = 1; /* test fault: its first progress call never returns */
         } else if (comm_shm_eligible(r)) {
             comm_shm_start(r);
         } else {
+            comm_mpi_enter(r);
             fsdp_status s = comm_mpi_start(r);
+            comm_mpi_leave();
             if (s != FSDP_OK) {
                 comm_unlock(c);
                 req_free(r);
@@ -544,9 +559,19 @@ static fsdp_status start(fsdp_comm_t *c, comm_coll k, const void *send, void *re
     return start_req(&tmp, out);
 }
 
+/* Test fault (":hang"): as if the call into MPI never returned, holding the lock it holds. */
+static void __attribute__((noreturn)) test_hang(const fsdp_comm_req_t *r) {
+    comm_mpi_enter(r);
+    for (;;) {
+        struct timespec ts = {1, 0};
+        nanosleep(&ts, NULL);
+    }
+}
+
 /* Shared-memory requests advance in start order (their rounds must): every earlier one first. */
 static void shm_progress_upto(fsdp_comm_req_t *r) {
     for (fsdp_comm_req_t *q = r->c->inflight; q != NULL; q = q->next_inflight) {
+        if (q->hang) test_hang(q);
         if (q->shm && !q->done && !q->failed) {
             int d = 0;
             fsdp_status s = comm_shm_progress(q, &d);
@@ -570,6 +595,7 @@ static fsdp_status progress_locked(fsdp_comm_req_t *r, int *done) {
         *done = 0;
         return FSDP_OK;
     }
+    if (r->hang) test_hang(r);
     if (r->shm) {
         if (r->is_stale) { /* off the list: runs alone (the communicator is broken anyway) */
             FSDP_TRY(comm_shm_progress(r, done));
@@ -582,7 +608,9 @@ static fsdp_status progress_locked(fsdp_comm_req_t *r, int *done) {
         return FSDP_OK;
     }
     if (r->failed) return fsdp_set_error(r->failed, "%s", r->errmsg); /* seen by the progress thread */
+    comm_mpi_enter(r);
     fsdp_status s = comm_mpi_progress(r, done);
+    comm_mpi_leave();
     if (s == FSDP_OK && *done) r->done = 1;
     return s;
 }
@@ -665,9 +693,11 @@ fsdp_status fsdp_comm_test(fsdp_comm_req_t *req, int *done) {
  * that started collectives move while it computes. MPI failures are left for the owner's test/wait. */
 void comm_mpi_progress_all(fsdp_comm_t *c) {
     for (fsdp_comm_req_t *q = c->inflight; q != NULL; q = q->next_inflight) {
-        if (q->shm || q->done || q->stalled || q->failed) continue;
+        if (q->shm || q->done || q->stalled || q->failed || q->hang) continue;
         int d = 0;
+        comm_mpi_enter(q);
         fsdp_status s = comm_mpi_progress(q, &d);
+        comm_mpi_leave();
         if (s != FSDP_OK) {
             q->failed = s;
             snprintf(q->errmsg, sizeof q->errmsg, "%s", fsdp_last_error());

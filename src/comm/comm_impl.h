@@ -41,6 +41,9 @@ struct fsdp_comm {
     int skip_rank;                  /* FSDP_TEST_SKIP_COLLECTIVE=<rank>:<n>; -1 when unset */
     uint64_t skip_seq;              /* that rank skips its collective number skip_seq (0-based) */
     int skip_stall;                 /* ":stall": after the skip, post nothing more (a rank stuck elsewhere) */
+    int skip_hang;                  /* ":hang": collective skip_seq never returns from progress (no skip) */
+    int stuck_exit;                 /* fsdp_comm_config.stuck_exit */
+    int stuck_watch;                /* this communicator holds a reference on the stuck watchdog */
     char skip_label[64];            /* "<rank>:@TEXT": skip the first collective whose label contains TEXT */
     size_t int_limit;               /* largest count handed to MPI as an int (INT_MAX; tests lower it) */
     struct fsdp_comm_req *stale;    /* timed-out requests MPI still owns (list via next_stale) */
@@ -76,6 +79,7 @@ struct fsdp_comm_req {
     char label[128]; /* the communicator's label when this request started (named on timeout) */
     int done;
     int stalled; /* test fault (":stall"): never posted, never completes */
+    int hang;    /* test fault (":hang"): its first progress call never returns */
     /* The call's arguments. Element counts; recv/send as given by the caller. */
     const void *send;
     void *recv;
@@ -120,6 +124,13 @@ void comm_lock(fsdp_comm_t *c);
 void comm_unlock(fsdp_comm_t *c);
 /* Advances every in-flight MPI request once (lock held); used by fsdp_comm_progress and the thread. */
 void comm_mpi_progress_all(fsdp_comm_t *c);
+
+/* The stuck watchdog (comm_mpi.c): enter before a call into MPI for r that should return at once
+ * (posting a step, testing one), leave after it. While a watchdog runs, a thread that stays between
+ * the two longer than r's communicator's timeout_s has the process ended with its stuck_exit status,
+ * after a message naming r. No-ops while no watchdog runs. */
+void comm_mpi_enter(const fsdp_comm_req_t *r);
+void comm_mpi_leave(void);
 
 /* Backend entry points (comm_mpi.c). */
 fsdp_status comm_mpi_init(fsdp_comm_t *c, int *argc, char ***argv);

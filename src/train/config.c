@@ -95,7 +95,9 @@ static const opt_def opts[] = {
     {"threads", OPT_INT, F(threads), 0, 4096, NULL, C_TRAIN | C_SAMPLE | C_EXPORT,
      "OpenMP threads per rank; 0: the cores this process may use (CPU affinity) / ranks on this node"},
     {"comm-timeout", OPT_DBL, F(comm_timeout), -1, 1e9, NULL, C_TRAIN,
-     "seconds before a stuck collective aborts (<= 0: wait forever)"},
+     "seconds before a stuck collective aborts the job, and before a rank stuck inside one call into MPI "
+     "ends "
+     "itself (status 1) (<= 0: wait forever)"},
     {"checkpoint-dir", OPT_STR, F(checkpoint_dir), 0, 0, NULL, C_TRAIN, "where step_NNNNNN/ folders go"},
     {"checkpoint-every", OPT_INT, F(checkpoint_every), 0, 1 << 30, NULL, C_TRAIN,
      "save every N steps (0: only at the end)"},

@@ -222,6 +222,15 @@ int main(void) {
     bad = fsdp_comm_config_default();
     bad.backend = (fsdp_comm_backend)42;
     CHECK_ERR(fsdp_comm_init(&c, &bad, NULL, NULL), FSDP_EINVAL, "backend");
+    bad = fsdp_comm_config_default();
+    CHECK(bad.stuck_exit == 0); /* the watchdog that may end the process is the program's choice */
+    bad.stuck_exit = 256;
+    CHECK_ERR(fsdp_comm_init(&c, &bad, NULL, NULL), FSDP_EINVAL, "stuck_exit 256");
+    bad.stuck_exit = -1;
+    CHECK_ERR(fsdp_comm_init(&c, &bad, NULL, NULL), FSDP_EINVAL, "stuck_exit -1");
+    bad.stuck_exit = 255; /* valid; the self backend has nothing to watch */
+    CHECK_OK(fsdp_comm_init(&c, &bad, NULL, NULL));
+    fsdp_comm_free(c);
     CHECK_ERR(fsdp_comm_init(NULL, &cfg, NULL, NULL), FSDP_EINVAL, "out");
     setenv("FSDP_TEST_SKIP_COLLECTIVE", "zero:1", 1);
     CHECK_ERR(fsdp_comm_init(&c, &cfg, NULL, NULL), FSDP_EINVAL, "FSDP_TEST_SKIP_COLLECTIVE");
@@ -234,6 +243,12 @@ int main(void) {
     fsdp_comm_free(c);
     c = NULL;
     setenv("FSDP_TEST_SKIP_COLLECTIVE", "0:-1", 1);
+    CHECK_ERR(fsdp_comm_init(&c, &cfg, NULL, NULL), FSDP_EINVAL, "malformed");
+    setenv("FSDP_TEST_SKIP_COLLECTIVE", "0:3:hang", 1);
+    CHECK_OK(fsdp_comm_init(&c, &cfg, NULL, NULL));
+    CHECK(c->skip_hang == 1 && c->skip_stall == 0 && c->skip_seq == 3);
+    fsdp_comm_free(c);
+    setenv("FSDP_TEST_SKIP_COLLECTIVE", "0:3:hung", 1);
     CHECK_ERR(fsdp_comm_init(&c, &cfg, NULL, NULL), FSDP_EINVAL, "malformed");
     unsetenv("FSDP_TEST_SKIP_COLLECTIVE");
     return TEST_MAIN_END();

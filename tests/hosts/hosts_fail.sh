@@ -13,9 +13,11 @@
 #          within the bound, naming a rank of host 2 and the host.
 #  crash:  every process of host 2, its Open MPI daemon included, killed (default launcher): Open MPI
 #          notices the lost daemon, names host 2 and ends the job (non-zero) within the bound.
-#  frozen: host 2's daemon frozen (SIGSTOP) and rank 0 stalled (FSDP_TEST_SKIP_COLLECTIVE): host 2's
-#          ranks time out and call MPI_Abort, which cannot reach the frozen daemon; the abort
-#          watchdog (comm_mpi_abort) ends them with status 1 within the timeout + 3 s + SLACK.
+#  frozen: host 2's daemon and rank 0 (host 1) frozen (SIGSTOP): host 2's ranks time out and call
+#          MPI_Abort, which cannot reach the frozen daemon; the abort watchdog (comm_mpi_abort) ends
+#          them with status 1 within the timeout + 3 s + SLACK. A rank whose MPI call itself waits on
+#          the frozen daemon (Open MPI reporting a TCP error through it, about 1 run in 8) never gets
+#          to its timeout: the stuck watchdog (stuck_exit) ends it, status 1, timeout + 0.1 s after.
 # Every case: the latest complete checkpoint loads. Exit statuses and end times come from each rank's
 # wrapper (lib.sh's launch.sh), not from the launcher.
 # usage: hosts_fail.sh FSDP_TRAIN WORKDIR
@@ -99,8 +101,8 @@ named_one() {
 
 # stuck RANK...: for each rank that has not ended (no end record), where its threads wait: kernel wait
 # channel and state of each, and their stacks when gdb is installed. This case failed about once in 6
-# full suite runs under ctest -j2 (host 2's ranks never ended), never when run alone; the dump is for
-# finding out where they hang the next time.
+# full suite runs (host 2's ranks never ended); the dump showed a rank waiting for the frozen daemon
+# inside MPI_Test, which the stuck watchdog now ends. Kept for any other way of hanging.
 stuck() {
     local r p
     for r in "$@"; do
@@ -165,7 +167,8 @@ ckpt_loads crash
 
 # frozen: host 2's Open MPI daemon and rank 0 (host 1) stopped. Ranks 1-3 time out; rank 1's abort
 # reaches the launcher through host 1's daemon, but ranks 2 and 3 abort through a daemon that never
-# answers: only comm_mpi_abort's watchdog ends them (status 1, about 3 s after their report).
+# answers: only comm_mpi_abort's watchdog ends them (status 1, about 3 s after their report), or the
+# stuck watchdog when one's MPI call waits on that daemon (status 1 too).
 start frozen
 orted=$("$HOSTS" pids 2 | awk '$2 == "orted" {print $1}')
 read -r r0 _ <rank.0

@@ -70,6 +70,7 @@ int main(int argc, char **argv) {
     fsdp_comm_t *comm = NULL;
     fsdp_comm_config cc = fsdp_comm_config_default();
     if (ps == FSDP_OK) cc.timeout_s = cfg.comm_timeout;
+    cc.stuck_exit = exit_code(FSDP_ETIMEOUT); /* a rank stuck inside MPI ends as a timed-out one does */
     fsdp_status s = fsdp_comm_init(&comm, &cc, &argc, &argv);
     if (s != FSDP_OK) {
         report(s, 0, 1, -1);
