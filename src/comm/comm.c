@@ -500,6 +500,22 @@ static void req_free(fsdp_comm_req_t *r) {
     free(r);
 }
 
+/* Every rank must post its MPI collectives on a communicator in the same order, or MPI matches one
+ * collective's messages with another's (MPI_ERR_TRUNCATE, or silently mixed data when the sizes
+ * agree). A request whose later steps are posted as earlier ones complete (the all-reduce: an
+ * all-to-all, then an all-gather, per chunk) would post them at a moment that differs from rank to
+ * rank, between the starts of later requests. So a request started while an earlier MPI request still
+ * has posts to make is deferred, and posted in start order once every earlier one has made all of
+ * them: the posting order is then the program's on every rank. Found with the trainer's loss
+ * all-reduce in flight beside the clipping norm's (tests/comm/mpi_comm_order.c). */
+static int mpi_posts_pending(const fsdp_comm_t *c, const fsdp_comm_req_t *upto) {
+    for (const fsdp_comm_req_t *q = c->inflight; q != NULL && q != upto; q = q->next_inflight)
+        if (!q->shm && !q->done && !q->stalled && !q->failed && !q->hang &&
+            (q->deferred || !comm_mpi_posted_all(q)))
+            return 1;
+    return 0;
+}
+
 /* Validates, then starts the collective. A count-0 call, the self backend and a fault-injected skip
  * give a request that is already done. Others join the communicator's in-flight list (start order). */
 static fsdp_status start_req(fsdp_comm_req_t *tmp, fsdp_comm_req_t **out) {
@@ -530,6 +546,8 @@ static fsdp_status start_req(fsdp_comm_req_t *tmp, fsdp_comm_req_t **out) {
             r->hang = 1; /* test fault: its first progress call never returns */
         } else if (comm_shm_eligible(r)) {
             comm_shm_start(r);
+        } else if (mpi_posts_pending(c, NULL)) {
+            r->deferred = 1; /* posted once every earlier request has made all its posts */
         } else {
             comm_mpi_enter(r);
             fsdp_status s = comm_mpi_start(r);
@@ -568,9 +586,10 @@ static void __attribute__((noreturn)) test_hang(const fsdp_comm_req_t *r) {
     }
 }
 
-/* Shared-memory requests advance in start order (their rounds must): every earlier one first. */
-static void shm_progress_upto(fsdp_comm_req_t *r) {
-    for (fsdp_comm_req_t *q = r->c->inflight; q != NULL; q = q->next_inflight) {
+/* Shared-memory requests advance in start order (their rounds must): every earlier one first; up to
+ * and including r, or all of them (r NULL). */
+static void shm_progress_upto(fsdp_comm_t *c, const fsdp_comm_req_t *r) {
+    for (fsdp_comm_req_t *q = c->inflight; q != NULL; q = q->next_inflight) {
         if (q->hang) test_hang(q);
         if (q->shm && !q->done && !q->failed) {
             int d = 0;
@@ -586,6 +605,40 @@ static void shm_progress_upto(fsdp_comm_req_t *r) {
     }
 }
 
+/* Advances the in-flight MPI requests in start order, up to and including upto (NULL: all): posts a
+ * deferred one once nothing before it has posts left, tests the others. A failure stays with its
+ * request, for its owner's test/wait. */
+static void mpi_advance(fsdp_comm_t *c, const fsdp_comm_req_t *upto) {
+    int pending = 0; /* an earlier request still has posts to make */
+    for (fsdp_comm_req_t *q = c->inflight; q != NULL; q = q->next_inflight) {
+        if (!q->shm && !q->done && !q->stalled && !q->failed && !q->hang) {
+            fsdp_status s = FSDP_OK;
+            int d = 0;
+            if (q->deferred) {
+                if (pending) break; /* and so is every later one */
+                comm_mpi_enter(q);
+                s = comm_mpi_start(q);
+                comm_mpi_leave();
+                q->deferred = 0;
+            }
+            if (s == FSDP_OK) {
+                comm_mpi_enter(q);
+                s = comm_mpi_progress(q, &d);
+                comm_mpi_leave();
+            }
+            if (s != FSDP_OK) {
+                q->failed = s;
+                snprintf(q->errmsg, sizeof q->errmsg, "%s", fsdp_last_error());
+            } else if (d) {
+                q->done = 1;
+            } else if (!comm_mpi_posted_all(q)) {
+                pending = 1;
+            }
+        }
+        if (q == upto) break;
+    }
+}
+
 static fsdp_status progress_locked(fsdp_comm_req_t *r, int *done) {
     if (r->done) {
         *done = 1;
@@ -596,23 +649,30 @@ static fsdp_status progress_locked(fsdp_comm_req_t *r, int *done) {
         return FSDP_OK;
     }
     if (r->hang) test_hang(r);
-    if (r->shm) {
-        if (r->is_stale) { /* off the list: runs alone (the communicator is broken anyway) */
-            FSDP_TRY(comm_shm_progress(r, done));
-            if (*done) r->done = 1;
+    if (r->is_stale) { /* off the list: runs alone (the communicator is broken anyway) */
+        fsdp_status s;
+        if (r->shm) {
+            s = comm_shm_progress(r, done);
         } else {
-            shm_progress_upto(r);
-            if (r->failed) return fsdp_set_error(r->failed, "%s", r->errmsg);
+            comm_mpi_enter(r);
+            s = comm_mpi_progress(r, done);
+            comm_mpi_leave();
         }
-        *done = r->done;
-        return FSDP_OK;
+        if (s == FSDP_OK && *done) r->done = 1;
+        return s;
     }
-    if (r->failed) return fsdp_set_error(r->failed, "%s", r->errmsg); /* seen by the progress thread */
-    comm_mpi_enter(r);
-    fsdp_status s = comm_mpi_progress(r, done);
-    comm_mpi_leave();
-    if (s == FSDP_OK && *done) r->done = 1;
-    return s;
+    /* Both transports move, whichever r uses: a peer may be waiting for this rank's part of another
+     * request (it waits for them in its own order), and nothing else moves that part while this rank
+     * waits here. Shared-memory requests up to r (a later one's copies can wait), or all of them when
+     * r is an MPI request; every MPI request (cheap tests; the progress thread, where it runs, does
+     * the same). Before this, a rank waiting for an I64 all-reduce (MPI) and a peer waiting for a
+     * shared-memory all-reduce started before it waited for each other forever. */
+    fsdp_comm_t *c = r->c;
+    shm_progress_upto(c, r->shm ? r : NULL);
+    mpi_advance(c, NULL);
+    if (r->failed) return fsdp_set_error(r->failed, "%s", r->errmsg);
+    *done = r->done;
+    return FSDP_OK;
 }
 
 static fsdp_status progress(fsdp_comm_req_t *r, int *done) {
@@ -642,7 +702,7 @@ static fsdp_status timed_out(fsdp_comm_req_t *r, double elapsed) {
     r->acc_discard = 1; /* the accumulator is the caller's to free now: a late completion leaves it */
     comm_unlock(c);
     r->is_stale = 1;
-    if (r->stalled) { /* nothing was posted: nothing else owns any of it */
+    if (r->stalled || r->deferred) { /* nothing was posted: nothing else owns any of it */
         req_free(r);
     } else {
         r->next_stale = c->stale;
@@ -691,31 +751,14 @@ fsdp_status fsdp_comm_test(fsdp_comm_req_t *req, int *done) {
 
 /* Progress for every in-flight request, without waiting: what a program calls between kernels so
  * that started collectives move while it computes. MPI failures are left for the owner's test/wait. */
-void comm_mpi_progress_all(fsdp_comm_t *c) {
-    for (fsdp_comm_req_t *q = c->inflight; q != NULL; q = q->next_inflight) {
-        if (q->shm || q->done || q->stalled || q->failed || q->hang) continue;
-        int d = 0;
-        comm_mpi_enter(q);
-        fsdp_status s = comm_mpi_progress(q, &d);
-        comm_mpi_leave();
-        if (s != FSDP_OK) {
-            q->failed = s;
-            snprintf(q->errmsg, sizeof q->errmsg, "%s", fsdp_last_error());
-        } else if (d) {
-            q->done = 1;
-        }
-    }
-}
+void comm_mpi_progress_all(fsdp_comm_t *c) { mpi_advance(c, NULL); }
 
 void fsdp_comm_progress(fsdp_comm_t *c) {
     if (c == NULL || c->inflight == NULL) return;
     FSDP_PROF_SCOPE(FSDP_PROF_COMM);
     comm_lock(c);
     if (c->inflight != NULL) {
-        fsdp_comm_req_t *last = c->inflight;
-        while (last->next_inflight != NULL)
-            last = last->next_inflight;
-        shm_progress_upto(last);
+        shm_progress_upto(c, NULL);
         if (!c->thr_on) comm_mpi_progress_all(c); /* the thread does it otherwise */
     }
     comm_unlock(c);

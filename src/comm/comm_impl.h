@@ -78,8 +78,9 @@ struct fsdp_comm_req {
     double t0;       /* fsdp_time_s() when started: timeouts are measured from here */
     char label[128]; /* the communicator's label when this request started (named on timeout) */
     int done;
-    int stalled; /* test fault (":stall"): never posted, never completes */
-    int hang;    /* test fault (":hang"): its first progress call never returns */
+    int stalled;  /* test fault (":stall"): never posted, never completes */
+    int hang;     /* test fault (":hang"): its first progress call never returns */
+    int deferred; /* MPI: not posted yet; an earlier request had posts to make (comm.c) */
     /* The call's arguments. Element counts; recv/send as given by the caller. */
     const void *send;
     void *recv;
@@ -142,6 +143,8 @@ void comm_mpi_abort(fsdp_comm_t *c, int code) __attribute__((noreturn));
 fsdp_status comm_mpi_start(fsdp_comm_req_t *req);
 /* Drives req: tests the posted step and posts the next ones; *done = 1 once all completed. */
 fsdp_status comm_mpi_progress(fsdp_comm_req_t *req, int *done);
+/* 1 when req has posted every MPI step it will post (its last step is in flight or done). */
+int comm_mpi_posted_all(const fsdp_comm_req_t *req);
 /* Releases what req holds (staging, derived types). Only once MPI no longer uses them. */
 void comm_mpi_req_release(fsdp_comm_req_t *req);
 

@@ -490,6 +490,12 @@ fsdp_status comm_mpi_start(fsdp_comm_req_t *r) {
     return FSDP_ERR(FSDP_EINTERNAL, "unknown collective %d", (int)r->coll);
 }
 
+int comm_mpi_posted_all(const fsdp_comm_req_t *r) {
+    if (r->phase == PH_AR_BF16_A2A) return 0;                          /* its all-gather follows */
+    if (r->phase == PH_AR_BF16_AG) return r->off + r->len >= r->count; /* the last chunk's */
+    return 1;
+}
+
 fsdp_status comm_mpi_progress(fsdp_comm_req_t *r, int *done) {
     fsdp_comm_t *c = r->c;
     const char *name = comm_coll_name(r->coll);
