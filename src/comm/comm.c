@@ -506,10 +506,10 @@ static void req_free(fsdp_comm_req_t *r) {
  * all-to-all, then an all-gather, per chunk) would post them at a moment that differs from rank to
  * rank, between the starts of later requests. So a request started while an earlier MPI request still
  * has posts to make is deferred, and posted in start order once every earlier one has made all of
- * them: the posting order is then the program's on every rank. Found with the trainer's loss
- * all-reduce in flight beside the clipping norm's (tests/comm/mpi_comm_order.c). */
-static int mpi_posts_pending(const fsdp_comm_t *c, const fsdp_comm_req_t *upto) {
-    for (const fsdp_comm_req_t *q = c->inflight; q != NULL && q != upto; q = q->next_inflight)
+ * them: the posting order is then the program's on every rank. Found when a trial put the trainer's
+ * loss all-reduce in flight beside the clipping norm's (tests/comm/mpi_comm_order.c). */
+static int mpi_posts_pending(const fsdp_comm_t *c) {
+    for (const fsdp_comm_req_t *q = c->inflight; q != NULL; q = q->next_inflight)
         if (!q->shm && !q->done && !q->stalled && !q->failed && !q->hang &&
             (q->deferred || !comm_mpi_posted_all(q)))
             return 1;
@@ -546,7 +546,7 @@ static fsdp_status start_req(fsdp_comm_req_t *tmp, fsdp_comm_req_t **out) {
             r->hang = 1; /* test fault: its first progress call never returns */
         } else if (comm_shm_eligible(r)) {
             comm_shm_start(r);
-        } else if (mpi_posts_pending(c, NULL)) {
+        } else if (mpi_posts_pending(c)) {
             r->deferred = 1; /* posted once every earlier request has made all its posts */
         } else {
             comm_mpi_enter(r);
