@@ -500,6 +500,11 @@ static void req_free(fsdp_comm_req_t *r) {
     free(r);
 }
 
+/* An MPI request that may still post or complete (not shared-memory, finished or a test fault). */
+static int mpi_live(const fsdp_comm_req_t *q) {
+    return !q->shm && !q->done && !q->stalled && !q->failed && !q->hang;
+}
+
 /* Every rank must post its MPI collectives on a communicator in the same order, or MPI matches one
  * collective's messages with another's (MPI_ERR_TRUNCATE, or silently mixed data when the sizes
  * agree). A request whose later steps are posted as earlier ones complete (the all-reduce: an
@@ -510,10 +515,22 @@ static void req_free(fsdp_comm_req_t *r) {
  * loss all-reduce in flight beside the clipping norm's (tests/comm/mpi_comm_order.c). */
 static int mpi_posts_pending(const fsdp_comm_t *c) {
     for (const fsdp_comm_req_t *q = c->inflight; q != NULL; q = q->next_inflight)
-        if (!q->shm && !q->done && !q->stalled && !q->failed && !q->hang &&
-            (q->deferred || !comm_mpi_posted_all(q)))
-            return 1;
+        if (mpi_live(q) && (q->deferred || !comm_mpi_posted_all(q))) return 1;
     return 0;
+}
+
+/* Posting and testing an MPI request, each one call into MPI as the stuck watchdog sees it. */
+static fsdp_status mpi_post(fsdp_comm_req_t *q) {
+    comm_mpi_enter(q);
+    fsdp_status s = comm_mpi_start(q);
+    comm_mpi_leave();
+    return s;
+}
+static fsdp_status mpi_test(fsdp_comm_req_t *q, int *done) {
+    comm_mpi_enter(q);
+    fsdp_status s = comm_mpi_progress(q, done);
+    comm_mpi_leave();
+    return s;
 }
 
 /* Validates, then starts the collective. A count-0 call, the self backend and a fault-injected skip
@@ -549,9 +566,7 @@ static fsdp_status start_req(fsdp_comm_req_t *tmp, fsdp_comm_req_t **out) {
         } else if (mpi_posts_pending(c)) {
             r->deferred = 1; /* posted once every earlier request has made all its posts */
         } else {
-            comm_mpi_enter(r);
-            fsdp_status s = comm_mpi_start(r);
-            comm_mpi_leave();
+            fsdp_status s = mpi_post(r);
             if (s != FSDP_OK) {
                 comm_unlock(c);
                 req_free(r);
@@ -611,21 +626,15 @@ static void shm_progress_upto(fsdp_comm_t *c, const fsdp_comm_req_t *r) {
 static void mpi_advance(fsdp_comm_t *c, const fsdp_comm_req_t *upto) {
     int pending = 0; /* an earlier request still has posts to make */
     for (fsdp_comm_req_t *q = c->inflight; q != NULL; q = q->next_inflight) {
-        if (!q->shm && !q->done && !q->stalled && !q->failed && !q->hang) {
+        if (mpi_live(q)) {
             fsdp_status s = FSDP_OK;
             int d = 0;
             if (q->deferred) {
                 if (pending) break; /* and so is every later one */
-                comm_mpi_enter(q);
-                s = comm_mpi_start(q);
-                comm_mpi_leave();
+                s = mpi_post(q);
                 q->deferred = 0;
             }
-            if (s == FSDP_OK) {
-                comm_mpi_enter(q);
-                s = comm_mpi_progress(q, &d);
-                comm_mpi_leave();
-            }
+            if (s == FSDP_OK) s = mpi_test(q, &d);
             if (s != FSDP_OK) {
                 q->failed = s;
                 snprintf(q->errmsg, sizeof q->errmsg, "%s", fsdp_last_error());
@@ -648,15 +657,12 @@ static fsdp_status progress_locked(fsdp_comm_req_t *r, int *done) {
         *done = 0;
         return FSDP_OK;
     }
-    if (r->hang) test_hang(r);
     if (r->is_stale) { /* off the list: runs alone (the communicator is broken anyway) */
         fsdp_status s;
         if (r->shm) {
             s = comm_shm_progress(r, done);
         } else {
-            comm_mpi_enter(r);
-            s = comm_mpi_progress(r, done);
-            comm_mpi_leave();
+            s = mpi_test(r, done);
         }
         if (s == FSDP_OK && *done) r->done = 1;
         return s;

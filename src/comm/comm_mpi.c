@@ -267,18 +267,16 @@ void comm_mpi_free(fsdp_comm_t *c) {
     /* A timed-out collective still owned by MPI would make MPI_Finalize wait for it forever: give it a
      * grace period (the other ranks may still join), else leave MPI alone; the job should be ending
      * through fsdp_comm_abort anyway. */
-    if (c->stale != NULL) {
-        double grace = c->timeout_s > 1.0 ? 2.0 * c->timeout_s : 2.0;
-        if (!comm_drain_stale(c, grace)) {
-            fprintf(stderr,
-                    "fsdp_comm_free: rank %d: a timed-out collective is still pending after %.1f s; MPI is "
-                    "not finalised (end the job with fsdp_comm_abort)\n",
-                    c->rank, grace);
-            stuck_watch_stop(c);
-            return;
-        }
-    }
+    double grace = c->timeout_s > 1.0 ? 2.0 * c->timeout_s : 2.0;
+    int drained = c->stale == NULL || comm_drain_stale(c, grace); /* watched: it calls into MPI */
     stuck_watch_stop(c);
+    if (!drained) {
+        fprintf(stderr,
+                "fsdp_comm_free: rank %d: a timed-out collective is still pending after %.1f s; MPI is "
+                "not finalised (end the job with fsdp_comm_abort)\n",
+                c->rank, grace);
+        return;
+    }
     comm_shm_free(c);
     if (c->comm != MPI_COMM_NULL) MPI_Comm_free(&c->comm);
     if (c->mpi_inited_here) {
