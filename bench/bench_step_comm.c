@@ -9,7 +9,8 @@
  *
  * Per step, as the engine does it (docs/DESIGN.md, "Unit lifecycle"): forward all-gathers unit 0 (the
  * root: wte = LM head, wpe, ln_f) and every block in order; backward, blocks in reverse, all-gathers
- * each block again (full only; the root stays gathered) and reduce-scatters its fp32 (or bf16)
+ * each block again (full only; the root stays gathered, and so do the first K blocks backward needs,
+ * kept from forward) and reduce-scatters its fp32 (or bf16)
  * gradient; the root's reduce-scatter comes last. Parameters travel in the compute dtype (bf16 for
  * mixed). Up to K+1 collectives are in flight (K = 0: one at a time), each waited in issue order.
  * Buffers are the engine's padded flat sizes (fsdp_plan_unit_layout), allocated once.
@@ -172,7 +173,9 @@ static fsdp_status run(const opts *o, fsdp_comm_t *c) {
         for (int u = 0; st == FSDP_OK && u < U; u++)
             st = gather(c, &w, full[u], padded[u] / W, o->pdt, &b);
         for (int u = U - 1; st == FSDP_OK && u >= 1; u--) {
-            if (!o->grad_op) st = gather(c, &w, full[u], padded[u] / W, o->pdt, &b);
+            /* the first max_inflight blocks of backward stay gathered from forward (lifecycle.c) */
+            int kept = U - 1 - u < o->inflight;
+            if (!o->grad_op && !kept) st = gather(c, &w, full[u], padded[u] / W, o->pdt, &b);
             if (st == FSDP_OK) st = reduce(c, &w, grad[u], padded[u] / W, o->rdt, &b);
         }
         if (st == FSDP_OK) st = reduce(c, &w, grad[0], padded[0] / W, o->rdt, &b);

@@ -19,7 +19,8 @@
 # step (polled every 20 ms: fine for steps of seconds, as here), so they cover steps 2..STEPS;
 # divided by STEPS-1. Predicted, per step and over all links, 1 rank per host, from the units: the
 # root unit (wte/lm_head, wpe, ln_f) is all-gathered once per step (kept from forward to backward),
-# each block twice with --strategy full, once with grad-op; an all-gather moves (W-1) x the unit's
+# each block twice with --strategy full (but the first --max-inflight blocks of backward once: they
+# stay gathered from forward), once with grad-op; an all-gather moves (W-1) x the unit's
 # bytes over the links. Gradients: "ideal" counts a bandwidth-optimal reduce-scatter ((W-1) x the
 # gradient bytes; none: all-reduce, twice that); "libnbc" counts what Open MPI 4.1's non-blocking
 # reduce-scatter did with f32 (MPI_Ireduce_scatter_block: a binomial reduce of the whole buffer to
@@ -97,10 +98,10 @@ for n in $HOSTS_LIST; do
         wait $job || { echo "hosts_bench: run on $n hosts at $rate failed:" >&2; tail -5 "$tag.log" >&2; exit 1; }
         "${launch[@]}" "$COMM" "${COMM_ARGS[@]}" >"$tag.comm" 2>&1 ||
             { echo "hosts_bench: bench_step_comm on $n hosts at $rate failed:" >&2; tail -5 "$tag.comm" >&2; exit 1; }
-        python3 - "$tag.jsonl" "$tag.log" "$STEPS" "$n" "$rate" "$b1" "$b2" "$prec" "$strat" "$rdt" "$tag.comm" "${n}_local.jsonl" <<'PY'
+        python3 - "$tag.jsonl" "$tag.log" "$STEPS" "$n" "$rate" "$b1" "$b2" "$prec" "$strat" "$rdt" "$tag.comm" "${n}_local.jsonl" "$inflight" <<'PY'
 import json, os, re, sys
-f, log, steps, n, rate, b1, b2, prec, strat, rdt, commf, localf = sys.argv[1:]
-steps, n = int(steps), int(n)
+f, log, steps, n, rate, b1, b2, prec, strat, rdt, commf, localf, inflight = sys.argv[1:]
+steps, n, inflight = int(steps), int(n), int(inflight)
 def mean_step(path):
     m = {d["step"]: d for d in map(json.loads, open(path)) if "step_s" in d}
     return sum(m[s]["step_s"] for s in range(2, steps + 1)) / (steps - 1)
@@ -116,7 +117,9 @@ batch = int(re.search(r"--batch +(\d+)", text).group(1))
 root = Vp * C + Tmax * C + 2 * C          # wte (= lm_head), wpe, ln_f
 blocks = P - root
 pb, gb = (4 if prec == "fp32" else 2), (2 if rdt == "bf16" else 4)
-ag = {"full": 2 * blocks + root, "grad-op": P, "none": 0}[strat] * pb * (n - 1)
+L = int(re.search(r"--layers +(\d+)", text).group(1))
+kept = min(inflight, L) * blocks // L     # the first blocks backward needs stay gathered from forward
+ag = {"full": 2 * blocks - kept + root, "grad-op": P, "none": 0}[strat] * pb * (n - 1)
 rs_ideal = (2 if strat == "none" else 1) * gb * P * (n - 1)
 rs_nbc = rs_ideal if strat == "none" or gb == 2 else gb * P * (n - 1) * (1 + 1 / n)
 ideal, nbc = ag + rs_ideal, ag + rs_nbc

@@ -325,7 +325,8 @@ typedef struct {
     int shard_group;  /* HYBRID_SHARD: ranks per shard group, a divisor of the world size; 0 (default):
                          the ranks of one host (each host one group) */
     int max_inflight; /* overlap (default 2): from the second step on, up to this many units' all-gathers
-                         run ahead of their hooks (prefetch in the recorded forward and backward order)
+                         run ahead of their hooks (prefetch in the recorded forward and backward order;
+                         the first this many units backward gathers stay gathered from forward instead)
                          and each reduction runs during the previous unit's backward; 0: every
                          collective completes inside its hook (no overlap, least memory) */
 } fsdp_engine_config;

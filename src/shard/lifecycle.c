@@ -9,6 +9,11 @@
  *   each call against it; on a match the hook starts the all-gathers of up to max_inflight units
  *   that come next in that order (forward prefetch, and backward prefetch in backward's own order),
  *   so they run while this unit computes. A call out of order stops prefetching for that pass.
+ * - post_forward keeps the parameters of a unit that backward needs among its first max_inflight
+ *   gathers (in the recorded backward order; the last blocks of a transformer) instead of resharding
+ *   them: gathering them again a moment later would be what the prefetch does next anyway, at the
+ *   same memory, plus the bytes on the wire. Kept units count against backward's prefetch limit, not
+ *   forward's (an evaluation loop runs forwards back to back with no backward in between).
  * - post_backward starts the unit's reduce-scatter and returns; it is finished (waited, added into
  *   the gradient shard, main_grad freed) at the next post_backward, i.e. it runs while the previous
  *   unit's backward computes; at most one reduction is pending.
@@ -79,12 +84,14 @@ static int order_locate(life_order *o, int idx) {
     return -1;
 }
 
-/* Starts the gathers of the units after position p of o, while fewer than max_inflight prefetched
- * units wait to be used. Units already unsharded (kept from forward) are passed over. */
-static fsdp_status prefetch(life_sched *s, life_order *o, int p) {
+/* Starts the gathers of the units after position p of order `which`, while fewer than max_inflight
+ * prefetched units wait to be used (units kept for backward count in backward only). Units already
+ * unsharded (kept from forward) are passed over. */
+static fsdp_status prefetch(life_sched *s, int which, int p) {
+    life_order *o = &s->order[which];
     int inflight = 0;
     for (int i = 0; i < s->n; i++)
-        inflight += s->units[i]->prefetched;
+        inflight += s->units[i]->prefetched && !(which == 0 && s->units[i]->kept);
     for (int k = p + 1; k < o->n && inflight < s->max_inflight; k++) {
         life_unit *v = s->units[o->idx[k]];
         if (v->res != LIFE_SHARDED) continue;
@@ -104,7 +111,7 @@ static fsdp_status follow_order(life_sched *s, int which, life_unit *u) {
         return FSDP_OK;
     }
     int p = order_locate(o, u->index);
-    if (p >= 0 && s->max_inflight > 0) FSDP_TRY(prefetch(s, o, p));
+    if (p >= 0 && s->max_inflight > 0) FSDP_TRY(prefetch(s, which, p));
     return FSDP_OK;
 }
 
@@ -125,6 +132,7 @@ static fsdp_status need_params(life_sched *s, life_unit *u) {
     }
     u->prefetched = 0;
     u->next_step = 0;
+    u->kept = 0;
     return FSDP_OK;
 }
 
@@ -167,12 +175,30 @@ fsdp_status life_pre_forward(life_sched *s, life_unit *u) {
     return FSDP_OK;
 }
 
+/* 1 when backward's prefetch would gather u among its first max_inflight gathers: fewer than
+ * max_inflight units before it in the recorded backward order get resharded after forward. */
+static int keep_for_backward(const life_sched *s, const life_unit *u) {
+    if (s->recording || s->max_inflight == 0 || u->res != LIFE_UNSHARDED) return 0;
+    const life_order *o = &s->order[1];
+    int before = 0;
+    for (int k = 0; k < o->n && before < s->max_inflight; k++) {
+        if (o->idx[k] == u->index) return 1;
+        before += s->units[o->idx[k]]->reshard_after_forward;
+    }
+    return 0;
+}
+
 fsdp_status life_post_forward(life_sched *s, life_unit *u) {
     if (u->state == UNIT_RECOMPUTE) { /* backward needs the parameters next: keep them */
         u->state = UNIT_BACKWARD;
         return FSDP_OK;
     }
-    if (u->reshard_after_forward) reshard(s, u);
+    if (u->reshard_after_forward && keep_for_backward(s, u)) {
+        u->prefetched = 1; /* as if backward's prefetch had gathered it already */
+        u->kept = 1;
+    } else if (u->reshard_after_forward) {
+        reshard(s, u);
+    }
     u->state = UNIT_FORWARD_DONE;
     return FSDP_OK;
 }
@@ -210,9 +236,13 @@ fsdp_status life_drain(life_sched *s, int keep_next) {
             fsdp_status st = need_params(s, u);
             if (st != FSDP_OK && first == FSDP_OK) first = st;
         }
-        if (u->state == UNIT_IDLE) reshard(s, u);
+        /* a forward whose backward did not come (evaluation), its parameters kept (a unit kept for
+         * backward, or one that never reshards after forward): its masters may change now */
+        int drop = u->state == UNIT_IDLE || (!keep_next && u->state == UNIT_FORWARD_DONE);
+        if (drop) reshard(s, u);
         u->prefetched = 0;
         u->next_step = 0;
+        if (drop) u->kept = 0;
     }
     return first;
 }

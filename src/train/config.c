@@ -90,8 +90,9 @@ static const opt_def opts[] = {
     {"reduce-dtype", OPT_ENUM, F(reduce_dtype), 0, 0, dtype_names, C_TRAIN, "gradient dtype on the wire"},
     {"recompute", OPT_BOOL, F(recompute), 0, 1, NULL, C_TRAIN, "recompute activations in backward"},
     {"max-inflight", OPT_INT, F(max_inflight), 0, 64, NULL, C_TRAIN,
-     "overlap: all-gathers prefetched ahead of their unit (from step 2) and each reduce-scatter run "
-     "during the next unit's backward; 0: every collective completes in its hook (least memory)"},
+     "overlap: all-gathers prefetched ahead of their unit (from step 2), the first units of backward "
+     "kept gathered from forward, and each reduce-scatter run during the next unit's backward; 0: every "
+     "collective completes in its hook (least memory)"},
     {"threads", OPT_INT, F(threads), 0, 4096, NULL, C_TRAIN | C_SAMPLE | C_EXPORT,
      "OpenMP threads per rank; 0: the cores this process may use (CPU affinity) / ranks on this node"},
     {"comm-timeout", OPT_DBL, F(comm_timeout), -1, 1e9, NULL, C_TRAIN,

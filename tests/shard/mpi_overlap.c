@@ -1,6 +1,8 @@
 /* mpi_overlap.c — the overlapped lifecycle under mpirun 1..4 (lifecycle.c): the first step records the
  * hook order and prefetches nothing; from the second, each hook starts the all-gathers of the next
- * max_inflight units in that order (forward, and backward in backward's own order), a prefetched unit's
+ * max_inflight units in that order (forward, and backward in backward's own order), the first units
+ * of backward stay gathered from forward (and an optimizer step after an evaluation forward drops
+ * them), a prefetched unit's
  * parameters are not readable before its own hook, each unit's reduction stays pending (main_grad
  * held) until the next post_backward, fsdp_engine_drain completes everything; a call out of the
  * recorded order is counted and stops prefetching without changing any result; gradient shards and
@@ -64,6 +66,10 @@ static void step(fsdp_engine_t *e, fsdp_unit_t **u, const int *order, int s, int
         }
         CHECK_OK(fsdp_unit_post_forward(u[i]));
     }
+    if (check) /* the last unit of forward opens backward: kept gathered, not gathered again */
+        CHECKF(fsdp_mem_current(FSDP_MEM_PARAM_FULL) == full_bytes(u, order[NU - 1]),
+               "step %d after forward: param_full %zu, want the last unit's %zu kept", s,
+               fsdp_mem_current(FSDP_MEM_PARAM_FULL), full_bytes(u, order[NU - 1]));
     for (int k = NU - 1; k >= 0; k--) {
         int i = order[k];
         CHECK_OK(fsdp_unit_pre_backward(u[i]));
@@ -92,6 +98,40 @@ static void step(fsdp_engine_t *e, fsdp_unit_t **u, const int *order, int s, int
            next_bytes);
 }
 
+/* An evaluation forward (no backward), then an optimizer step: the first units backward would gather
+ * (here u3, the last of forward) stay gathered after post_forward at depth >= 1, and AdamW must drop
+ * them (their masters change) rather than let the next step use stale parameters; the bit-identity
+ * with the synchronous engine below checks that it did. */
+static void eval_then_update(fsdp_engine_t *e, fsdp_unit_t **u, int check) {
+    for (int pass = 0; pass < 2; pass++) { /* two evaluation forwards back to back */
+        for (int i = 0; i < NU; i++) {
+            CHECK_OK(fsdp_unit_pre_forward(u[i]));
+            /* the second pass starts with u3 kept from the first: it does not hold back forward's
+             * prefetch of the next unit */
+            size_t kept = pass == 1 && i + 1 < NU - 1 ? full_bytes(u, NU - 1) : 0;
+            if (check && i + 1 < NU)
+                CHECKF(fsdp_mem_current(FSDP_MEM_PARAM_FULL) ==
+                           full_bytes(u, i) + full_bytes(u, i + 1) + kept,
+                       "eval forward %d unit %d: param_full %zu, want own + prefetched next (+ kept u3)",
+                       pass, i, fsdp_mem_current(FSDP_MEM_PARAM_FULL));
+            CHECK_OK(fsdp_unit_post_forward(u[i]));
+        }
+        if (check) /* u3 opens backward: kept, not resharded */
+            CHECKF(fsdp_mem_current(FSDP_MEM_PARAM_FULL) == full_bytes(u, NU - 1),
+                   "after eval forward %d: param_full %zu, want u3's %zu", pass,
+                   fsdp_mem_current(FSDP_MEM_PARAM_FULL), full_bytes(u, NU - 1));
+    }
+    float norm = 0;
+    CHECK_OK(fsdp_engine_clip_grad_norm(e, 0.0f, &norm));
+    fsdp_adamw_config oc = fsdp_adamw_config_default();
+    oc.lr = 0.1f;
+    CHECK_OK(fsdp_engine_adamw_step(e, &oc));
+    /* u3 dropped (its master changed); nothing prefetched for the next step, whose first unit still
+     * holds an abandoned forward */
+    CHECKF(fsdp_mem_current(FSDP_MEM_PARAM_FULL) == 0, "eval + AdamW: param_full %zu, want 0",
+           fsdp_mem_current(FSDP_MEM_PARAM_FULL));
+}
+
 /* Every unit's full master values (gathered to all ranks). */
 static void snapshot(fsdp_unit_t **u, float out[NU][64]) {
     for (int i = 0; i < NU; i++)
@@ -113,6 +153,7 @@ int main(int argc, char **argv) {
     if (u[NU - 1]) {
         for (int s = 0; s < 3; s++)
             step(e, u, in_order, s, 0, 0);
+        eval_then_update(e, u, 0);
         step(e, u, shuffled, 3, 0, 0);
         snapshot(u, sync_p);
         CHECK(fsdp_engine_order_mismatches(e) > 0); /* the order is checked at depth 0 too */
@@ -129,6 +170,7 @@ int main(int argc, char **argv) {
         step(e, u, in_order, 1, 1, first);
         step(e, u, in_order, 2, 1, first);
         CHECK(fsdp_engine_order_mismatches(e) == 0);
+        eval_then_update(e, u, 1);
         step(e, u, shuffled, 3, 0, first);
         CHECK(fsdp_engine_order_mismatches(e) > 0);
         snapshot(u, over_p);
