@@ -160,9 +160,12 @@ static void sb_json_str(sbuf *b, const char *s) {
 static void serialise_local(sbuf *b) {
     pthread_mutex_lock(&tr_lock);
     int rank = tr_rank;
-    sb_printf(
-        b, "{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": %d, \"args\": {\"name\": \"rank %d\"}},\n",
-        rank, rank);
+    /* clock_origin_s: CLOCK_MONOTONIC at this rank's ts 0, to line the trace up with samples taken
+     * outside the process on the same machine (bench/link_timeline.py: link byte counters). */
+    sb_printf(b,
+              "{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": %d, \"args\": {\"name\": \"rank %d\", "
+              "\"clock_origin_s\": %.6f}},\n",
+              rank, rank, tr_t0);
     for (size_t i = 0; i < tr_n; i++) {
         const trace_event *e = &tr_ev[i];
         sb_printf(b, "{\"name\": \"");

@@ -81,8 +81,8 @@ int main(int argc, char **argv) {
                 snprintf(want, sizeof want,
                          "\"name\": \"step on rank %d\", \"cat\": \"train\", \"ph\": \"B\"", r);
                 CHECKF(count(s, want) == 1, "rank %d's step event missing", r);
-                snprintf(want, sizeof want, "\"args\": {\"name\": \"rank %d\"}", r);
-                CHECKF(count(s, want) == 1, "rank %d's process name missing", r);
+                snprintf(want, sizeof want, "\"args\": {\"name\": \"rank %d\", \"clock_origin_s\": ", r);
+                CHECKF(count(s, want) == 1, "rank %d's process name (and clock origin) missing", r);
                 /* every rank's counters: master held by its engine is in the baseline */
                 snprintf(want, sizeof want,
                          "\"ph\": \"C\", \"ts\": 0.000, \"pid\": %d, \"args\": {\"master\": ", r);
