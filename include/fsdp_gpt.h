@@ -20,10 +20,11 @@
  *
  * Hook order per step (the shard layer checks it): root.pre_forward, then per block
  * pre_forward/post_forward, then the final LN and LM head, root.post_forward (the root keeps its
- * parameters: reshard_after_forward = 0). Backward: root.pre_backward (loss, LM head and final-LN
- * grads), blocks in reverse (pre_backward, [recompute: pre_forward/post_forward], grads,
- * post_backward), then the embedding backward into the root's main_grad (wte's second use
- * accumulates by the first-touch flag) and root.post_backward.
+ * parameters: reshard_after_forward = 0). Backward: root.pre_backward (loss, the LM head's input
+ * gradient, final-LN grads), blocks in reverse (pre_backward, [recompute: pre_forward/post_forward],
+ * grads, post_backward), then the LM head's weight gradient (deferred to here: across hosts the
+ * links have nothing to carry while the LM head computes) and the embedding backward into the root's
+ * main_grad (wte's second use accumulates by the first-touch flag), and root.post_backward.
  */
 #ifndef FSDP_GPT_H
 #define FSDP_GPT_H

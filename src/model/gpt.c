@@ -590,7 +590,13 @@ fsdp_status gpt_backward(gpt_model_t *m, float loss_scale) {
     m->pending_backward = 0;
     m->logits_valid = 0;
 
-    /* Loss and LM head: dlogits (in place of the logits), then the tied weight's first use. */
+    /* Loss and LM head: dlogits (in place of the logits), then the gradient of the LM head's input.
+     * The LM head's weight gradient (the tied weight's first use) waits until the blocks are done:
+     * nothing in between needs it, its inputs (dlogits, the final LN's output) stay in the arena, and
+     * the root unit's main_grad is held until the root's post_backward anyway. Across hosts the links
+     * idle during the LM head (there is no gradient to send before the first block's), so its GEMM
+     * belongs where the blocks' reduce-scatters keep them busy. The same GEMM as before, on the same
+     * operands, before the embeddings add into the same rows: bit-identical. */
     FSDP_TRY(fsdp_unit_pre_backward(m->root));
     const void *r[GPT_ROOT_NTENSORS];
     FSDP_TRY(views(m->root, GPT_ROOT_NTENSORS, r));
@@ -598,9 +604,8 @@ fsdp_status gpt_backward(gpt_model_t *m, float loss_scale) {
                                        loss_scale / (float)N));
     float *gw, *gb;
     int aw, acc;
-    FSDP_TRY(fsdp_unit_main_grad(m->root, GPT_LM_HEAD, &gw, &aw));
     FSDP_TRY(
-        fsdp_matmul_backward(m->dtmpC, 0, gw, aw, NULL, 0, m->logits, m->lnf, r[GPT_WTE], pdt, N, C, Vp));
+        fsdp_matmul_backward(m->dtmpC, 0, NULL, 0, NULL, 0, m->logits, m->lnf, r[GPT_WTE], pdt, N, C, Vp));
     progress(m);
     FSDP_TRY(grad_pair(m->root, GPT_LNF_W, GPT_LNF_B, &gw, &gb, &acc));
     FSDP_TRY(fsdp_layernorm_backward(m->dres, 0, gw, gb, acc, m->dtmpC, res_at(m, L), r[GPT_LNF_W], pdt,
@@ -618,7 +623,11 @@ fsdp_status gpt_backward(gpt_model_t *m, float loss_scale) {
         FSDP_TRY(fsdp_unit_post_backward(u));
     }
 
-    /* Embeddings: wte's second use (after the LM head) accumulates by the first-touch flag. */
+    /* The LM head's weight gradient (deferred, above), then the embeddings: wte's second use
+     * accumulates by the first-touch flag. */
+    FSDP_TRY(fsdp_unit_main_grad(m->root, GPT_LM_HEAD, &gw, &aw));
+    FSDP_TRY(fsdp_matmul_backward(NULL, 0, gw, aw, NULL, 0, m->logits, m->lnf, NULL, pdt, N, C, Vp));
+    progress(m);
     float *gwte, *gwpe;
     int awte, awpe;
     FSDP_TRY(fsdp_unit_main_grad(m->root, GPT_WTE, &gwte, &awte));
