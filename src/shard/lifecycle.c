@@ -11,7 +11,7 @@
  *   so they run while this unit computes. A call out of order stops prefetching for that pass.
  * - post_forward keeps the parameters of a unit that backward needs among its first max_inflight
  *   gathers (in the recorded backward order; the last blocks of a transformer) instead of resharding
- *   them: gathering them again a moment later would be what the prefetch does next anyway, at the
+ *   them: gathering them again a moment later would be what the prefetch does next anyway, into the
  *   same memory, plus the bytes on the wire. Kept units count against backward's prefetch limit, not
  *   forward's (an evaluation loop runs forwards back to back with no backward in between).
  * - post_backward starts the unit's reduce-scatter and returns; it is finished (waited, added into
