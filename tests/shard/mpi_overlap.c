@@ -2,10 +2,9 @@
  * hook order and prefetches nothing; from the second, each hook starts the all-gathers of the next
  * max_inflight units in that order (forward, and backward in backward's own order), the first units
  * of backward stay gathered from forward (and an optimizer step after an evaluation forward drops
- * them), a prefetched unit's
- * parameters are not readable before its own hook, each unit's reduction stays pending (main_grad
- * held) until the next post_backward, fsdp_engine_drain completes everything; a call out of the
- * recorded order is counted and stops prefetching without changing any result; gradient shards and
+ * them), a prefetched unit's parameters are not readable before its own hook, each unit's reduction stays
+ * pending (main_grad held) until the next post_backward, fsdp_engine_drain completes everything; a call out
+ * of the recorded order is counted and stops prefetching without changing any result; gradient shards and
  * parameters are bit-identical to the synchronous engine (max_inflight 0). Four units of different
  * sizes, hooks in sequence (forward 0..3, backward 3..0), FULL_SHARD, fp32 compute. */
 #include "fsdp.h"
