@@ -77,7 +77,10 @@ def main():
             where[label] = where.get(label, 0.0) + bin_s
         top = ", ".join(f"{n} {v:.1f}" for n, v in sorted(where.items(), key=lambda x: -x[1])[:5])
         print(f"| {name} | {s1 - s0:.2f} | {use(s0, s1) * 100:.0f}% | {idle:.1f} | {top} |")
-    last = [s for s in steps if s[1] <= t[-1]][-1]
+    sampled = [s for s in steps if s[1] <= t[-1]]
+    if not sampled:
+        sys.exit("link_timeline: no step of the trace ends inside the samples")
+    last = sampled[-1]
     n = int((last[1] - last[0]) / bin_s) + 1
     print(f"\n{last[3]}: link use per bin (%): " +
           " ".join(f"{use(last[0] + b * bin_s, last[0] + (b + 1) * bin_s) * 100:.0f}" for b in range(n)))
