@@ -84,6 +84,10 @@ static int order_locate(life_order *o, int idx) {
     return -1;
 }
 
+/* A unit post_forward kept gathered for backward: prefetched, yet no gather in flight (a prefetch
+ * gathers until its own hook waits, and that wait clears prefetched). */
+static int is_kept(const life_unit *u) { return u->prefetched && u->res == LIFE_UNSHARDED; }
+
 /* Starts the gathers of the units after position p of order `which`, while fewer than max_inflight
  * prefetched units wait to be used (units kept for backward count in backward only). Units already
  * unsharded (kept from forward) are passed over. */
@@ -91,7 +95,7 @@ static fsdp_status prefetch(life_sched *s, int which, int p) {
     life_order *o = &s->order[which];
     int inflight = 0;
     for (int i = 0; i < s->n; i++)
-        inflight += s->units[i]->prefetched && !(which == 0 && s->units[i]->kept);
+        inflight += s->units[i]->prefetched && !(which == 0 && is_kept(s->units[i]));
     for (int k = p + 1; k < o->n && inflight < s->max_inflight; k++) {
         life_unit *v = s->units[o->idx[k]];
         if (v->res != LIFE_SHARDED) continue;
@@ -132,7 +136,6 @@ static fsdp_status need_params(life_sched *s, life_unit *u) {
     }
     u->prefetched = 0;
     u->next_step = 0;
-    u->kept = 0;
     return FSDP_OK;
 }
 
@@ -193,12 +196,10 @@ fsdp_status life_post_forward(life_sched *s, life_unit *u) {
         u->state = UNIT_BACKWARD;
         return FSDP_OK;
     }
-    if (u->reshard_after_forward && keep_for_backward(s, u)) {
+    if (u->reshard_after_forward && keep_for_backward(s, u))
         u->prefetched = 1; /* as if backward's prefetch had gathered it already */
-        u->kept = 1;
-    } else if (u->reshard_after_forward) {
+    else if (u->reshard_after_forward)
         reshard(s, u);
-    }
     u->state = UNIT_FORWARD_DONE;
     return FSDP_OK;
 }
@@ -238,11 +239,9 @@ fsdp_status life_drain(life_sched *s, int keep_next) {
         }
         /* a forward whose backward did not come (evaluation), its parameters kept (a unit kept for
          * backward, or one that never reshards after forward): its masters may change now */
-        int drop = u->state == UNIT_IDLE || (!keep_next && u->state == UNIT_FORWARD_DONE);
-        if (drop) reshard(s, u);
+        if (u->state == UNIT_IDLE || (!keep_next && u->state == UNIT_FORWARD_DONE)) reshard(s, u);
         u->prefetched = 0;
         u->next_step = 0;
-        if (drop) u->kept = 0;
     }
     return first;
 }

@@ -38,7 +38,6 @@ typedef struct {
     life_res res;              /* residency of the unsharded parameters */
     int prefetched;            /* gathered ahead of its own hook, not yet used */
     int next_step;             /* prefetched after the optimizer updated it, for the next step */
-    int kept;                  /* (with prefetched) left unsharded by post_forward for the backward */
     int mg;                    /* main_grad allocated */
     int reducing;              /* reduction started, not finished */
     int reshard_after_forward; /* resolved from the unit config and the strategy */
