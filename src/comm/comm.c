@@ -402,6 +402,13 @@ static void reduce_impl(void *dst, const void *const *src, const void *base, siz
         }
         return;
     }
+    if (t == FSDP_BF16 && op == FSDP_SUM && world <= 64) { /* one fused pass, the same bits */
+        const fsdp_bf16 *p[64];
+        for (int s = 0; s < world; s++)
+            p[s] = src ? (const fsdp_bf16 *)src[s] : (const fsdp_bf16 *)base + (size_t)s * stride;
+        fsdp_bf16_sum_n(dst, p, world, n);
+        return;
+    }
     enum { TILE = 2048 };
     float acc[TILE]; /* fp32 partial results of one tile */
     size_t es = fsdp_dtype_size(t);

@@ -63,6 +63,10 @@ void fsdp_invariant_failed(const char *cond, const char *file, int line) __attri
  * (never an fma): the same bits as summing into a buffer b and then acc[i] += b[i] * scale. */
 void fsdp_f32_sum_n(float *dst, const float *const *src, int k, size_t n);
 void fsdp_f32_sum_axpy_n(float *acc, const float *const *src, int k, size_t n, float scale);
+/* fsdp_bf16_sum_n: the same sum of k bf16 contributions (each widened exactly), rounded once to bf16
+ * as fsdp_f32_to_bf16_n does: the bits of fsdp_bf16_to_f32_n, fsdp_bf16_add_f32_n per contribution,
+ * fsdp_f32_to_bf16_n. One pass; dst may be any src[s] (element i is read before it is written). */
+void fsdp_bf16_sum_n(fsdp_bf16 *dst, const fsdp_bf16 *const *src, int k, size_t n);
 
 /* Overflow-checked size_t multiply: returns 0 on overflow, else 1 and *out = a*b. */
 static inline int fsdp_mul_ok(size_t a, size_t b, size_t *out) { return !__builtin_mul_overflow(a, b, out); }

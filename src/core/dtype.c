@@ -103,6 +103,16 @@ static inline float sum_at(const float *const *src, int k, size_t i) {
     return a;
 }
 
+/* bf16 contributions: upcast (exact), the same rank-order additions, one rounding to bf16 at the end. */
+static void bf16_sum_scalar(fsdp_bf16 *dst, const fsdp_bf16 *const *src, int k, size_t i0, size_t n) {
+    for (size_t i = i0; i < n; i++) {
+        float a = bits_f32((uint32_t)src[0][i] << 16);
+        for (int s = 1; s < k; s++)
+            a = add_f32(a, bits_f32((uint32_t)src[s][i] << 16));
+        dst[i] = f32_to_bf16_bits(f32_bits(a));
+    }
+}
+
 /* Elements [i0, n); the vector forms finish their tails here. */
 static void f32_sum_scalar(float *dst, const float *const *src, int k, size_t i0, size_t n) {
     for (size_t i = i0; i < n; i++)
@@ -228,6 +238,18 @@ __attribute__((target("avx512f,avx512bw"))) static void f32_sum_avx512(float *ds
     f32_sum_scalar(dst, src, k, i, n);
 }
 
+__attribute__((target("avx512f,avx512bw"))) static void
+bf16_sum_avx512(fsdp_bf16 *dst, const fsdp_bf16 *const *src, int k, size_t n) {
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512 a = up16_avx512(src[0] + i);
+        for (int s = 1; s < k; s++)
+            a = add16_avx512(a, up16_avx512(src[s] + i));
+        _mm256_storeu_si256((__m256i *)(dst + i), cvt16_avx512(_mm512_castps_si512(a)));
+    }
+    bf16_sum_scalar(dst, src, k, i, n);
+}
+
 /* The product of 16 sums, kept out of an fma with the addition that follows (GCC contracts across
  * intrinsics, and AVX-512F has fmas): the scalar form's two roundings. */
 __attribute__((target("avx512f,avx512bw"))) static inline __m512 prod16_avx512(__m512 a, __m512 sc) {
@@ -333,6 +355,21 @@ __attribute__((target("avx2"))) static void f32_sum_avx2(float *dst, const float
     for (; i + 8 <= n; i += 8)
         _mm256_storeu_ps(dst + i, sum8_avx2(src, k, i));
     f32_sum_scalar(dst, src, k, i, n);
+}
+
+__attribute__((target("avx2"))) static void bf16_sum_avx2(fsdp_bf16 *dst, const fsdp_bf16 *const *src, int k,
+                                                          size_t n) {
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m256 a = up8_avx2(src[0] + i), b = up8_avx2(src[0] + i + 8);
+        for (int s = 1; s < k; s++) {
+            a = add8_avx2(a, up8_avx2(src[s] + i));
+            b = add8_avx2(b, up8_avx2(src[s] + i + 8));
+        }
+        __m256i p = _mm256_packus_epi32(cvt8_avx2(_mm256_castps_si256(a)), cvt8_avx2(_mm256_castps_si256(b)));
+        _mm256_storeu_si256((__m256i *)(dst + i), _mm256_permute4x64_epi64(p, 0xD8));
+    }
+    bf16_sum_scalar(dst, src, k, i, n);
 }
 
 /* target avx2 has no fma: the product and the addition stay two roundings. */
@@ -447,6 +484,17 @@ void fsdp_f32_sum_n(float *dst, const float *const *src, int k, size_t n) {
     case FSDP_SIMD_AVX2: f32_sum_avx2(dst, src, k, n); return;
 #endif
     default: f32_sum_scalar(dst, src, k, 0, n); return;
+    }
+}
+
+void fsdp_bf16_sum_n(fsdp_bf16 *dst, const fsdp_bf16 *const *src, int k, size_t n) {
+    if (n == 0 || k < 1) return;
+    switch (simd_get()) {
+#ifdef FSDP_X86
+    case FSDP_SIMD_AVX512: bf16_sum_avx512(dst, src, k, n); return;
+    case FSDP_SIMD_AVX2: bf16_sum_avx2(dst, src, k, n); return;
+#endif
+    default: bf16_sum_scalar(dst, src, k, 0, n); return;
     }
 }
 

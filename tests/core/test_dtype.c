@@ -361,6 +361,82 @@ static void test_sums(const char *path) {
     fsdp_f32_sum_axpy_n(NULL, NULL, 3, 0, 1.0f);
 }
 
+/* fsdp_bf16_sum_n against the reference written out here: each contribution widened (ref_bf16_to_f32),
+ * added left to right by ref_add's rule (the correctly rounded f32 sum, the earlier NaN quieted), the
+ * result rounded once by ref_f32_to_bf16. k = 1..4 and 9, every length 0..69 and a long one at odd
+ * offsets, in place (dst = src[0] and dst = src[k-1], as the reduce-scatter calls it) and not. */
+static void test_bf16_sums(const char *path) {
+    enum { K = 9, L = 3001 };
+    static fsdp_bf16 in[K][L + 8], out[L + 8], work[L + 8];
+    uint64_t st = 777;
+    for (int s = 0; s < K; s++)
+        for (size_t i = 0; i < L + 8; i++) {
+            uint32_t r = lcg(&st);
+            /* mostly finite values over a wide range; now and then inf, NaN (quiet or signalling) */
+            uint16_t b = (uint16_t)(((r & 1) << 15) | ((64 + (r >> 1) % 128) << 7) | ((r >> 9) & 0x7f));
+            if (r % 97 == 0) b = (uint16_t)(0x7f80 | ((r >> 8) & 0x8000) | (r % 3 == 0 ? 0x41 : 0x01));
+            if (r % 89 == 0) b = (uint16_t)(0x7f80 | ((r >> 8) & 0x8000));
+            in[s][i] = b;
+        }
+    int ks[] = {1, 2, 3, 4, K};
+    size_t bad = 0, cases = 0, rounded = 0;
+    for (int ki = 0; ki < 5; ki++) {
+        int k = ks[ki];
+        for (size_t len = 0; len <= L; len = len < 69 ? len + 1 : L) {
+            for (int alias = 0; alias < 3; alias++) { /* 0: out of place; 1: dst = src[0]; 2: = src[k-1] */
+                size_t o = len % 5;
+                const fsdp_bf16 *src[K];
+                for (int s = 0; s < k; s++)
+                    src[s] = in[s] + o + (size_t)s % 3;
+                fsdp_bf16 *dst = out + 1;
+                if (alias) {
+                    int a = alias == 1 ? 0 : k - 1;
+                    memcpy(work, in[a], sizeof work);
+                    src[a] = work + o + (size_t)a % 3;
+                    dst = work + o + (size_t)a % 3;
+                }
+                memset(out, 0x5a, sizeof out);
+                fsdp_bf16 guard = dst[len];
+                /* the reference first: in place, dst overwrites a contribution */
+                static uint16_t want[L + 8];
+                for (size_t i = 0; i < len; i++) {
+                    uint32_t a32 = ref_bf16_to_f32(src[0][i]);
+                    int any = 0, any_s = 0;
+                    for (int s = 1; s < k; s++) {
+                        uint32_t w = ref_bf16_to_f32(src[s][i]);
+                        uint32_t n32 = ref_is_nan32(a32) ? (a32 | 0x400000u)
+                                       : ref_is_nan32(w)
+                                           ? (w | 0x400000u)
+                                           : bits_of((float)((double)float_of(a32) + (double)float_of(w)));
+                        if (!ref_is_nan32(a32) && !ref_is_nan32(w) && ref_is_nan32(n32)) any_s = 1;
+                        any |= any_s;
+                        a32 = n32;
+                    }
+                    want[i] = any ? 0xffff : ref_f32_to_bf16(a32); /* 0xffff: a NaN of open bits */
+                    rounded += (a32 & 0xffff) != 0;
+                }
+                fsdp_bf16_sum_n(dst, src, k, len);
+                for (size_t i = 0; i < len; i++) {
+                    if (want[i] == 0xffff)
+                        bad += (dst[i] & 0x7f80) != 0x7f80 || (dst[i] & 0x7f) == 0;
+                    else if (dst[i] != want[i]) {
+                        if (bad < 5)
+                            fprintf(stderr, "[%s] k %d len %zu alias %d i %zu: %04x, want %04x\n", path, k,
+                                    len, alias, i, dst[i], want[i]);
+                        bad++;
+                    }
+                }
+                bad += dst[len] != guard; /* nothing written past the end */
+                cases++;
+            }
+            if (len == L) break;
+        }
+    }
+    CHECKF(bad == 0, "%s: %zu bf16 sum mismatches", path, bad);
+    CHECK(cases > 1000 && rounded > 1000); /* sums that needed rounding did occur */
+    fsdp_bf16_sum_n(NULL, NULL, 3, 0);
+}
+
 int main(void) {
     test_scalar_definitions();
 
@@ -390,6 +466,7 @@ int main(void) {
         test_bulk_down(name);
         test_bulk_up(name);
         test_sums(name);
+        test_bf16_sums(name);
         tested++;
         fprintf(stderr, "path %s: tested\n", name);
     }
