@@ -131,6 +131,17 @@ fsdp_status fsdp_mem_alloc(void **out, size_t bytes, fsdp_mem_cat cat);
 /* Same, zero-filled. */
 fsdp_status fsdp_mem_calloc(void **out, size_t bytes, fsdp_mem_cat cat);
 void fsdp_mem_free(void *p); /* NULL is a no-op */
+/* Same as fsdp_mem_alloc, but from the host-shared heap while a communicator with the shared-memory
+ * transport is open in this process: an arena every rank on the host maps, so the communicator's
+ * collectives read such a buffer from the peers with plain loads rather than a kernel copy (the
+ * send buffer of a reduce-scatter or all-gather, in place or not). Falls back to fsdp_mem_alloc's heap
+ * when no such communicator is open or the arena is full; the accounting is the same either way.
+ * fsdp_mem_free frees both kinds. fsdp_mem_is_shared: 1 if p (from these allocators) lies in the
+ * arena. The arena is reserved, not committed (FSDP_SHM_HEAP_MIB sizes it; default: the machine's
+ * memory over the ranks on the host); its freed pages stay with the process until fsdp_mem_trim.
+ * docs/DESIGN.md section 6. */
+fsdp_status fsdp_mem_alloc_shared(void **out, size_t bytes, fsdp_mem_cat cat);
+int fsdp_mem_is_shared(const void *p);
 
 /* Accounting, in bytes requested (not counting the allocator's own header). */
 size_t fsdp_mem_current(fsdp_mem_cat c);
@@ -139,11 +150,13 @@ size_t fsdp_mem_total_current(void);
 size_t fsdp_mem_total_peak(void); /* peak of the sum, not the sum of peaks */
 void fsdp_mem_reset_peaks(void);  /* peaks := current values */
 
-/* Freed blocks of >= 1 MiB are kept (at most 8 blocks, 512 MiB) and handed to the next allocation of
+/* Freed blocks of >= 1 MiB are kept (at most 32 blocks, 512 MiB) and handed to the next allocation of
  * the same size, so a training step does not fault in fresh pages for every unit's full parameters and
  * main_grad. Kept bytes are freed bytes for the categories above: the process holds up to
- * fsdp_mem_cached() more than fsdp_mem_total_current(). Off in FSDP_DEBUG_CHECKS/sanitizer builds
- * (both return 0 there). fsdp_mem_trim() returns every kept block to the C library. */
+ * fsdp_mem_cached() more than fsdp_mem_total_current(). Off in FSDP_DEBUG_CHECKS/sanitizer builds.
+ * The shared heap's freed pages below its high-water mark count as kept too (an upper bound), in every
+ * build. fsdp_mem_trim() returns every kept block to the C library and the shared heap's free pages
+ * to the system. */
 size_t fsdp_mem_cached(void);
 size_t fsdp_mem_cached_peak(void); /* most bytes kept at once since start or the last trim */
 void fsdp_mem_trim(void);

@@ -17,6 +17,7 @@ typedef struct {
     size_t bytes; /* bytes the caller asked for (what the accounting counts) */
     uint32_t cat; /* fsdp_mem_cat */
     uint32_t magic;
+    uint32_t shared; /* from the host-shared heap (shm_heap.c), not the C library */
 } mem_header;
 _Static_assert(sizeof(mem_header) <= FSDP_MEM_ALIGN, "header must fit in one alignment unit");
 
@@ -140,7 +141,8 @@ static void timeline_record_locked(fsdp_mem_cat cat, int64_t delta) {
     tl_ev[tl_n++] = (fsdp_mem_event){.t_s = fsdp_time_s() - tl_t0, .cat = cat, .delta = delta};
 }
 
-static fsdp_status mem_alloc_impl(void **out, size_t bytes, fsdp_mem_cat cat, int zero, const char *who) {
+static fsdp_status mem_alloc_impl(void **out, size_t bytes, fsdp_mem_cat cat, int zero, int shared,
+                                  const char *who) {
     if (out == NULL) return fsdp_set_error_at(FSDP_EINVAL, who, "out must not be NULL");
     *out = NULL;
     if ((unsigned)cat >= FSDP_MEM_NCAT)
@@ -155,15 +157,17 @@ static fsdp_status mem_alloc_impl(void **out, size_t bytes, fsdp_mem_cat cat, in
                                  "likely a negative or corrupted size computed by the caller",
                                  bytes, cat_names[cat]);
     size_t total = FSDP_MEM_ALIGN + ((bytes + FSDP_MEM_ALIGN - 1) / FSDP_MEM_ALIGN) * FSDP_MEM_ALIGN;
+    unsigned char *base = shared ? core_heap_alloc(total) : NULL;
+    shared = base != NULL;
 #ifdef MEM_REUSE
-    unsigned char *base = reuse_take(total);
+    if (base == NULL) base = reuse_take(total);
     if (base == NULL) base = aligned_alloc(FSDP_MEM_ALIGN, total);
     if (base == NULL) {
         reuse_drain();
         base = aligned_alloc(FSDP_MEM_ALIGN, total);
     }
 #else
-    unsigned char *base = aligned_alloc(FSDP_MEM_ALIGN, total);
+    if (base == NULL) base = aligned_alloc(FSDP_MEM_ALIGN, total);
 #endif
     if (base == NULL) {
         size_t cur = fsdp_mem_total_current();
@@ -177,6 +181,7 @@ static fsdp_status mem_alloc_impl(void **out, size_t bytes, fsdp_mem_cat cat, in
     h->bytes = bytes;
     h->cat = (uint32_t)cat;
     h->magic = MEM_MAGIC_LIVE;
+    h->shared = (uint32_t)shared;
 
     pthread_mutex_lock(&mem_lock);
     mem_cur[cat] += bytes;
@@ -191,11 +196,19 @@ static fsdp_status mem_alloc_impl(void **out, size_t bytes, fsdp_mem_cat cat, in
 }
 
 fsdp_status fsdp_mem_alloc(void **out, size_t bytes, fsdp_mem_cat cat) {
-    return mem_alloc_impl(out, bytes, cat, 0, __func__);
+    return mem_alloc_impl(out, bytes, cat, 0, 0, __func__);
+}
+
+fsdp_status fsdp_mem_alloc_shared(void **out, size_t bytes, fsdp_mem_cat cat) {
+    return mem_alloc_impl(out, bytes, cat, 0, 1, __func__);
+}
+
+int fsdp_mem_is_shared(const void *p) {
+    return p != NULL && ((const mem_header *)((const unsigned char *)p - FSDP_MEM_ALIGN))->shared != 0;
 }
 
 fsdp_status fsdp_mem_calloc(void **out, size_t bytes, fsdp_mem_cat cat) {
-    return mem_alloc_impl(out, bytes, cat, 1, __func__);
+    return mem_alloc_impl(out, bytes, cat, 1, 0, __func__);
 }
 
 void fsdp_mem_free(void *p) {
@@ -223,36 +236,48 @@ void fsdp_mem_free(void *p) {
     mem_total_cur -= bytes;
     timeline_record_locked(cat, -(int64_t)bytes);
     pthread_mutex_unlock(&mem_lock);
-#ifdef MEM_REUSE
-    if (reuse_park(base, FSDP_MEM_ALIGN + ((bytes + FSDP_MEM_ALIGN - 1) / FSDP_MEM_ALIGN) * FSDP_MEM_ALIGN))
+    size_t total = FSDP_MEM_ALIGN + ((bytes + FSDP_MEM_ALIGN - 1) / FSDP_MEM_ALIGN) * FSDP_MEM_ALIGN;
+    if (h->shared) {
+        fsdp_status st = core_heap_free(base, total);
+        FSDP_INVARIANT(st == FSDP_OK);
         return;
+    }
+#ifdef MEM_REUSE
+    if (reuse_park(base, total)) return;
 #endif
     free(base);
 }
 
+/* The shared heap's freed pages count as kept blocks too (core_heap_cached: an upper bound). The
+ * peak is the sum of the two peaks, an upper bound of the peak of the sum. */
 size_t fsdp_mem_cached(void) {
+    size_t h = 0, hp = 0;
+    core_heap_cached(&h, &hp);
 #ifdef MEM_REUSE
     pthread_mutex_lock(&mem_lock);
     size_t v = reuse_total;
     pthread_mutex_unlock(&mem_lock);
-    return v;
+    return v + h;
 #else
-    return 0;
+    return h;
 #endif
 }
 
 size_t fsdp_mem_cached_peak(void) {
+    size_t h = 0, hp = 0;
+    core_heap_cached(&h, &hp);
 #ifdef MEM_REUSE
     pthread_mutex_lock(&mem_lock);
     size_t v = reuse_peak;
     pthread_mutex_unlock(&mem_lock);
-    return v;
+    return v + hp;
 #else
-    return 0;
+    return hp;
 #endif
 }
 
 void fsdp_mem_trim(void) {
+    core_heap_trim();
 #ifdef MEM_REUSE
     reuse_drain();
     pthread_mutex_lock(&mem_lock);

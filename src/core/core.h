@@ -68,6 +68,32 @@ void fsdp_f32_sum_axpy_n(float *acc, const float *const *src, int k, size_t n, f
  * fsdp_f32_to_bf16_n. One pass; dst may be any src[s] (element i is read before it is written). */
 void fsdp_bf16_sum_n(fsdp_bf16 *dst, const fsdp_bf16 *const *src, int k, size_t n);
 
+/* The host-shared heap (shm_heap.c): one arena per process, an anonymous shared-memory file that the
+ * peers on the host map, so collectives read each other's buffers with plain loads.
+ * core_heap_open: creates the arena on first use, sized for `sharers` processes on the host mapping
+ * each other's (a status with a message if the system refuses), and counts one user; blocks come
+ * from it while any user is left. core_heap_close: one user less.
+ * core_heap_alloc: a page-aligned block of at least `bytes`, or NULL (no user, or no room: the caller
+ * falls back to its ordinary heap). core_heap_free: returns a block (FSDP_EINVAL for a pointer that is
+ * not one). core_heap_offset: 1 + the offset of [p, p+bytes) in the arena when it lies inside, else 0.
+ * core_heap_live: page-rounded bytes handed out. core_heap_cached: at most how many bytes of freed
+ * blocks still hold pages (below the high-water mark), now and at most since the last trim.
+ * core_heap_trim: gives the free pages back. */
+typedef struct {
+    int fd;     /* the memfd: peers open /proc/PID/fd/FD */
+    char *base; /* the arena in this process */
+    size_t size;
+} core_heap_info;
+fsdp_status core_heap_open(int sharers, core_heap_info *out);
+void core_heap_close(void);
+void *core_heap_alloc(size_t bytes);
+fsdp_status core_heap_free(void *p, size_t bytes);
+int core_heap_owns(const void *p);
+uint64_t core_heap_offset(const void *p, size_t bytes);
+size_t core_heap_live(void);
+void core_heap_cached(size_t *cur, size_t *peak);
+void core_heap_trim(void);
+
 /* Overflow-checked size_t multiply: returns 0 on overflow, else 1 and *out = a*b. */
 static inline int fsdp_mul_ok(size_t a, size_t b, size_t *out) { return !__builtin_mul_overflow(a, b, out); }
 

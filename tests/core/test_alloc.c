@@ -326,7 +326,76 @@ static void test_cache(void) {
     CHECK(fsdp_mem_cached() == 0 && fsdp_mem_cached_peak() == 0);
 }
 
+/* The host-shared heap (shm_heap.c) through fsdp_mem_alloc_shared: blocks come from the arena only
+ * while a user holds it open, are counted exactly as ordinary blocks, are reused first fit with free
+ * neighbours merged, fall back to the ordinary heap when the arena is full, and a pointer that is not
+ * a live block is refused. The arena is 8 MiB here (FSDP_SHM_HEAP_MIB). */
+static void test_shared_heap(void) {
+    void *a = NULL, *b = NULL, *c = NULL, *d = NULL;
+    CHECK_OK(fsdp_mem_alloc_shared(&a, 1000, FSDP_MEM_MAIN_GRAD)); /* nobody opened the heap yet */
+    CHECK(a != NULL && !fsdp_mem_is_shared(a) && !core_heap_owns(a));
+    fsdp_mem_free(a);
+    setenv("FSDP_SHM_HEAP_MIB", "8", 1);
+    core_heap_info hi = {0};
+    CHECK_OK(core_heap_open(2, &hi));
+    unsetenv("FSDP_SHM_HEAP_MIB");
+    CHECK(hi.fd >= 0 && hi.base != NULL && hi.size == (size_t)8 << 20);
+    CHECK_OK(fsdp_mem_alloc_shared(&a, 100000, FSDP_MEM_MAIN_GRAD));
+    CHECK_OK(fsdp_mem_alloc_shared(&b, 5000, FSDP_MEM_PARAM_FULL));
+    CHECK_OK(fsdp_mem_alloc_shared(&c, 300000, FSDP_MEM_COMM));
+    CHECK(fsdp_mem_is_shared(a) && fsdp_mem_is_shared(b) && fsdp_mem_is_shared(c));
+    CHECK(core_heap_owns(a) && core_heap_owns(c));
+    CHECK((uintptr_t)a % 64 == 0 && (uintptr_t)b % 64 == 0 && (uintptr_t)c % 64 == 0);
+    /* first fit from the bottom: a, b, c lie in that order, page-rounded with the 64-byte header */
+    CHECK((char *)a == hi.base + 64);
+    CHECK((char *)b == (char *)a + 102400);
+    CHECK((char *)c == (char *)b + 8192);
+    CHECK(fsdp_mem_current(FSDP_MEM_MAIN_GRAD) == 100000 && fsdp_mem_current(FSDP_MEM_PARAM_FULL) == 5000);
+    CHECK(fsdp_mem_current(FSDP_MEM_COMM) == 300000);
+    CHECK(core_heap_live() == 102400 + 8192 + 303104);
+    CHECK(core_heap_offset(b, 5000) == (uint64_t)((char *)b - hi.base) + 1);
+    CHECK(core_heap_offset(b, hi.size) == 0); /* runs past the arena's end */
+    int on_stack = 0;
+    CHECK(core_heap_offset(&on_stack, sizeof on_stack) == 0);
+    memset(a, 1, 100000);
+    memset(b, 2, 5000);
+    memset(c, 3, 300000);
+    fsdp_mem_free(b);
+    CHECK_OK(fsdp_mem_alloc_shared(&d, 4000, FSDP_MEM_MAIN_GRAD)); /* fits where b was */
+    CHECK(d == b);
+    fsdp_mem_free(d);
+    fsdp_mem_free(a); /* merges with b's extent: 110592 free bytes at the bottom */
+    CHECK_OK(fsdp_mem_alloc_shared(&d, 110592 - 64, FSDP_MEM_MAIN_GRAD));
+    CHECK((char *)d == hi.base + 64);
+    fsdp_mem_free(d);
+    fsdp_mem_free(c); /* everything merged back into one extent */
+    CHECK(core_heap_live() == 0);
+    /* the freed pages below the high-water mark are still held: reported as kept (cached) bytes */
+    CHECKF(fsdp_mem_cached() == 413696 && fsdp_mem_cached_peak() == 413696, "cached %zu peak %zu",
+           fsdp_mem_cached(), fsdp_mem_cached_peak());
+    CHECK_OK(fsdp_mem_alloc_shared(&a, ((size_t)8 << 20) - 64, FSDP_MEM_MAIN_GRAD)); /* the whole arena */
+    CHECK(fsdp_mem_is_shared(a) && (char *)a == hi.base + 64);
+    CHECK_OK(fsdp_mem_alloc_shared(&b, 1, FSDP_MEM_MAIN_GRAD)); /* full: the ordinary heap */
+    CHECK(b != NULL && !fsdp_mem_is_shared(b));
+    fsdp_mem_free(b);
+    /* a pointer that is no block: refused with a message, nothing changed */
+    CHECK_ERR(core_heap_free(hi.base + 100, 4096), FSDP_EINVAL, "not a block");
+    CHECK_ERR(core_heap_free(&on_stack, 4096), FSDP_EINVAL, "not a block");
+    fsdp_mem_free(a);
+    CHECK_ERR(core_heap_free(hi.base, 4096), FSDP_EINVAL, "shared heap"); /* freed twice */
+    CHECK(core_heap_live() == 0);
+    CHECK(fsdp_mem_cached() == (size_t)8 << 20);
+    fsdp_mem_trim(); /* punches the free pages out of the file */
+    CHECK(fsdp_mem_cached() == 0 && fsdp_mem_cached_peak() == 0);
+    core_heap_close();
+    CHECK_OK(fsdp_mem_alloc_shared(&a, 1000, FSDP_MEM_MAIN_GRAD)); /* no user left */
+    CHECK(!fsdp_mem_is_shared(a));
+    fsdp_mem_free(a);
+    check_all_zero();
+}
+
 int main(void) {
+    test_shared_heap();
     test_cache();
     test_names();
     test_accounting();
