@@ -12,6 +12,11 @@
  * in the form the engine calls it (all-gather in place, f32 reduce-scatter accumulating into a
  * separate gradient buffer, bf16 reduce-scatter in place): an in-place all-gather does not copy its
  * own block, so its ceiling against memcpy is 1.0 where the out-of-place one's is 0.5 at 2 ranks.
+ * heap times the engine's form again with both buffers from fsdp_mem_alloc_shared (the host-shared
+ * heap, as the engine allocates main_grad, the bf16 wire and the unsharded parameters): the peers read
+ * them with plain loads instead of process_vm_readv. A reduce-scatter that reads its own block and the
+ * peers' and writes (or accumulates into) one block moves 3 blocks at 2 ranks for the block busbw
+ * counts, memcpy 2 of the same size: its ceiling against memcpy is ~1.3 at 2 ranks (more accumulating).
  * Usage: bench_comm [max_mib (256)] [min_kib (1)] */
 #include "fsdp.h"
 
@@ -127,14 +132,22 @@ int main(int argc, char **argv) {
     if (fsdp_mem_alloc(&recv, max_bytes, FSDP_MEM_OTHER) != FSDP_OK) return die(c[0], "recv buffer");
     memset(send, 0, max_bytes); /* zeros: valid in both dtypes, and pages touched before timing */
     memset(recv, 0, max_bytes);
+    void *hsend = NULL, *hrecv = NULL;
+    if (fsdp_mem_alloc_shared(&hsend, max_bytes, FSDP_MEM_OTHER) != FSDP_OK) return die(c[0], "heap send");
+    if (fsdp_mem_alloc_shared(&hrecv, max_bytes, FSDP_MEM_OTHER) != FSDP_OK) return die(c[0], "heap recv");
+    memset(hsend, 0, max_bytes);
+    memset(hrecv, 0, max_bytes);
+    int heap = fsdp_mem_is_shared(hsend) && fsdp_mem_is_shared(hrecv);
 
     if (rank == 0) {
-        printf("# bench_comm: world %d, transports: %s vs mpi, OMP_NUM_THREADS %s\n", world,
+        printf("# bench_comm: world %d, transports: %s vs mpi, shared heap: %s, OMP_NUM_THREADS %s\n", world,
                fsdp_comm_shm_active(c[0]) ? "shm" : "mpi (shm does not apply here)",
+               heap ? "yes" : "no (heap = eng's buffers from the ordinary heap)",
                getenv("OMP_NUM_THREADS") ? getenv("OMP_NUM_THREADS") : "(unset)");
-        printf("# %-14s %-5s %12s %12s %6s %11s %11s %10s %10s %10s %10s %10s %8s %8s\n", "collective",
-               "dtype", "size_bytes", "count/rank", "iters", "shm_us", "mpi_us", "shm_busbw", "eng_busbw",
-               "mpi_busbw", "ompi_busbw", "memcpy", "shm/cpy", "eng/cpy");
+        printf("# %-14s %-5s %12s %12s %6s %11s %11s %10s %10s %10s %10s %10s %10s %8s %8s %8s\n",
+               "collective", "dtype", "size_bytes", "count/rank", "iters", "shm_us", "mpi_us", "shm_busbw",
+               "eng_busbw", "heap_busbw", "mpi_busbw", "ompi_busbw", "memcpy", "shm/cpy", "eng/cpy",
+               "heap/cpy");
     }
     const char *names[2] = {"all-gather", "reduce-scatter"};
     fsdp_dtype dts[2] = {FSDP_F32, FSDP_BF16};
@@ -146,16 +159,19 @@ int main(int argc, char **argv) {
                 if (count == 0) continue;
                 size_t size = count * (size_t)world * es; /* the total buffer, nccl-tests' "size" */
                 int iters = iters_for(size);
-                double t[2], te;
+                double t[2], te, th;
                 for (int tr = 0; tr < 2; tr++)
                     if ((t[tr] = time_coll(c[tr], k, 0, send, recv, count, dts[d], iters)) < 0)
                         return die(c[tr], names[k]);
                 if ((te = time_coll(c[0], k, 1, send, recv, count, dts[d], iters)) < 0)
                     return die(c[0], names[k]);
+                if ((th = time_coll(c[0], k, 1, hsend, hrecv, count, dts[d], iters)) < 0)
+                    return die(c[0], names[k]);
                 double to = time_ompi(c[0], k, send, recv, count, dts[d], iters);
                 double cpy = memcpy_gbs(c[0], recv, send, size, iters);
                 if (cpy < 0) return die(c[0], "memcpy timing");
                 double bus[2], be = (double)size / te / 1e9 * (double)(world - 1) / (double)world;
+                double bh = (double)size / th / 1e9 * (double)(world - 1) / (double)world;
                 for (int tr = 0; tr < 2; tr++)
                     bus[tr] = (double)size / t[tr] / 1e9 * (double)(world - 1) / (double)world;
                 char ob[16] = "n/a";
@@ -163,12 +179,14 @@ int main(int argc, char **argv) {
                     snprintf(ob, sizeof ob, "%.3f",
                              (double)size / to / 1e9 * (double)(world - 1) / (double)world);
                 if (rank == 0)
-                    printf("  %-14s %-5s %12zu %12zu %6d %11.1f %11.1f %10.3f %10.3f %10.3f %10s %10.3f "
-                           "%8.2f %8.2f\n",
+                    printf("  %-14s %-5s %12zu %12zu %6d %11.1f %11.1f %10.3f %10.3f %10.3f %10.3f %10s "
+                           "%10.3f %8.2f %8.2f %8.2f\n",
                            names[k], fsdp_dtype_name(dts[d]), size, count, iters, 1e6 * t[0], 1e6 * t[1],
-                           bus[0], be, bus[1], ob, cpy, bus[0] / cpy, be / cpy);
+                           bus[0], be, bh, bus[1], ob, cpy, bus[0] / cpy, be / cpy, bh / cpy);
                 if (rank == 0) fflush(stdout);
             }
+    fsdp_mem_free(hrecv);
+    fsdp_mem_free(hsend);
     fsdp_mem_free(recv);
     fsdp_mem_free(send);
     fsdp_comm_free(c[1]);

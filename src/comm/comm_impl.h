@@ -70,6 +70,9 @@ struct fsdp_comm {
     size_t shm_cma_min;   /* bytes per rank block from which the single-copy path is used */
     int *shm_pid;         /* (size) each rank's process id */
     char *shm_tile;       /* (size x SHM_TILE bytes) reduce-scatter: one tile of every rank's block */
+    int shm_heap;         /* every rank maps every peer's shared heap (core_heap_open): direct reads */
+    const char **shm_heap_peer; /* (size) each rank's heap as mapped here (read-only for peers) */
+    size_t *shm_heap_size;      /* (size) its size */
 };
 
 struct fsdp_comm_req {

@@ -28,19 +28,25 @@
 #include "comm/comm_impl.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
 /* Control line at the start of each rank's segment; the slots follow at SHM_HDR. */
 typedef struct {
-    uint64_t pub;   /* rounds this rank has published (into its slots, or its address) */
-    uint64_t addr;  /* single-copy round: the address of this rank's send buffer */
-    uint64_t pid;   /* this process (peers read its memory with process_vm_readv) */
-    uint64_t probe; /* the address of a value peers read at start-up to check they can */
-    char pad0[32];
+    uint64_t pub;       /* rounds this rank has published (into its slots, or its address) */
+    uint64_t addr;      /* single-copy round: the address of this rank's send buffer */
+    uint64_t pid;       /* this process (peers read its memory with process_vm_readv) */
+    uint64_t probe;     /* the address of a value peers read at start-up to check they can */
+    uint64_t heap_off;  /* single-copy round: 1 + the send buffer's offset in the shared heap, or 0 */
+    uint64_t heap_fd;   /* the shared heap's memfd in this process (peers open /proc/PID/fd/FD) */
+    uint64_t heap_size; /* its size in bytes; 0: no heap */
+    char pad0[8];
     uint64_t done; /* rounds this rank has finished reading */
     char pad1[56];
 } shm_ctl;
@@ -56,6 +62,8 @@ static char *slot_of(const fsdp_comm_t *c, int r, uint64_t round) {
 
 static uint64_t load_acq(const uint64_t *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
 static void store_rel(uint64_t *p, uint64_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
+
+static void heap_init(fsdp_comm_t *c, MPI_Comm node);
 
 /* FSDP_COMM_SHM=0 turns the transport off (MPI's collectives then run on one host too); the slot size
  * comes from FSDP_COMM_SHM_SLOT_KIB (default 4096: two 4 MiB slots per rank). */
@@ -132,13 +140,79 @@ fsdp_status comm_shm_init(fsdp_comm_t *c, MPI_Comm node, int node_size) {
     int agreed = 0;
     if (MPI_Allreduce(&all, &agreed, 1, MPI_INT, MPI_MIN, node) != MPI_SUCCESS) agreed = 0;
     c->shm_cma = agreed;
+    if (agreed) heap_init(c, node);
     const char *min_env = getenv("FSDP_COMM_SHM_CMA_MIN_KIB");
     c->shm_cma_min = (size_t)(min_env ? strtol(min_env, NULL, 10) : 64) * 1024;
     c->shm_on = 1;
     return FSDP_OK;
 }
 
+/* Direct reads: every rank maps every peer's shared heap (shm_heap.c) read-only, through the peer's
+ * memfd in /proc, so buffers from fsdp_mem_alloc_shared are read with plain loads. Like the
+ * single-copy path this needs a kernel that lets a rank see its peers (a hardened one may refuse);
+ * all ranks must succeed, or none uses it. FSDP_COMM_SHM_HEAP=0 turns it off. */
+static void heap_unmap(fsdp_comm_t *c) {
+    for (int r = 0; c->shm_heap_peer != NULL && r < c->size; r++)
+        if (r != c->rank && c->shm_heap_peer[r] != NULL)
+            munmap((void *)c->shm_heap_peer[r], c->shm_heap_size[r]);
+    free(c->shm_heap_peer);
+    free(c->shm_heap_size);
+    c->shm_heap_peer = NULL;
+    c->shm_heap_size = NULL;
+}
+
+static void heap_init(fsdp_comm_t *c, MPI_Comm node) {
+    const char *env = getenv("FSDP_COMM_SHM_HEAP");
+    int ok = !(env && strcmp(env, "0") == 0), opened = 0;
+    core_heap_info hi = {.fd = -1};
+    shm_ctl *me = ctl_of(c, c->rank);
+    c->shm_heap_peer = calloc((size_t)c->size, sizeof *c->shm_heap_peer);
+    c->shm_heap_size = calloc((size_t)c->size, sizeof *c->shm_heap_size);
+    if (c->shm_heap_peer == NULL || c->shm_heap_size == NULL) ok = 0;
+    if (ok) ok = opened = core_heap_open(c->size, &hi) == FSDP_OK; /* not fatal: the single-copy path stays */
+    me->heap_fd = ok ? (uint64_t)hi.fd : 0;
+    me->heap_size = ok ? (uint64_t)hi.size : 0;
+    if (MPI_Barrier(node) != MPI_SUCCESS) ok = 0; /* every rank's heap published */
+    for (int r = 0; ok && r < c->size; r++) {
+        const shm_ctl *pc = ctl_of(c, r);
+        if (r == c->rank) {
+            c->shm_heap_peer[r] = hi.base;
+            c->shm_heap_size[r] = hi.size;
+            continue;
+        }
+        if (pc->heap_size == 0 || pc->heap_fd > INT32_MAX) {
+            ok = 0;
+            break;
+        }
+        char path[64];
+        snprintf(path, sizeof path, "/proc/%d/fd/%d", c->shm_pid[r], (int)pc->heap_fd);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0) {
+            ok = 0;
+            break;
+        }
+        void *p = mmap(NULL, (size_t)pc->heap_size, PROT_READ, MAP_SHARED | MAP_NORESERVE, fd, 0);
+        close(fd);
+        if (p == MAP_FAILED) {
+            ok = 0;
+            break;
+        }
+        c->shm_heap_peer[r] = p;
+        c->shm_heap_size[r] = (size_t)pc->heap_size;
+    }
+    int all = 0;
+    if (MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, node) != MPI_SUCCESS) all = 0;
+    c->shm_heap = all;
+    if (!all) {
+        heap_unmap(c);
+        if (opened) core_heap_close();
+    }
+}
+
 void comm_shm_free(fsdp_comm_t *c) {
+    if (c->shm_heap) core_heap_close();
+    heap_unmap(c);
+    c->shm_heap = 0;
     if (c->shm_win != MPI_WIN_NULL) MPI_Win_free(&c->shm_win);
     c->shm_win = MPI_WIN_NULL;
     free(c->shm_seg);
@@ -208,8 +282,26 @@ static fsdp_status cma_read(const fsdp_comm_t *c, int peer, void *dst, uint64_t 
     return FSDP_OK;
 }
 
+/* Where peer's send buffer lies in its shared heap: that buffer as mapped here, at byte `at` of it, for
+ * n bytes (NULL when it is not in the heap). A peer's offset is checked against its heap's size. */
+static fsdp_status heap_src(const fsdp_comm_t *c, int peer, size_t at, size_t n, const char **out) {
+    *out = NULL;
+    if (!c->shm_heap) return FSDP_OK;
+    uint64_t ho = __atomic_load_n(&ctl_of(c, peer)->heap_off, __ATOMIC_ACQUIRE);
+    if (ho == 0) return FSDP_OK;
+    size_t size = c->shm_heap_size[peer];
+    if (ho - 1 > size || at > size - (ho - 1) || n > size - (ho - 1) - at)
+        return FSDP_ERR(FSDP_ECOMM,
+                        "rank %d: rank %d published a buffer at offset %llu of its %zu-byte shared heap, "
+                        "outside it (a corrupted control line)",
+                        c->rank, peer, (unsigned long long)(ho - 1), size);
+    *out = c->shm_heap_peer[peer] + (ho - 1) + at;
+    return FSDP_OK;
+}
+
 /* Single-copy reduce-scatter: this rank's block, tile by tile, every rank's contribution (its own
- * straight from its buffer, the peers' through the scratch) summed in rank order. */
+ * straight from its buffer, a peer's straight from its shared heap where it lies there, the others'
+ * through the scratch) summed in rank order. */
 static fsdp_status cma_reduce(fsdp_comm_req_t *r, char *dst) {
     fsdp_comm_t *c = r->c;
     const size_t es = fsdp_dtype_size(r->t), per = SHM_TILE / es, blk = (size_t)c->rank * r->count * es;
@@ -219,6 +311,12 @@ static fsdp_status cma_reduce(fsdp_comm_req_t *r, char *dst) {
         for (int s = 0; s < c->size; s++) {
             if (s == c->rank) {
                 c->shm_src[s] = mine + off * es;
+                continue;
+            }
+            const char *direct = NULL;
+            FSDP_TRY(heap_src(c, s, blk + off * es, len * es, &direct));
+            if (direct != NULL) {
+                c->shm_src[s] = direct;
                 continue;
             }
             char *tile = c->shm_tile + (size_t)s * SHM_TILE;
@@ -242,6 +340,9 @@ static fsdp_status cma_progress(fsdp_comm_req_t *r, int *done) {
         /* every rank is done with this rank's previous round: the address may change */
         if (round >= 1 && !all_at_least(c, offsetof(shm_ctl, done), round)) return FSDP_OK;
         __atomic_store_n(&me->addr, (uint64_t)(uintptr_t)r->send, __ATOMIC_RELAXED);
+        size_t send_bytes = r->coll == COLL_ALL_GATHER ? n : n * (size_t)c->size;
+        __atomic_store_n(&me->heap_off, c->shm_heap ? core_heap_offset(r->send, send_bytes) : 0,
+                         __ATOMIC_RELAXED);
         store_rel(&me->pub, round + 1);
         r->shm_wrote = 1;
     }
@@ -255,7 +356,12 @@ static fsdp_status cma_progress(fsdp_comm_req_t *r, int *done) {
                     if (!r->in_place) memcpy(dst, r->send, n);
                     continue;
                 }
-                FSDP_TRY(cma_read(c, s, dst, __atomic_load_n(&ctl_of(c, s)->addr, __ATOMIC_ACQUIRE), n));
+                const char *direct = NULL;
+                FSDP_TRY(heap_src(c, s, 0, n, &direct));
+                if (direct != NULL)
+                    memcpy(dst, direct, n);
+                else
+                    FSDP_TRY(cma_read(c, s, dst, __atomic_load_n(&ctl_of(c, s)->addr, __ATOMIC_ACQUIRE), n));
             }
         } else { /* reduce-scatter; in place on rank > 0: into its own block, moved below */
             char *dst = r->in_place && c->rank > 0 ? (char *)r->recv + (size_t)c->rank * n : (char *)r->recv;

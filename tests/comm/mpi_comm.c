@@ -36,13 +36,33 @@ static float expect(valfn f, size_t i, fsdp_reduce_op op, fsdp_dtype t) {
     return t == FSDP_BF16 ? fsdp_bf16_to_f32(fsdp_f32_to_bf16(a)) : a;
 }
 
+/* Test buffers. In the "heap" pass (second_transport) they come from the host-shared heap, except
+ * every third allocation, shifted by rank: peers then read some buffers with plain loads and others
+ * through process_vm_readv within one collective, and the results must not differ. */
+static int use_heap;
+static size_t heap_allocs, heap_hits;
+
 static void *xalloc(size_t n) {
-    void *p = malloc(n ? n : 1);
+    void *p = NULL;
+    if (use_heap && (heap_allocs++ + (size_t)R) % 3 != 0) {
+        if (fsdp_mem_alloc_shared(&p, n ? n : 1, FSDP_MEM_OTHER) != FSDP_OK) p = NULL;
+        heap_hits += p != NULL && fsdp_mem_is_shared(p);
+    } else if (use_heap) {
+        if (fsdp_mem_alloc(&p, n ? n : 1, FSDP_MEM_OTHER) != FSDP_OK) p = NULL;
+    } else
+        p = malloc(n ? n : 1);
     if (p == NULL) {
         fprintf(stderr, "out of memory (%zu bytes)\n", n);
         exit(2);
     }
     return p;
+}
+
+static void xfree(void *p) {
+    if (use_heap)
+        fsdp_mem_free(p);
+    else
+        free(p);
 }
 
 static void put(void *buf, fsdp_dtype t, size_t i, float v) {
@@ -85,8 +105,8 @@ static void test_all_gather(fsdp_comm_t *c, size_t count, fsdp_dtype t, int in_p
         }
     CHECKF(bad == 0, "all-gather count %zu %s in_place %d nb %d: %zu wrong", count, fsdp_dtype_name(t),
            in_place, nonblocking, bad);
-    if (!in_place) free(send);
-    free(recv);
+    if (!in_place) xfree(send);
+    xfree(recv);
 }
 
 static void test_reduce_scatter(fsdp_comm_t *c, size_t count, fsdp_dtype t, fsdp_reduce_op op, valfn f,
@@ -113,8 +133,8 @@ static void test_reduce_scatter(fsdp_comm_t *c, size_t count, fsdp_dtype t, fsdp
     }
     CHECKF(bad == 0, "reduce-scatter count %zu %s op %d in_place %d nb %d: %zu wrong", count,
            fsdp_dtype_name(t), (int)op, in_place, nonblocking, bad);
-    if (!in_place) free(recv);
-    free(send);
+    if (!in_place) xfree(recv);
+    xfree(send);
 }
 
 /* Accumulating reduce-scatter: acc += scale * (the rank-order sum), the product rounded first. The
@@ -142,8 +162,8 @@ static void test_reduce_scatter_acc(fsdp_comm_t *c, size_t count) {
     for (size_t j = 0; j < (size_t)W * count; j += stride_for(count))
         bad += send[j] != vf(R, j); /* the input is left as it was */
     CHECKF(bad == 0, "reduce-scatter-acc count %zu: %zu wrong", count, bad);
-    free(acc);
-    free(send);
+    xfree(acc);
+    xfree(send);
 }
 
 static void test_all_reduce(fsdp_comm_t *c, size_t count, fsdp_dtype t, fsdp_reduce_op op, valfn f,
@@ -164,8 +184,8 @@ static void test_all_reduce(fsdp_comm_t *c, size_t count, fsdp_dtype t, fsdp_red
     }
     CHECKF(bad == 0, "all-reduce count %zu %s op %d in_place %d: %zu wrong", count, fsdp_dtype_name(t),
            (int)op, in_place, bad);
-    if (!in_place) free(recv);
-    free(send);
+    if (!in_place) xfree(recv);
+    xfree(send);
 }
 
 static void test_broadcast(fsdp_comm_t *c, size_t count, fsdp_dtype t, int root) {
@@ -178,7 +198,7 @@ static void test_broadcast(fsdp_comm_t *c, size_t count, fsdp_dtype t, int root)
     for (size_t i = 0; i < count; i++)
         if (get(buf, t, i) != vb(root, i)) bad++;
     CHECKF(bad == 0, "broadcast count %zu %s root %d: %zu wrong", count, fsdp_dtype_name(t), root, bad);
-    free(buf);
+    xfree(buf);
 }
 
 /* Every collective kind on one count, both dtypes, every op, in and out of place. */
@@ -239,10 +259,10 @@ static void test_overlap(fsdp_comm_t *c) {
     for (size_t i = 0; i < n; i++)
         bad += fsdp_bf16_to_f32(out[i]) != expect(vb, (size_t)R * n + i, FSDP_SUM, FSDP_BF16);
     CHECKF(bad == 0, "overlapping requests: %zu wrong", bad);
-    free(ag);
-    free(s);
-    free(rs);
-    free(out);
+    xfree(ag);
+    xfree(s);
+    xfree(rs);
+    xfree(out);
 }
 
 static void test_einval(fsdp_comm_t *c) {
@@ -307,11 +327,11 @@ static void test_progress(fsdp_comm_t *c) {
         bad += ar[i] != expect(vf, i, FSDP_MAX, FSDP_F32);
     }
     CHECKF(bad == 0, "requests moved by fsdp_comm_progress: %zu wrong", bad);
-    free(s);
-    free(ag);
-    free(rs_in);
-    free(rs_out);
-    free(ar);
+    xfree(s);
+    xfree(ag);
+    xfree(rs_in);
+    xfree(rs_out);
+    xfree(ar);
 }
 
 /* The whole sweep on one more communicator: shm 0 (Open MPI's collectives on one host too); the
@@ -319,6 +339,8 @@ static void test_progress(fsdp_comm_t *c) {
  * path for every size ("cma", where the kernel allows reading peers' memory). */
 static void second_transport(int shm, const char *mode) {
     int slots = mode && strcmp(mode, "slots") == 0, cma = mode && strcmp(mode, "cma") == 0;
+    int heap = mode && strcmp(mode, "heap") == 0 && W > 1; /* one rank: no transport, no heap */
+    cma |= heap; /* the shared heap is read in the single-copy rounds: every size takes one */
     if (slots) {
         setenv("FSDP_COMM_SHM_SLOT_KIB", "4", 1);
         setenv("FSDP_COMM_SHM_CMA", "0", 1);
@@ -336,6 +358,13 @@ static void second_transport(int shm, const char *mode) {
     CHECK(fsdp_comm_shm_active(c) == (shm && W > 1));
     if (slots) CHECK(c->shm_cma == 0);
     if (R == 0 && cma) fprintf(stderr, "single-copy path %s\n", c->shm_cma ? "on" : "refused by this kernel");
+    if (heap) {
+        /* this host allows the single-copy path (the "cma" pass said so); the heap needs no more */
+        CHECKF(c->shm_cma && c->shm_heap, "shared heap not set up (single copy %d, heap %d)", c->shm_cma,
+               c->shm_heap);
+        use_heap = 1;
+        heap_allocs = heap_hits = 0;
+    }
     size_t counts[] = {1, 7, 1009, 3000};
     for (size_t k = 0; k < sizeof counts / sizeof counts[0]; k++)
         sweep(c, counts[k]);
@@ -350,6 +379,14 @@ static void second_transport(int shm, const char *mode) {
     test_reduce_scatter(c, (size_t)1 << 20, FSDP_F32, FSDP_AVG, vf, 1, 1);
     test_reduce_scatter_acc(c, (size_t)1 << 20);
     test_all_gather(c, (size_t)1 << 18, FSDP_BF16, 1, 1);
+    if (heap) {
+        test_reduce_scatter(c, (size_t)1 << 20, FSDP_BF16, FSDP_SUM, vb, 1, 1);
+        test_reduce_scatter(c, (size_t)1 << 18, FSDP_F32, FSDP_SUM, vf, 0, 0);
+        test_all_gather(c, (size_t)1 << 18, FSDP_F32, 0, 0);
+        use_heap = 0;
+        CHECKF(heap_hits > 50 && heap_hits * 3 >= heap_allocs,
+               "%zu of %zu test buffers came from the shared heap", heap_hits, heap_allocs);
+    }
     fsdp_comm_free(c);
 }
 
@@ -399,6 +436,7 @@ int main(int argc, char **argv) {
     second_transport(0, NULL);                   /* before c goes: freeing c finalises MPI */
     second_transport(1, "slots");
     second_transport(1, "cma");
+    second_transport(1, "heap");
     CHECK(fsdp_mem_current(FSDP_MEM_COMM) == 0);
     fsdp_comm_free(c);
     return TEST_MAIN_END();
