@@ -39,7 +39,8 @@ static void clear_bits(fsdp_unit_t *u) {
  * zeros) and re-points every tensor's view; the bitmask starts empty. */
 fsdp_status shard_main_grad_alloc(fsdp_unit_t *u) {
     if (u->main_grad != NULL) return FSDP_OK;
-    fsdp_status st = fsdp_mem_alloc((void **)&u->main_grad, u->padded * sizeof(float), FSDP_MEM_MAIN_GRAD);
+    fsdp_status st =
+        fsdp_mem_alloc_shared((void **)&u->main_grad, u->padded * sizeof(float), FSDP_MEM_MAIN_GRAD);
     if (st != FSDP_OK) return FSDP_WRAP(st, "unit '%s': main_grad of %zu fp32 elements", u->name, u->padded);
     poison(u->main_grad, u->padded);
     clear_bits(u);
@@ -183,7 +184,7 @@ fsdp_status shard_reduce_start(fsdp_unit_t *u) {
         return st;
     }
     /* bf16 wire: one cast into a comm buffer, reduced in place; finish upcasts the result into mg. */
-    FSDP_TRY(fsdp_mem_alloc((void **)&u->wire, u->padded * sizeof(fsdp_bf16), FSDP_MEM_COMM));
+    FSDP_TRY(fsdp_mem_alloc_shared((void **)&u->wire, u->padded * sizeof(fsdp_bf16), FSDP_MEM_COMM));
     {
         FSDP_PROF_SCOPE(FSDP_PROF_CAST);
         fsdp_f32_to_bf16_n(u->wire, mg, u->padded);

@@ -432,7 +432,7 @@ static fsdp_status op_unshard_start(void *ctx, int i, int prefetch) {
     fsdp_unit_t *u = e->units[i];
     fsdp_dtype dt = e->cfg.compute_dtype;
     size_t esz = fsdp_dtype_size(dt);
-    FSDP_TRY(fsdp_mem_alloc(&u->full, u->padded * esz, FSDP_MEM_PARAM_FULL));
+    FSDP_TRY(fsdp_mem_alloc_shared(&u->full, u->padded * esz, FSDP_MEM_PARAM_FULL));
     char *slot = (char *)u->full + u->shard_off * esz;
     if (dt == FSDP_BF16) {
         /* split over threads in fixed chunks (exact conversion: the split changes no bit) */
