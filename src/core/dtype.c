@@ -238,9 +238,39 @@ __attribute__((target("avx512f,avx512bw"))) static void f32_sum_avx512(float *ds
     f32_sum_scalar(dst, src, k, i, n);
 }
 
+/* 32 elements at a time without a cross-lane shuffle: unpacking each 128-bit lane's words against zero
+ * puts elements 0-3 (and 8-11, ...) in the dwords of lo as fp32 and 4-7 (12-15, ...) in hi; packing
+ * the two rounded halves back per lane restores the order. The sums run without the NaN rule, and the
+ * rounding without its NaN branch: a NaN anywhere in the chain leaves a NaN in the result, so a block
+ * whose results hold none needed neither, and a block that does is redone by the exact code. */
+__attribute__((target("avx512f,avx512bw"))) static inline __m512i round16_nonan_avx512(__m512 a) {
+    const __m512i one = _mm512_set1_epi32(1), bias = _mm512_set1_epi32(0x7fff);
+    __m512i u = _mm512_castps_si512(a);
+    __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), one);
+    return _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(bias, lsb)), 16);
+}
+
 __attribute__((target("avx512f,avx512bw"))) static void
 bf16_sum_avx512(fsdp_bf16 *dst, const fsdp_bf16 *const *src, int k, size_t n) {
     size_t i = 0;
+    const __m512i zero = _mm512_setzero_si512();
+    for (; i + 32 <= n; i += 32) {
+        __m512i w = _mm512_loadu_si512((const void *)(src[0] + i));
+        __m512 lo = _mm512_castsi512_ps(_mm512_unpacklo_epi16(zero, w));
+        __m512 hi = _mm512_castsi512_ps(_mm512_unpackhi_epi16(zero, w));
+        for (int s = 1; s < k; s++) {
+            w = _mm512_loadu_si512((const void *)(src[s] + i));
+            lo = _mm512_add_ps(lo, _mm512_castsi512_ps(_mm512_unpacklo_epi16(zero, w)));
+            hi = _mm512_add_ps(hi, _mm512_castsi512_ps(_mm512_unpackhi_epi16(zero, w)));
+        }
+        __mmask16 nan = _mm512_cmp_ps_mask(lo, lo, _CMP_UNORD_Q) | _mm512_cmp_ps_mask(hi, hi, _CMP_UNORD_Q);
+        if (nan) {
+            bf16_sum_scalar(dst, src, k, i, i + 32);
+            continue;
+        }
+        _mm512_storeu_si512((void *)(dst + i),
+                            _mm512_packus_epi32(round16_nonan_avx512(lo), round16_nonan_avx512(hi)));
+    }
     for (; i + 16 <= n; i += 16) {
         __m512 a = up16_avx512(src[0] + i);
         for (int s = 1; s < k; s++)
