@@ -59,18 +59,18 @@ struct fsdp_comm {
     int agreed_rank;           /* fsdp_comm_agree: lowest failing rank of the last one, or -1 */
     fsdp_status agreed_status; /* its status (FSDP_OK with agreed_rank -1) */
     /* Shared-memory transport (comm_shm.c), when every rank is on this host. */
-    int shm_allowed;      /* from the config */
-    int shm_on;           /* set up and in use */
-    MPI_Win shm_win;      /* the window holding every rank's segment */
-    char **shm_seg;       /* (size) each rank's segment as mapped here */
-    const void **shm_src; /* (size) scratch: one round's contributions */
-    size_t shm_slot;      /* bytes per slot (two per rank) */
-    uint64_t shm_round;   /* rounds handed out so far */
-    int shm_cma;          /* peers' memory readable with process_vm_readv (single-copy path) */
-    size_t shm_cma_min;   /* bytes per rank block from which the single-copy path is used */
-    int *shm_pid;         /* (size) each rank's process id */
-    char *shm_tile;       /* (size x SHM_TILE bytes) reduce-scatter: one tile of every rank's block */
-    int shm_heap;         /* every rank maps every peer's shared heap (core_heap_open): direct reads */
+    int shm_allowed;            /* from the config */
+    int shm_on;                 /* set up and in use */
+    MPI_Win shm_win;            /* the window holding every rank's segment */
+    char **shm_seg;             /* (size) each rank's segment as mapped here */
+    const void **shm_src;       /* (size) scratch: one round's contributions */
+    size_t shm_slot;            /* bytes per slot (two per rank) */
+    uint64_t shm_round;         /* rounds handed out so far */
+    int shm_cma;                /* peers' memory readable with process_vm_readv (single-copy path) */
+    size_t shm_cma_min;         /* bytes per rank block from which the single-copy path is used */
+    int *shm_pid;               /* (size) each rank's process id */
+    char *shm_tile;             /* (size x SHM_TILE bytes) reduce-scatter: one tile of every rank's block */
+    int shm_heap;               /* every rank maps every peer's shared heap (core_heap_open): direct reads */
     const char **shm_heap_peer; /* (size) each rank's heap as mapped here (read-only for peers) */
     size_t *shm_heap_size;      /* (size) its size */
 };
@@ -112,6 +112,7 @@ struct fsdp_comm_req {
     int shm_wrote;             /* round shm_k published, not yet read */
     int shm_cma;               /* single copy: one round, peers read this rank's buffer directly */
     int shm_read;              /* single copy: this rank has read every peer's part */
+    size_t shm_tiles;          /* single-copy reduce-scatter: tiles of this rank's block summed so far */
     void *adopted[2];          /* buffers of a timed-out call, freed once the call completes */
     int is_stale;              /* timed out: on c->stale, off the in-flight list */
     fsdp_status failed;        /* an MPI failure seen by fsdp_comm_progress, reported by test/wait */

@@ -22,8 +22,9 @@
  * buffer's address, reads what it needs straight from the peers' buffers (all-gather: into recv;
  * reduce-scatter: tile by tile into a small scratch, summed in rank order as above), records done, and
  * completes once every rank has read its buffer (so the caller may reuse it). An in-place
- * reduce-scatter on rank r > 0 sums into its own block r (which only it reads) and moves the result to
- * the front once the peers are done with its buffer. */
+ * reduce-scatter on rank r > 0 writes its result to the front of its buffer tile by tile, each tile
+ * once rank 0 has read it (cma_reduce). Buffers in the peer's shared heap are read with plain loads
+ * instead (heap_src). */
 #define _GNU_SOURCE /* process_vm_readv */
 #include "comm/comm_impl.h"
 
@@ -46,8 +47,8 @@ typedef struct {
     uint64_t heap_off;  /* single-copy round: 1 + the send buffer's offset in the shared heap, or 0 */
     uint64_t heap_fd;   /* the shared heap's memfd in this process (peers open /proc/PID/fd/FD) */
     uint64_t heap_size; /* its size in bytes; 0: no heap */
-    char pad0[8];
-    uint64_t done; /* rounds this rank has finished reading */
+    uint64_t prog;      /* single-copy reduce-scatter: (round << 32) + tiles of its block summed */
+    uint64_t done;      /* rounds this rank has finished reading */
     char pad1[56];
 } shm_ctl;
 
@@ -243,6 +244,7 @@ void comm_shm_start(fsdp_comm_req_t *r) {
     r->shm_k = 0;
     r->shm_wrote = 0;
     r->shm_read = 0;
+    r->shm_tiles = 0;
     if (c->shm_cma && r->coll != COLL_ALL_REDUCE && r->count * es >= c->shm_cma_min) {
         r->shm_cma = 1;
         r->shm_nchunks = 1;
@@ -301,13 +303,26 @@ static fsdp_status heap_src(const fsdp_comm_t *c, int peer, size_t at, size_t n,
 
 /* Single-copy reduce-scatter: this rank's block, tile by tile, every rank's contribution (its own
  * straight from its buffer, a peer's straight from its shared heap where it lies there, the others'
- * through the scratch) summed in rank order. */
-static fsdp_status cma_reduce(fsdp_comm_req_t *r, char *dst) {
+ * through the scratch) summed in rank order. Each tile done is published in prog.
+ * In place on rank > 0 the result goes to the front of the buffer, its block 0, which rank 0 reads
+ * (tile by tile, as this rank reads its own block): tile t is written once rank 0's prog says it has
+ * summed tile t, so rank 0 never reads a result instead of a contribution; until then this returns
+ * with *finished = 0 and the next progress call goes on from the same tile. Before, the result went
+ * to the rank's own block and was moved to the front once every peer was done: a second pass over
+ * the block, 40% of a 16 MiB bf16 reduce-scatter at 2 ranks. */
+static fsdp_status cma_reduce(fsdp_comm_req_t *r, char *dst, int *finished) {
     fsdp_comm_t *c = r->c;
     const size_t es = fsdp_dtype_size(r->t), per = SHM_TILE / es, blk = (size_t)c->rank * r->count * es;
     const char *mine = (const char *)r->send + blk;
-    for (size_t off = 0; off < r->count; off += per) {
+    const uint64_t round = r->shm_round0;
+    const int front = r->in_place && c->rank > 0;
+    shm_ctl *me = ctl_of(c, c->rank), *first = ctl_of(c, 0);
+    *finished = 0;
+    for (size_t off = r->shm_tiles * per; off < r->count; off += per) {
         size_t len = r->count - off < per ? r->count - off : per;
+        if (front && load_acq(&first->prog) < (round << 32) + r->shm_tiles + 1 &&
+            load_acq(&first->done) < round + 1)
+            return FSDP_OK; /* rank 0 still reads this tile of block 0 */
         for (int s = 0; s < c->size; s++) {
             if (s == c->rank) {
                 c->shm_src[s] = mine + off * es;
@@ -325,7 +340,10 @@ static fsdp_status cma_reduce(fsdp_comm_req_t *r, char *dst) {
             c->shm_src[s] = tile;
         }
         comm_req_reduce(r, dst + off * es, c->shm_src, len);
+        r->shm_tiles++;
+        store_rel(&me->prog, (round << 32) + r->shm_tiles);
     }
+    *finished = 1;
     return FSDP_OK;
 }
 
@@ -363,16 +381,15 @@ static fsdp_status cma_progress(fsdp_comm_req_t *r, int *done) {
                 else
                     FSDP_TRY(cma_read(c, s, dst, __atomic_load_n(&ctl_of(c, s)->addr, __ATOMIC_ACQUIRE), n));
             }
-        } else { /* reduce-scatter; in place on rank > 0: into its own block, moved below */
-            char *dst = r->in_place && c->rank > 0 ? (char *)r->recv + (size_t)c->rank * n : (char *)r->recv;
-            FSDP_TRY(cma_reduce(r, dst));
+        } else { /* reduce-scatter; in place on rank > 0 too, the result goes to the front */
+            int finished = 0;
+            FSDP_TRY(cma_reduce(r, r->recv, &finished));
+            if (!finished) return FSDP_OK;
         }
         store_rel(&me->done, round + 1);
         r->shm_read = 1;
     }
     if (!all_at_least(c, offsetof(shm_ctl, done), round + 1)) return FSDP_OK; /* peers still read */
-    if (r->coll == COLL_REDUCE_SCATTER && r->in_place && c->rank > 0)
-        memmove(r->recv, (char *)r->recv + (size_t)c->rank * n, n);
     r->shm_k = 1;
     *done = 1;
     return FSDP_OK;
