@@ -459,17 +459,23 @@ if want('comm'):
     p("## All-gather / reduce-scatter bus bandwidth\n")
     p("nccl-tests definitions: size = the whole buffer, busbw = algbw x (n-1)/n; ranks are processes on this "
       "machine (shared memory). Largest size:\n")
-    p("busbw in GB/s of fsdp.c's shared-memory transport (shm), its MPI paths (mpi), Open MPI's own blocking "
+    p("busbw in GB/s of fsdp.c's shared-memory transport out of place (shm), in the engine's form (eng), the "
+      "engine's form with buffers from the shared heap (heap), its MPI paths (mpi), Open MPI's own blocking "
       "collective called directly (ompi; no bf16 sum in MPI), and memcpy of the same size on every rank at the "
-      "same moment; shm/cpy = shm busbw / memcpy.\n")
-    p("| ranks | collective | dtype | size MiB | shm | mpi | ompi | memcpy | shm/cpy |")
-    p("|---|---|---|---|---|---|---|---|---|")
+      "same moment; heap/cpy = heap busbw / memcpy (bench/bench_comm.c says what each form does).\n")
+    cols = ("shm_busbw", "eng_busbw", "heap_busbw", "mpi_busbw", "ompi_busbw", "memcpy", "heap/cpy")
+    p("| ranks | collective | dtype | size MiB | shm | eng | heap | mpi | ompi | memcpy | heap/cpy |")
+    p("|---|---|---|---|---|---|---|---|---|---|---|")
     for w, log in ((2, "comm2.log"), (4, "comm4.log")):
+        head = None
         for line in read(log).splitlines():
             f = line.split()
-            if len(f) == 12 and f[0] in ("all-gather", "reduce-scatter") and int(f[2]) >= 1048576:
-                p("| %d | %s | %s | %.0f | %s | %s | %s | %s | %s |" % (w, f[0], f[1], int(f[2]) / 1048576.0, f[7], f[8],
-                                                                    f[9], f[10], f[11]))
+            if len(f) > 2 and f[0] == "#" and f[1] == "collective":
+                head = f[1:]  # the column names, as bench_comm prints them
+            elif head and len(f) == len(head) and f[0] in ("all-gather", "reduce-scatter") and int(f[2]) >= 1048576:
+                row = dict(zip(head, f))
+                p("| %d | %s | %s | %.0f | %s |" % (w, f[0], f[1], int(f[2]) / 1048576.0,
+                                                   " | ".join(row[c] for c in cols)))
     p("")
     for w, log in ((2, "comm2.log"), (4, "comm4.log")):
         p("`%s`:\n" % E["CMD_COMM%d" % w])
