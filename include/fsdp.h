@@ -260,8 +260,9 @@ int fsdp_comm_agreed_failure(const fsdp_comm_t *c, fsdp_status *status);
  * In place: send == recv + rank*count (elements) is allowed. */
 fsdp_status fsdp_comm_all_gather(fsdp_comm_t *c, const void *send, void *recv, size_t count, fsdp_dtype t);
 /* Every rank sends size*count elements; recv gets the reduction of block `rank` (count elements).
- * In place: recv == send is allowed (result in the first count elements). BF16 is summed in fp32 per
- * element over all ranks in rank order and rounded once. */
+ * In place: recv == send (result in the first count elements) or recv == send + rank*count (result in
+ * this rank's own block, where nothing has to move: the cheaper form) are allowed. BF16 is summed in
+ * fp32 per element over all ranks in rank order and rounded once. */
 fsdp_status fsdp_comm_reduce_scatter(fsdp_comm_t *c, const void *send, void *recv, size_t count, fsdp_dtype t,
                                      fsdp_reduce_op op);
 /* In place: send == recv allowed. */

@@ -276,9 +276,11 @@ static fsdp_status check_args(fsdp_comm_t *c, comm_coll k, const void *send, voi
             return FSDP_ERR(FSDP_EINVAL, "reduce-scatter: %s is NULL with count %zu", send ? "recv" : "send",
                             count);
         req->in_place = send == recv;
-        if (!req->in_place && overlaps(send, nw, recv, n))
-            return FSDP_ERR(FSDP_EINVAL, "reduce-scatter: recv overlaps send but is not equal to it; use "
-                                         "separate buffers or recv == send");
+        /* recv == send + rank*count: the result stays in this rank's own block (nothing to move) */
+        if (!req->in_place && (const char *)recv != (const char *)send + (size_t)c->rank * n &&
+            overlaps(send, nw, recv, n))
+            return FSDP_ERR(FSDP_EINVAL, "reduce-scatter: recv overlaps send but is neither send nor send + "
+                                         "rank*count; use separate buffers or one of those positions");
         break;
     case COLL_ALL_REDUCE:
         if (send == NULL || recv == NULL)
@@ -884,6 +886,9 @@ fsdp_status fsdp_comm_ireduce_scatter_acc(fsdp_comm_t *c, const float *send, flo
     FSDP_TRY(check_args(c, COLL_REDUCE_SCATTER, send, acc, count, FSDP_F32, FSDP_SUM, 0, &tmp));
     if (tmp.in_place)
         return FSDP_ERR(FSDP_EINVAL, "reduce-scatter (accumulate): acc must not be send (it adds into acc)");
+    if (count > 0 && acc == send + (size_t)c->rank * count) /* allowed for the plain form only */
+        return FSDP_ERR(FSDP_EINVAL,
+                        "reduce-scatter (accumulate): acc overlaps send (it is this rank's block)");
     if (scale != scale) return FSDP_ERR(FSDP_EINVAL, "reduce-scatter (accumulate): scale is NaN");
     tmp.acc = 1;
     tmp.acc_scale = scale;

@@ -109,11 +109,12 @@ static void test_all_gather(fsdp_comm_t *c, size_t count, fsdp_dtype t, int in_p
     xfree(recv);
 }
 
+/* in_place: 0 separate buffers; 1 recv == send; 2 recv == send + rank*count (the own block). */
 static void test_reduce_scatter(fsdp_comm_t *c, size_t count, fsdp_dtype t, fsdp_reduce_op op, valfn f,
                                 int in_place, int nonblocking) {
     size_t es = fsdp_dtype_size(t);
     char *send = xalloc((size_t)W * count * es);
-    char *recv = in_place ? send : xalloc(count * es);
+    char *recv = in_place == 1 ? send : in_place == 2 ? send + (size_t)R * count * es : xalloc(count * es);
     for (size_t j = 0; j < (size_t)W * count; j++)
         put(send, t, j, f(R, j));
     if (nonblocking) {
@@ -133,6 +134,12 @@ static void test_reduce_scatter(fsdp_comm_t *c, size_t count, fsdp_dtype t, fsdp
     }
     CHECKF(bad == 0, "reduce-scatter count %zu %s op %d in_place %d nb %d: %zu wrong", count,
            fsdp_dtype_name(t), (int)op, in_place, nonblocking, bad);
+    if (in_place == 2) { /* the peers' blocks of send are left as they were */
+        size_t moved = 0;
+        for (size_t j = 0; j < (size_t)W * count; j += stride_for(count))
+            moved += j / count != (size_t)R && get(send, t, j) != f(R, j);
+        CHECKF(moved == 0, "reduce-scatter into the own block changed %zu elements of other blocks", moved);
+    }
     if (!in_place) xfree(recv);
     xfree(send);
 }
@@ -207,11 +214,11 @@ static void sweep(fsdp_comm_t *c, size_t count) {
     fsdp_reduce_op ops[] = {FSDP_SUM, FSDP_AVG, FSDP_MAX};
     for (int d = 0; d < 2; d++) {
         valfn f = ts[d] == FSDP_F32 ? vf : vb;
-        for (int ip = 0; ip < 2; ip++) {
-            test_all_gather(c, count, ts[d], ip, ip);
+        for (int ip = 0; ip < 3; ip++) {
+            if (ip < 2) test_all_gather(c, count, ts[d], ip, ip);
             for (int o = 0; o < 3; o++) {
                 test_reduce_scatter(c, count, ts[d], ops[o], f, ip, o == 1);
-                test_all_reduce(c, count, ts[d], ops[o], f, ip);
+                if (ip < 2) test_all_reduce(c, count, ts[d], ops[o], f, ip);
             }
         }
         test_broadcast(c, count, ts[d], W - 1);
@@ -290,6 +297,9 @@ static void test_einval(fsdp_comm_t *c) {
     CHECK(q == NULL);
     CHECK_ERR(fsdp_comm_ireduce_scatter_acc(c, buf, buf, 2, 1.0f, &q), FSDP_EINVAL, "acc must not be send");
     CHECK_ERR(fsdp_comm_ireduce_scatter_acc(c, buf + 1, buf, 3, 1.0f, &q), FSDP_EINVAL, "overlaps");
+    if (R > 0) /* acc at send + rank*count: the plain form's own-block position, refused here */
+        CHECK_ERR(fsdp_comm_ireduce_scatter_acc(c, buf, buf + (size_t)R * 2, 2, 1.0f, &q), FSDP_EINVAL,
+                  "overlaps");
     CHECK_ERR(fsdp_comm_ireduce_scatter_acc(c, buf, buf + 8, 1, NAN, &q), FSDP_EINVAL, "NaN");
     CHECK_ERR(fsdp_comm_ireduce_scatter_acc(c, buf, buf + 8, 1, 1.0f, NULL), FSDP_EINVAL, "req");
     CHECK(q == NULL);
@@ -381,6 +391,8 @@ static void second_transport(int shm, const char *mode) {
     test_all_gather(c, (size_t)1 << 18, FSDP_BF16, 1, 1);
     if (heap) {
         test_reduce_scatter(c, (size_t)1 << 20, FSDP_BF16, FSDP_SUM, vb, 1, 1);
+        test_reduce_scatter(c, (size_t)1 << 20, FSDP_BF16, FSDP_SUM, vb, 2, 0);
+        test_reduce_scatter(c, (size_t)1 << 18, FSDP_F32, FSDP_SUM, vf, 2, 1);
         test_reduce_scatter(c, (size_t)1 << 18, FSDP_F32, FSDP_SUM, vf, 0, 0);
         test_all_gather(c, (size_t)1 << 18, FSDP_F32, 0, 0);
         use_heap = 0;
