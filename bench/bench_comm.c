@@ -10,13 +10,15 @@
  * call is the slowest rank's mean over the timed iterations; the transports alternate size by size.
  * shm and mpi time the out-of-place form (nccl-tests' default); eng times the shared-memory transport
  * in the form the engine calls it (all-gather in place, f32 reduce-scatter accumulating into a
- * separate gradient buffer, bf16 reduce-scatter in place): an in-place all-gather does not copy its
- * own block, so its ceiling against memcpy is 1.0 where the out-of-place one's is 0.5 at 2 ranks.
- * heap times the engine's form again with both buffers from fsdp_mem_alloc_shared (the host-shared
- * heap, as the engine allocates main_grad, the bf16 wire and the unsharded parameters): the peers read
- * them with plain loads instead of process_vm_readv. A reduce-scatter that reads its own block and the
- * peers' and writes (or accumulates into) one block moves 3 blocks at 2 ranks for the block busbw
- * counts, memcpy 2 of the same size: its ceiling against memcpy is ~1.3 at 2 ranks (more accumulating).
+ * separate gradient buffer, bf16 reduce-scatter in place into the rank's own block): an in-place
+ * all-gather does not copy its own block, so its ceiling against memcpy is 1.0 where the out-of-place
+ * one's is 0.5 at 2 ranks. heap times the engine's form again with both buffers from
+ * fsdp_mem_alloc_shared (the host-shared heap, as the engine allocates main_grad, the bf16 wire and the
+ * unsharded parameters): the peers read them with plain loads instead of process_vm_readv. At 2 ranks
+ * a reduce-scatter reads two blocks and writes one for the one block busbw counts (the accumulating
+ * form reads a third), and memcpy of the same size (two blocks) reads two and writes two, plus two
+ * more reads for ownership where its stores are not streamed: ceilings of 0.67-1.0 against memcpy
+ * (0.5-0.75 accumulating), the lower one past the caches, where memcpy streams.
  * Usage: bench_comm [max_mib (256)] [min_kib (1)] */
 #include "fsdp.h"
 
@@ -43,12 +45,15 @@ static int iters_for(size_t size) {
 }
 
 /* One call in the engine's form: all-gather in place (send = recv + rank*count), reduce-scatter F32
- * accumulating into the gradient shard (fsdp_comm_ireduce_scatter_acc), BF16 in place. */
+ * accumulating into the gradient shard (fsdp_comm_ireduce_scatter_acc), BF16 in place into the rank's
+ * own block (recv = send + rank*count). */
 static fsdp_status engine_form(fsdp_comm_t *c, int k, void *send, void *recv, size_t count, fsdp_dtype t) {
     size_t es = fsdp_dtype_size(t);
     if (k == 0)
         return fsdp_comm_all_gather(c, (char *)recv + (size_t)fsdp_comm_rank(c) * count * es, recv, count, t);
-    if (t == FSDP_BF16) return fsdp_comm_reduce_scatter(c, send, send, count, t, FSDP_SUM);
+    if (t == FSDP_BF16) /* in place, the result left in this rank's own block, as the engine calls it */
+        return fsdp_comm_reduce_scatter(c, send, (char *)send + (size_t)fsdp_comm_rank(c) * count * es, count,
+                                        t, FSDP_SUM);
     fsdp_comm_req_t *q = NULL;
     FSDP_TRY_BENCH(fsdp_comm_ireduce_scatter_acc(c, send, recv, count, 1.0f, &q));
     return fsdp_comm_wait(q);

@@ -179,11 +179,12 @@ fsdp_status shard_reduce_start(fsdp_unit_t *u) {
     if (e->cfg.reduce_dtype == FSDP_F32) {
         shard_set_label(u, no_shard ? "all-reduce grads" : "reduce-scatter grads");
         st = no_shard ? fsdp_comm_iall_reduce(e->comm, mg, mg, u->padded, FSDP_F32, FSDP_SUM, &u->reduce)
-                      : fsdp_comm_ireduce_scatter(e->shard_comm, mg, mg, u->shard_len, FSDP_F32, FSDP_SUM,
-                                                  &u->reduce);
+                      : fsdp_comm_ireduce_scatter(e->shard_comm, mg, mg + u->shard_off, u->shard_len,
+                                                  FSDP_F32, FSDP_SUM, &u->reduce);
         return st;
     }
-    /* bf16 wire: one cast into a comm buffer, reduced in place; finish upcasts the result into mg. */
+    /* bf16 wire: one cast into a comm buffer, reduced in place; finish upcasts the result into mg. Both
+     * reduce-scatters leave the result in this rank's own block (shard_off), where nothing moves. */
     FSDP_TRY(fsdp_mem_alloc_shared((void **)&u->wire, u->padded * sizeof(fsdp_bf16), FSDP_MEM_COMM));
     {
         FSDP_PROF_SCOPE(FSDP_PROF_CAST);
@@ -192,8 +193,8 @@ fsdp_status shard_reduce_start(fsdp_unit_t *u) {
     shard_set_label(u, no_shard ? "all-reduce grads (bf16)" : "reduce-scatter grads (bf16)");
     st = no_shard
              ? fsdp_comm_iall_reduce(e->comm, u->wire, u->wire, u->padded, FSDP_BF16, FSDP_SUM, &u->reduce)
-             : fsdp_comm_ireduce_scatter(e->shard_comm, u->wire, u->wire, u->shard_len, FSDP_BF16, FSDP_SUM,
-                                         &u->reduce);
+             : fsdp_comm_ireduce_scatter(e->shard_comm, u->wire, u->wire + u->shard_off, u->shard_len,
+                                         FSDP_BF16, FSDP_SUM, &u->reduce);
     if (st != FSDP_OK) { /* refused before anything was posted */
         fsdp_mem_free(u->wire);
         u->wire = NULL;
@@ -234,9 +235,10 @@ fsdp_status shard_reduce_finish(fsdp_unit_t *u) {
         return FSDP_OK;
     }
     size_t n_out = u->shard_len; /* NO_SHARD: padded (everything) */
+    mg += u->shard_off;          /* the result: this rank's own block (NO_SHARD: offset 0) */
     if (u->wire != NULL) {
         FSDP_PROF_SCOPE(FSDP_PROF_CAST);
-        fsdp_bf16_to_f32_n(mg, u->wire, n_out);
+        fsdp_bf16_to_f32_n(mg, u->wire + u->shard_off, n_out);
         fsdp_mem_free(u->wire);
         u->wire = NULL;
     }
