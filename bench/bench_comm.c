@@ -14,7 +14,8 @@
  * all-gather does not copy its own block, so its ceiling against memcpy is 1.0 where the out-of-place
  * one's is 0.5 at 2 ranks. heap times the engine's form again with both buffers from
  * fsdp_mem_alloc_shared (the host-shared heap, as the engine allocates main_grad, the bf16 wire and the
- * unsharded parameters): the peers read them with plain loads instead of process_vm_readv. At 2 ranks
+ * unsharded parameters): the peers read them with plain loads instead of process_vm_readv; hoop times
+ * the out-of-place form (nccl-tests' default, as Open MPI's) with heap buffers. At 2 ranks
  * a reduce-scatter reads two blocks and writes one for the one block busbw counts (the accumulating
  * form reads a third), and memcpy of the same size (two blocks) reads two and writes two, plus two
  * more reads for ownership where its stores are not streamed: ceilings of 0.67-1.0 against memcpy
@@ -149,10 +150,10 @@ int main(int argc, char **argv) {
                fsdp_comm_shm_active(c[0]) ? "shm" : "mpi (shm does not apply here)",
                heap ? "yes" : "no (heap = eng's buffers from the ordinary heap)",
                getenv("OMP_NUM_THREADS") ? getenv("OMP_NUM_THREADS") : "(unset)");
-        printf("# %-14s %-5s %12s %12s %6s %11s %11s %10s %10s %10s %10s %10s %10s %8s %8s %8s\n",
+        printf("# %-14s %-5s %12s %12s %6s %11s %11s %10s %10s %10s %10s %10s %10s %10s %8s %8s %8s %8s\n",
                "collective", "dtype", "size_bytes", "count/rank", "iters", "shm_us", "mpi_us", "shm_busbw",
-               "eng_busbw", "heap_busbw", "mpi_busbw", "ompi_busbw", "memcpy", "shm/cpy", "eng/cpy",
-               "heap/cpy");
+               "eng_busbw", "heap_busbw", "hoop_busbw", "mpi_busbw", "ompi_busbw", "memcpy", "shm/cpy",
+               "eng/cpy", "heap/cpy", "hoop/cpy");
     }
     const char *names[2] = {"all-gather", "reduce-scatter"};
     fsdp_dtype dts[2] = {FSDP_F32, FSDP_BF16};
@@ -164,7 +165,7 @@ int main(int argc, char **argv) {
                 if (count == 0) continue;
                 size_t size = count * (size_t)world * es; /* the total buffer, nccl-tests' "size" */
                 int iters = iters_for(size);
-                double t[2], te, th;
+                double t[2], te, th, tho;
                 for (int tr = 0; tr < 2; tr++)
                     if ((t[tr] = time_coll(c[tr], k, 0, send, recv, count, dts[d], iters)) < 0)
                         return die(c[tr], names[k]);
@@ -172,11 +173,14 @@ int main(int argc, char **argv) {
                     return die(c[0], names[k]);
                 if ((th = time_coll(c[0], k, 1, hsend, hrecv, count, dts[d], iters)) < 0)
                     return die(c[0], names[k]);
+                if ((tho = time_coll(c[0], k, 0, hsend, hrecv, count, dts[d], iters)) < 0)
+                    return die(c[0], names[k]);
                 double to = time_ompi(c[0], k, send, recv, count, dts[d], iters);
                 double cpy = memcpy_gbs(c[0], recv, send, size, iters);
                 if (cpy < 0) return die(c[0], "memcpy timing");
                 double bus[2], be = (double)size / te / 1e9 * (double)(world - 1) / (double)world;
                 double bh = (double)size / th / 1e9 * (double)(world - 1) / (double)world;
+                double bho = (double)size / tho / 1e9 * (double)(world - 1) / (double)world;
                 for (int tr = 0; tr < 2; tr++)
                     bus[tr] = (double)size / t[tr] / 1e9 * (double)(world - 1) / (double)world;
                 char ob[16] = "n/a";
@@ -184,10 +188,11 @@ int main(int argc, char **argv) {
                     snprintf(ob, sizeof ob, "%.3f",
                              (double)size / to / 1e9 * (double)(world - 1) / (double)world);
                 if (rank == 0)
-                    printf("  %-14s %-5s %12zu %12zu %6d %11.1f %11.1f %10.3f %10.3f %10.3f %10.3f %10s "
-                           "%10.3f %8.2f %8.2f %8.2f\n",
-                           names[k], fsdp_dtype_name(dts[d]), size, count, iters, 1e6 * t[0], 1e6 * t[1],
-                           bus[0], be, bh, bus[1], ob, cpy, bus[0] / cpy, be / cpy, bh / cpy);
+                    printf(
+                        "  %-14s %-5s %12zu %12zu %6d %11.1f %11.1f %10.3f %10.3f %10.3f %10.3f %10.3f %10s "
+                        "%10.3f %8.2f %8.2f %8.2f %8.2f\n",
+                        names[k], fsdp_dtype_name(dts[d]), size, count, iters, 1e6 * t[0], 1e6 * t[1], bus[0],
+                        be, bh, bho, bus[1], ob, cpy, bus[0] / cpy, be / cpy, bh / cpy, bho / cpy);
                 if (rank == 0) fflush(stdout);
             }
     fsdp_mem_free(hrecv);

@@ -460,12 +460,15 @@ if want('comm'):
     p("nccl-tests definitions: size = the whole buffer, busbw = algbw x (n-1)/n; ranks are processes on this "
       "machine (shared memory). Largest size:\n")
     p("busbw in GB/s of fsdp.c's shared-memory transport out of place (shm), in the engine's form (eng), the "
-      "engine's form with buffers from the shared heap (heap), its MPI paths (mpi), Open MPI's own blocking "
+      "engine's form with buffers from the shared heap (heap), out of place from the shared heap (hoop), its MPI "
+      "paths (mpi), Open MPI's own blocking "
       "collective called directly (ompi; no bf16 sum in MPI), and memcpy of the same size on every rank at the "
       "same moment; heap/cpy = heap busbw / memcpy (bench/bench_comm.c says what each form does).\n")
-    cols = ("shm_busbw", "eng_busbw", "heap_busbw", "mpi_busbw", "ompi_busbw", "memcpy", "heap/cpy")
-    p("| ranks | collective | dtype | size MiB | shm | eng | heap | mpi | ompi | memcpy | heap/cpy |")
-    p("|---|---|---|---|---|---|---|---|---|---|---|")
+    cols = ("shm_busbw", "eng_busbw", "heap_busbw", "hoop_busbw", "mpi_busbw", "ompi_busbw", "memcpy", "heap/cpy",
+            "hoop/cpy")
+    p("| ranks | collective | dtype | size MiB | shm | eng | heap | hoop | mpi | ompi | memcpy | heap/cpy | "
+      "hoop/cpy |")
+    p("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for w, log in ((2, "comm2.log"), (4, "comm4.log")):
         head = None
         for line in read(log).splitlines():
