@@ -88,7 +88,6 @@ fsdp_status core_heap_open(int sharers, core_heap_info *out);
 void core_heap_close(void);
 void *core_heap_alloc(size_t bytes);
 fsdp_status core_heap_free(void *p, size_t bytes);
-int core_heap_owns(const void *p);
 uint64_t core_heap_offset(const void *p, size_t bytes);
 size_t core_heap_live(void);
 void core_heap_cached(size_t *cur, size_t *peak);

@@ -151,15 +151,6 @@ void *core_heap_alloc(size_t bytes) {
     return p;
 }
 
-int core_heap_owns(const void *p) {
-    const char *c = p;
-    /* heap_base and heap_size never change once set (the arena lives to the process's end) */
-    pthread_mutex_lock(&heap_mu);
-    int in = heap_base != NULL && c >= heap_base && c < heap_base + heap_size;
-    pthread_mutex_unlock(&heap_mu);
-    return in;
-}
-
 uint64_t core_heap_offset(const void *p, size_t bytes) {
     const char *c = p;
     pthread_mutex_lock(&heap_mu);
