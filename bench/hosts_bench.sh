@@ -32,6 +32,11 @@
 # hosts and links: "comm-only s" is its step time. The compute-only time is the "local" row (the same
 # world on one host). "step / max" divides the step by the larger of the two (issue 16's goal: <= 1.15
 # with overlap); it needs RATES to include local.
+#
+# CPU: the machine's CPU seconds per step (all cores, from /proc/stat over the same steps 2..STEPS):
+# user, kernel (system + irq + softirq) and idle. The namespace hosts share this machine's cores, and
+# their TCP and veth work is kernel time taken from the same cores the ranks compute on; when user +
+# kernel fill the cores, the step is bound by the CPU, not by the links or by the overlap.
 set -euo pipefail
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=$SRC/build
@@ -71,8 +76,8 @@ sum_bytes() { "$HOSTS" bytes | awk '{s += $2 + $3} END {printf "%.0f\n", s / 2}'
 
 echo "# hosts_bench: $(lscpu | sed -n 's/^Model name: *//p'), $(getconf _NPROCESSORS_ONLN) cores; fsdp-train $SHAPE, batch $BATCH_PER_RANK per rank, $STEPS steps; extra flags: ${EXTRA[*]:-(none)}; $(git -C "$SRC" rev-parse --short HEAD 2>/dev/null || echo '?')"
 echo
-echo "| hosts x ranks | link | step time (s, mean of steps 2..$STEPS) | tokens/s | comm-only s | step / max(compute, comm) | on the wire per step (MB) | predicted, ideal (MB) | predicted, libnbc (MB) | measured / libnbc |"
-echo "|---|---|---|---|---|---|---|---|---|---|"
+echo "| hosts x ranks | link | step time (s, mean of steps 2..$STEPS) | tokens/s | comm-only s | step / max(compute, comm) | on the wire per step (MB) | predicted, ideal (MB) | predicted, libnbc (MB) | measured / libnbc | CPU s per step, all $(getconf _NPROCESSORS_ONLN) cores: user / kernel / idle |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|"
 for n in $HOSTS_LIST; do
     "$HOSTS" up "$n" >/dev/null
     for rate in $RATES; do
@@ -89,18 +94,18 @@ for n in $HOSTS_LIST; do
             --eval-every 0 --sample-tokens 0 --log-every 1 --threads 1 --checkpoint-dir "ck_$tag" \
             --metrics "$tag.jsonl" "${EXTRA[@]}" >"$tag.log" 2>&1 &
         job=$!
-        b1="" b2=""
+        b1="" b2="" c1="" c2=""
         while kill -0 $job 2>/dev/null; do
-            if [ -z "$b1" ] && grep -q '"step": 1,' "$tag.jsonl" 2>/dev/null; then b1=$(sum_bytes); fi
-            if [ -z "$b2" ] && grep -q "\"step\": $STEPS," "$tag.jsonl" 2>/dev/null; then b2=$(sum_bytes); fi
+            if [ -z "$b1" ] && grep -q '"step": 1,' "$tag.jsonl" 2>/dev/null; then b1=$(sum_bytes) c1=$(head -1 /proc/stat); fi
+            if [ -z "$b2" ] && grep -q "\"step\": $STEPS," "$tag.jsonl" 2>/dev/null; then b2=$(sum_bytes) c2=$(head -1 /proc/stat); fi
             sleep 0.02
         done
         wait $job || { echo "hosts_bench: run on $n hosts at $rate failed:" >&2; tail -5 "$tag.log" >&2; exit 1; }
         "${launch[@]}" "$COMM" "${COMM_ARGS[@]}" >"$tag.comm" 2>&1 ||
             { echo "hosts_bench: bench_step_comm on $n hosts at $rate failed:" >&2; tail -5 "$tag.comm" >&2; exit 1; }
-        python3 - "$tag.jsonl" "$tag.log" "$STEPS" "$n" "$rate" "$b1" "$b2" "$prec" "$strat" "$rdt" "$tag.comm" "${n}_local.jsonl" "$inflight" <<'PY'
+        python3 - "$tag.jsonl" "$tag.log" "$STEPS" "$n" "$rate" "$b1" "$b2" "$prec" "$strat" "$rdt" "$tag.comm" "${n}_local.jsonl" "$inflight" "$c1" "$c2" <<'PY'
 import json, os, re, sys
-f, log, steps, n, rate, b1, b2, prec, strat, rdt, commf, localf, inflight = sys.argv[1:]
+f, log, steps, n, rate, b1, b2, prec, strat, rdt, commf, localf, inflight, c1, c2 = sys.argv[1:]
 steps, n, inflight = int(steps), int(n), int(inflight)
 def mean_step(path):
     m = {d["step"]: d for d in map(json.loads, open(path)) if "step_s" in d}
@@ -123,11 +128,18 @@ ag = {"full": 2 * blocks - kept + root, "grad-op": P, "none": 0}[strat] * pb * (
 rs_ideal = (2 if strat == "none" else 1) * gb * P * (n - 1)
 rs_nbc = rs_ideal if strat == "none" or gb == 2 else gb * P * (n - 1) * (1 + 1 / n)
 ideal, nbc = ag + rs_ideal, ag + rs_nbc
+# The machine's CPU time per measured step from /proc/stat (all cores, USER_HZ ticks): user (+nice),
+# kernel (system, irq, softirq: here mostly the namespace hosts' TCP and veth work), idle (+iowait).
+cpu = "-"
+if c1 and c2:
+    a, b = (list(map(int, c.split()[1:9])) for c in (c1, c2))
+    d = [(y - x) / os.sysconf("SC_CLK_TCK") / (steps - 1) for x, y in zip(a, b)]
+    cpu = f"{d[0] + d[1]:.2f} / {d[2] + d[5] + d[6]:.2f} / {d[3] + d[4]:.2f}"
 if rate == "local":  # one host: nothing crosses a link
-    print(f"| 1 x {n} (one host) | shared memory | {t:.2f} | {batch * T / t:.0f} | {comm:.2f} | {ratio} | - | {ideal / 1e6:.0f} | {nbc / 1e6:.0f} | - |")
+    print(f"| 1 x {n} (one host) | shared memory | {t:.2f} | {batch * T / t:.0f} | {comm:.2f} | {ratio} | - | {ideal / 1e6:.0f} | {nbc / 1e6:.0f} | - | {cpu} |")
 else:
     wire = (int(b2) - int(b1)) / (steps - 1) if b1 and b2 else float("nan")
-    print(f"| {n} x 1 | {rate} | {t:.2f} | {batch * T / t:.0f} | {comm:.2f} | {ratio} | {wire / 1e6:.0f} | {ideal / 1e6:.0f} | {nbc / 1e6:.0f} | {wire / nbc:.3f} |")
+    print(f"| {n} x 1 | {rate} | {t:.2f} | {batch * T / t:.0f} | {comm:.2f} | {ratio} | {wire / 1e6:.0f} | {ideal / 1e6:.0f} | {nbc / 1e6:.0f} | {wire / nbc:.3f} | {cpu} |")
 PY
     done
     "$HOSTS" down
