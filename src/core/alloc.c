@@ -141,6 +141,12 @@ static void timeline_record_locked(fsdp_mem_cat cat, int64_t delta) {
     tl_ev[tl_n++] = (fsdp_mem_event){.t_s = fsdp_time_s() - tl_t0, .cat = cat, .delta = delta};
 }
 
+/* A block's whole size: the header's alignment unit plus the request rounded up to whole units. The
+ * allocation and the free (the reuse park, the shared heap's extent) must agree on it. */
+static size_t block_bytes(size_t bytes) {
+    return FSDP_MEM_ALIGN + ((bytes + FSDP_MEM_ALIGN - 1) / FSDP_MEM_ALIGN) * FSDP_MEM_ALIGN;
+}
+
 static fsdp_status mem_alloc_impl(void **out, size_t bytes, fsdp_mem_cat cat, int zero, int shared,
                                   const char *who) {
     if (out == NULL) return fsdp_set_error_at(FSDP_EINVAL, who, "out must not be NULL");
@@ -156,7 +162,7 @@ static fsdp_status mem_alloc_impl(void **out, size_t bytes, fsdp_mem_cat cat, in
                                  "cannot allocate %zu bytes for category %s: the size overflows; this is "
                                  "likely a negative or corrupted size computed by the caller",
                                  bytes, cat_names[cat]);
-    size_t total = FSDP_MEM_ALIGN + ((bytes + FSDP_MEM_ALIGN - 1) / FSDP_MEM_ALIGN) * FSDP_MEM_ALIGN;
+    size_t total = block_bytes(bytes);
     unsigned char *base = shared ? core_heap_alloc(total) : NULL;
     shared = base != NULL;
 #ifdef MEM_REUSE
@@ -236,7 +242,7 @@ void fsdp_mem_free(void *p) {
     mem_total_cur -= bytes;
     timeline_record_locked(cat, -(int64_t)bytes);
     pthread_mutex_unlock(&mem_lock);
-    size_t total = FSDP_MEM_ALIGN + ((bytes + FSDP_MEM_ALIGN - 1) / FSDP_MEM_ALIGN) * FSDP_MEM_ALIGN;
+    size_t total = block_bytes(bytes);
     if (h->shared) {
         fsdp_status st = core_heap_free(base, total);
         FSDP_INVARIANT(st == FSDP_OK);
