@@ -12,7 +12,7 @@
  * --measure exits 1 if master, optim, grad_shard, param_full or main_grad differ from the plan. */
 #include "fsdp.h"
 #include "bench_gpt_flags.h"
-#include "model/gpt.h"
+#include "model/gpt2/gpt.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -11,7 +11,7 @@
 #include "core/core.h"
 #include "core/prof.h"
 #include "kernels/kernels.h"
-#include "model/gpt.h"
+#include "model/gpt2/gpt.h"
 #include "train/train.h"
 
 #include <omp.h>

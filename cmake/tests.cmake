@@ -12,7 +12,7 @@ function(fsdp_test_executable n src layer)
   set_target_properties(${n} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}/tests)
 endfunction()
 
-foreach(layer core comm shard kernels model train)
+foreach(layer core comm shard kernels model io data checkpoint train)
   file(GLOB unit_tests CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/tests/${layer}/test_*.c)
   foreach(src ${unit_tests})
     get_filename_component(n ${src} NAME_WE)

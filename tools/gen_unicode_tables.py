@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""gen_unicode_tables.py — writes src/train/unicode_tables.h: the code-point ranges of the Unicode general
+"""gen_unicode_tables.py — writes src/data/unicode_tables.h: the code-point ranges of the Unicode general
 categories L (letters) and N (numbers) that GPT-2's pre-tokenizer pattern (\\p{L}, \\p{N}) uses, from
 Python's unicodedata (Unicode 14.0 in Debian 12's Python 3.11, the version of the Oniguruma that the
-`tokenizers` library's regex uses). Run: /usr/bin/python3 tools/gen_unicode_tables.py > src/train/unicode_tables.h
+`tokenizers` library's regex uses). Run: /usr/bin/python3 tools/gen_unicode_tables.py > src/data/unicode_tables.h
 """
 import sys
 import unicodedata

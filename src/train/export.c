@@ -5,10 +5,10 @@
 #include "train/train.h"
 
 #include "core/core.h"
-#include "model/gpt.h"
-#include "train/bpe.h"
-#include "train/checkpoint.h"
-#include "train/io.h"
+#include "model/gpt2/gpt.h"
+#include "data/bpe.h"
+#include "checkpoint/checkpoint.h"
+#include "io/io.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>

@@ -4,10 +4,10 @@
 
 #include "core/core.h"
 #include "kernels/kernels.h"
-#include "model/gpt.h"
-#include "train/checkpoint.h"
-#include "train/io.h"
-#include "train/safetensors.h"
+#include "model/gpt2/gpt.h"
+#include "checkpoint/checkpoint.h"
+#include "io/io.h"
+#include "io/safetensors.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>

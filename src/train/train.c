@@ -8,12 +8,12 @@
 #include "core/core.h"
 #include "core/prof.h"
 #include "kernels/kernels.h"
-#include "model/gpt.h"
-#include "train/bpe.h"
-#include "train/checkpoint.h"
-#include "train/data.h"
+#include "model/gpt2/gpt.h"
+#include "data/bpe.h"
+#include "checkpoint/checkpoint.h"
+#include "data/data.h"
 #include "train/hf.h"
-#include "train/io.h"
+#include "io/io.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>

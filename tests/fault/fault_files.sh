@@ -92,7 +92,7 @@ outputs)
     [ -p outfifo ] && ok || bad "export replaced the FIFO"
     # prepare into a folder whose train.bin is a FIFO: refused before anything is written there
     mkdir -p pf && mkfifo pf/train.bin
-    fails_with prep_out_fifo "pf/train.bin is a FIFO" "$BIN" prepare --text "$SRC"/src/train/io.c --out pf
+    fails_with prep_out_fifo "pf/train.bin is a FIFO" "$BIN" prepare --text "$SRC"/src/io/io.c --out pf
     [ -p pf/train.bin ] && [ ! -e pf/val.bin ] && [ ! -e pf/meta.json ] && ok || bad "prepare wrote into pf: $(ls pf)"
     # self-overwrite: export onto the checkpoint it reads, prepare onto its own input
     before=$(snapshot ck4)

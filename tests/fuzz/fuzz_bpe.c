@@ -1,4 +1,4 @@
-/* fuzz_bpe.c — libFuzzer target for the byte-level BPE (src/train/bpe.h). Byte 0 picks the mode:
+/* fuzz_bpe.c — libFuzzer target for the byte-level BPE (src/data/bpe.h). Byte 0 picks the mode:
  * even: the rest is text, encoded with a fixed tokenizer built here (256 byte tokens, a few merges,
  * <|endoftext|>): every id in the vocabulary, at most one id per byte, and decode(encode(x)) == x exactly;
  * odd: the rest is a tokenizer.json: a loaded one encodes a fixed text and decodes it back exactly, a
@@ -6,7 +6,7 @@
 #include "fuzz_common.h"
 
 #include "fsdp.h"
-#include "train/bpe.h"
+#include "data/bpe.h"
 
 #include <cjson/cJSON.h>
 

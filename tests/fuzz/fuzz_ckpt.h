@@ -1,5 +1,5 @@
 /* fuzz_ckpt.h — the known-good checkpoint the manifest and shard fuzz targets start from: a world-1
- * save (src/train/checkpoint.h) of two small units, one with a tied tensor and padding, written once
+ * save (src/checkpoint/checkpoint.h) of two small units, one with a tied tensor and padding, written once
  * per fuzzing process into the scratch folder. The targets then replace one file of it per input. */
 #ifndef FSDP_FUZZ_CKPT_H
 #define FSDP_FUZZ_CKPT_H
@@ -7,7 +7,8 @@
 #include "fuzz_common.h"
 
 #include "fsdp.h"
-#include "train/checkpoint.h"
+#include "checkpoint/checkpoint.h"
+#include "io/io.h"
 #include "train/config.h"
 
 #include <cjson/cJSON.h>

@@ -1,5 +1,5 @@
 /* fuzz_manifest.c — libFuzzer target for a checkpoint's manifest.json (fsdp_ckpt_open's JSON parsing,
- * unit and tensor tables, shard list; src/train/checkpoint.h). Each input replaces manifest.json of a
+ * unit and tensor tables, shard list; src/checkpoint/checkpoint.h). Each input replaces manifest.json of a
  * known-good checkpoint (fuzz_ckpt.h), so an input close to the seed reaches the shard checks and
  * the readers behind them. Also used on the checkpoint's `latest` pointer (fsdp_ckpt_resolve).
  * FSDP_FUZZ_SEED_OUT=FILE writes the good manifest there (how corpus/manifest/ was made). */

@@ -1,9 +1,9 @@
-/* fuzz_meta.c — libFuzzer target for a data folder's meta.json (fsdp_data_meta_vocab, src/train/data.h),
+/* fuzz_meta.c — libFuzzer target for a data folder's meta.json (fsdp_data_meta_vocab, src/data/data.h),
  * the other file `fsdp-train` reads from a prepared data folder. Input: the file's bytes. */
 #include "fuzz_common.h"
 
 #include "fsdp.h"
-#include "train/data.h"
+#include "data/data.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     char path[512];

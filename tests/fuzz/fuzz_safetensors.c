@@ -1,11 +1,11 @@
-/* fuzz_safetensors.c — libFuzzer target for the .safetensors reader (src/train/safetensors.h) that
+/* fuzz_safetensors.c — libFuzzer target for the .safetensors reader (src/io/safetensors.h) that
  * `--init-from` maps: the file through fsdp_st_open (mmap), then every tensor read back as fp32, whole
  * and strided. Input: the file's bytes. Properties: an accepted file's tensors lie inside its data
  * section, match dtype x shape, never overlap, and read without error; a refused one says why. */
 #include "fuzz_common.h"
 
 #include "fsdp.h"
-#include "train/safetensors.h"
+#include "io/safetensors.h"
 
 static const unsigned elem_bytes[] = {4, 2, 2}; /* F32, BF16, F16 */
 

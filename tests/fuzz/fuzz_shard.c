@@ -1,5 +1,5 @@
 /* fuzz_shard.c — libFuzzer target for checkpoint shard files (header, unit table, payload checksum,
- * state; src/train/checkpoint.h) as fsdp_ckpt_open and the readers see them. Each input replaces
+ * state; src/checkpoint/checkpoint.h) as fsdp_ckpt_open and the readers see them. Each input replaces
  * rank_00000.bin of a known-good checkpoint (fuzz_ckpt.h).
  * Input: byte 0 = fix-up flags, bytes 1.. = the shard file. Checksums would stop a fuzzer at the
  * header, so the flags let it repair them: bit 0 recomputes the payload CRC32C into the header, bit 1

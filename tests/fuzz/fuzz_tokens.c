@@ -1,11 +1,11 @@
-/* fuzz_tokens.c — libFuzzer target for token files (src/train/data.h): the header check of
+/* fuzz_tokens.c — libFuzzer target for token files (src/data/data.h): the header check of
  * fsdp_tokens_open, the id check of fsdp_tokens_read, and the loader on top (init, every micro-batch,
  * advance, set_state with an untrusted position).
  * Input: byte 0 picks the vocabulary and the loader's shape, bytes 1.. are the file. */
 #include "fuzz_common.h"
 
 #include "fsdp.h"
-#include "train/data.h"
+#include "data/data.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1) return 0;

@@ -5,7 +5,7 @@
 #define FSDP_TEST_MODEL_GPT_TEST_UTIL_H
 
 #include "fixture.h"
-#include "model/gpt.h"
+#include "model/gpt2/gpt.h"
 
 #include <math.h>
 #include <stdio.h>

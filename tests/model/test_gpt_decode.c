@@ -5,7 +5,7 @@
 #include "test_util.h"
 
 #include "fsdp.h"
-#include "model/gpt.h"
+#include "model/gpt2/gpt.h"
 
 #include <math.h>
 #include <stdlib.h>

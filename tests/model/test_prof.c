@@ -4,7 +4,7 @@
  * twice), and nested scopes split their time between the classes. No speed is asserted. */
 #include "core/prof.h"
 #include "kernels/kernels.h"
-#include "model/gpt.h"
+#include "model/gpt2/gpt.h"
 #include "test_util.h"
 
 #include <omp.h>

@@ -3,8 +3,8 @@
  * that the bytes come back exactly. usage: bpe_tool TOKENIZER.json [--ids] FILE...   exit 0: all round trips
  * exact. With --bench N: encodes every file N times and prints MB/s (bench/run_bpe_bench.sh). */
 #include "fsdp.h"
-#include "train/bpe.h"
-#include "train/io.h"
+#include "data/bpe.h"
+#include "io/io.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,4 +1,4 @@
-# Byte-level BPE (src/train/bpe.c) against the `tokenizers` library (tests/train/bpe_check.sh): a BPE
+# Byte-level BPE (src/data/bpe.c) against the `tokenizers` library (tests/train/bpe_check.sh): a BPE
 # trained by tokenizers on part of the default corpus, then ids equal on the whole corpus and on a file of
 # hard cases, exact decode(encode(x)), prepare --tokenizer, and malformed tokenizer.json files refused.
 # Python: the test venv (FSDP_TEST_PYTHON, set in tests/train/hf.cmake, included before this file);

@@ -6,8 +6,8 @@
 #include "test_util.h"
 
 #include "fsdp.h"
-#include "train/checkpoint.h"
-#include "train/io.h"
+#include "checkpoint/checkpoint.h"
+#include "io/io.h"
 
 #include <cjson/cJSON.h>
 #include <stdlib.h>

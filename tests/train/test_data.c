@@ -4,8 +4,8 @@
 #include "test_util.h"
 
 #include "fsdp.h"
-#include "train/data.h"
-#include "train/io.h"
+#include "data/data.h"
+#include "io/io.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

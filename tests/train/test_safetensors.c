@@ -1,11 +1,11 @@
-/* test_safetensors.c — the .safetensors reader (src/train/safetensors.h) on buffers built here: values
+/* test_safetensors.c — the .safetensors reader (src/io/safetensors.h) on buffers built here: values
  * of every float dtype (F16 checked exhaustively against an ldexp recomputation, BF16 against its bit
  * definition), element ranges and strided reads, and each malformed header refused naming the field.
  * The seeds in tests/fuzz/corpus/safetensors, written by the safetensors library, are checked too. */
 #include "test_util.h"
 
 #include "fsdp.h"
-#include "train/safetensors.h"
+#include "io/safetensors.h"
 
 #include <math.h>
 #include <stdint.h>

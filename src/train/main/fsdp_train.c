@@ -4,7 +4,7 @@
  * library. */
 #include "fsdp.h"
 #include "train/config.h"
-#include "train/data.h"
+#include "data/data.h"
 #include "train/train.h"
 
 #include <errno.h>

@@ -17,8 +17,8 @@
  * + rename). A crash or full disk at any point leaves the previous checkpoint and `latest` as they were.
  * Loading re-slices by global offset within each unit's flat buffer, so any world size can read a
  * checkpoint written by any other. */
-#ifndef FSDP_TRAIN_CHECKPOINT_H
-#define FSDP_TRAIN_CHECKPOINT_H
+#ifndef FSDP_CHECKPOINT_H
+#define FSDP_CHECKPOINT_H
 
 #include "fsdp.h"
 
@@ -59,8 +59,6 @@ typedef struct {
     size_t offset, numel;
     const float *master, *adam_m, *adam_v;
 } fsdp_ckpt_part;
-
-uint32_t fsdp_crc32c(uint32_t crc, const void *data, size_t n); /* start with crc = 0 */
 
 /* ---- engine-free layer (tests, export) */
 

@@ -2,7 +2,7 @@
  * Activations live in one tracked allocation (category activation) carved into named buffers, like
  * llm.c's activation table; with recompute only the residual stream per layer is kept and one set of
  * per-block buffers is reused, recomputed bit for bit in each block's backward. */
-#include "model/gpt.h"
+#include "model/gpt2/gpt.h"
 
 #include "core/core.h"
 #include "kernels/kernels.h"

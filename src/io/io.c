@@ -1,6 +1,6 @@
 /* io.c — POSIX file helpers shared by the trainer's readers and writers (see io.h). Every failure
  * becomes an fsdp_status whose message names the path and the system's reason. */
-#include "train/io.h"
+#include "io/io.h"
 
 #include "core/core.h"
 

@@ -1,6 +1,6 @@
 /* safetensors.c — the .safetensors reader (safetensors.h): mmap, a header validated field by field
  * against the file size, and fp32 reads of any element range with exact BF16/F16 widening. */
-#include "train/safetensors.h"
+#include "io/safetensors.h"
 
 #include "core/core.h"
 

@@ -3,8 +3,8 @@
  * tokens (<|endoftext|>) matched in the text first, as the `tokenizers` library does. Encoding gives the
  * same ids as `tokenizers`; decoding gives the exact bytes back (invalid UTF-8 included: such bytes are
  * tokens of their own kind for the split, and every byte has a token). */
-#ifndef FSDP_TRAIN_BPE_H
-#define FSDP_TRAIN_BPE_H
+#ifndef FSDP_DATA_BPE_H
+#define FSDP_DATA_BPE_H
 
 #include "fsdp.h"
 

@@ -3,11 +3,11 @@
  * matched by hand over UTF-8 code points (unicode_tables.h), merges applied lowest rank first (leftmost
  * among equals, as `tokenizers` does), and a direct-mapped cache of recent words. */
 #define _GNU_SOURCE /* memmem */
-#include "train/bpe.h"
+#include "data/bpe.h"
 
 #include "core/core.h"
-#include "train/io.h"
-#include "train/unicode_tables.h"
+#include "io/io.h"
+#include "data/unicode_tables.h"
 
 #include <cjson/cJSON.h>
 #include <stdlib.h>

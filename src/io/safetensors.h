@@ -3,8 +3,8 @@
  * full against the file size before any tensor is touched: every offset pair in range and matching its
  * dtype and shape, no two tensors overlapping, no duplicate names. Tensors are read as fp32 (F32, BF16
  * and F16 are converted exactly), any element range of them, so a caller can read only its own shard. */
-#ifndef FSDP_TRAIN_SAFETENSORS_H
-#define FSDP_TRAIN_SAFETENSORS_H
+#ifndef FSDP_IO_SAFETENSORS_H
+#define FSDP_IO_SAFETENSORS_H
 
 #include "fsdp.h"
 

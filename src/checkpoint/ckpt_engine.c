@@ -1,7 +1,7 @@
 /* ckpt_engine.c — checkpoints of a live engine: describes its units for the manifest, hands each
  * rank's fp32 master / AdamW shards to the format layer (checkpoint.c), and loads them back — on any
  * world size — after checking that the checkpoint is of this very model (units, tensors, shapes). */
-#include "train/checkpoint.h"
+#include "checkpoint/checkpoint.h"
 
 #include "core/core.h"
 

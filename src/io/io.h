@@ -2,8 +2,8 @@
  * whole writes and positional reads that retry short transfers and report errno with the path,
  * regular-file-only inputs and outputs (docs/DESIGN.md section 7), mkdir -p, and directory fsync for
  * crash-safe renames. */
-#ifndef FSDP_TRAIN_IO_H
-#define FSDP_TRAIN_IO_H
+#ifndef FSDP_IO_IO_H
+#define FSDP_IO_IO_H
 
 #include "fsdp.h"
 
@@ -80,5 +80,8 @@ void fsdp_rm_tree1(const char *dir);
 char *fsdp_strdupf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* What a stat mode is, for messages: "a FIFO", "a folder", "a character device", ... */
 const char *fsdp_io_kind(unsigned mode);
+
+/* CRC32C (Castagnoli) of n bytes, continuing crc (start with crc = 0). */
+uint32_t fsdp_crc32c(uint32_t crc, const void *data, size_t n);
 
 #endif

@@ -1,0 +1,140 @@
+/* tokens.c — token files in llm.c's layout (docs/DESIGN.md section 8): read with pread per range,
+ * validated (header, size, every id below the vocabulary), written atomically. */
+#include "io/tokens.h"
+
+#include "core/core.h"
+#include "io/io.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "token files are little-endian; this build assumes a little-endian host"
+#endif
+
+/* Converts n raw uint16 tokens to int32, checking ids; first_index is the token index of raw[0]. */
+static fsdp_status check_convert(const fsdp_token_file *tf, const uint16_t *raw, size_t n,
+                                 uint64_t first_index, int32_t *out) {
+    for (size_t i = 0; i < n; i++) {
+        if (raw[i] >= tf->vocab)
+            return fsdp_set_error(FSDP_EFORMAT,
+                                  "%s: token %llu has id %u, not below the vocabulary size %d (--vocab): the "
+                                  "file was made for a larger vocabulary, or is corrupt",
+                                  tf->path, (unsigned long long)(first_index + i), raw[i], tf->vocab);
+        if (out) out[i] = raw[i];
+    }
+    return FSDP_OK;
+}
+
+fsdp_status fsdp_tokens_open(fsdp_token_file *tf, const char *path, int vocab) {
+    memset(tf, 0, sizeof *tf);
+    tf->fd = -1;
+    if (vocab <= 0 || vocab > 65536)
+        return FSDP_ERR(FSDP_EINVAL, "vocabulary size %d for %s is outside 1..65536 (uint16 tokens)", vocab,
+                        path);
+    tf->path = fsdp_strdupf("%s", path);
+    if (!tf->path) return FSDP_ERR(FSDP_ENOMEM, "no memory for a path");
+    tf->vocab = vocab;
+    fsdp_status s;
+    s = fsdp_io_open_input(path, &tf->fd);
+    if (s != FSDP_OK) {
+        if (errno == ENOENT)
+            s = fsdp_set_error(FSDP_EIO,
+                               "cannot open token file %s: %s (run `fsdp-train prepare` or tools/setup.sh "
+                               "first, or pass --data DIR)",
+                               path, strerror(ENOENT));
+        goto fail;
+    }
+    struct stat st;
+    if (fstat(tf->fd, &st) != 0) {
+        s = fsdp_set_error(FSDP_EIO, "cannot stat %s: %s", path, strerror(errno));
+        goto fail;
+    }
+    uint64_t size = (uint64_t)st.st_size;
+    if (size < FSDP_TOKENS_HEADER_BYTES) {
+        s = fsdp_set_error(FSDP_EFORMAT, "%s is %llu bytes, shorter than the %d-byte token file header", path,
+                           (unsigned long long)size, FSDP_TOKENS_HEADER_BYTES);
+        goto fail;
+    }
+    int32_t hdr[FSDP_TOKENS_HEADER_INTS];
+    s = fsdp_io_pread_all(tf->fd, hdr, sizeof hdr, 0, path);
+    if (s != FSDP_OK) goto fail;
+    if (hdr[0] != FSDP_TOKENS_MAGIC) {
+        s = fsdp_set_error(FSDP_EFORMAT, "%s: bad magic %d (want %d): not a token file", path, hdr[0],
+                           FSDP_TOKENS_MAGIC);
+        goto fail;
+    }
+    if (hdr[1] != FSDP_TOKENS_VERSION) {
+        s = fsdp_set_error(FSDP_EFORMAT,
+                           "%s: token file version %d is not supported (want %d: uint16 tokens)%s", path,
+                           hdr[1], FSDP_TOKENS_VERSION,
+                           hdr[1] == 2 ? "; version 2 (uint32 tokens, llm.c's Llama 3 files) is not" : "");
+        goto fail;
+    }
+    if (hdr[2] < 0) {
+        s = fsdp_set_error(FSDP_EFORMAT, "%s: negative token count %d in the header", path, hdr[2]);
+        goto fail;
+    }
+    tf->ntok = (uint64_t)hdr[2];
+    uint64_t want = FSDP_TOKENS_HEADER_BYTES + 2 * tf->ntok;
+    if (size != want) {
+        s = fsdp_set_error(FSDP_EFORMAT,
+                           "%s: header says %llu tokens (%llu bytes of file) but the file has %llu bytes: "
+                           "truncated or corrupt; prepare it again",
+                           path, (unsigned long long)tf->ntok, (unsigned long long)want,
+                           (unsigned long long)size);
+        goto fail;
+    }
+    if (tf->ntok <= FSDP_TOKENS_FULL_CHECK_MAX) {
+        uint16_t raw[4096];
+        for (uint64_t p = 0; p < tf->ntok; p += 4096) {
+            size_t n = (size_t)(tf->ntok - p < 4096 ? tf->ntok - p : 4096);
+            s = fsdp_io_pread_all(tf->fd, raw, 2 * n, FSDP_TOKENS_HEADER_BYTES + 2 * p, path);
+            if (s != FSDP_OK) goto fail;
+            s = check_convert(tf, raw, n, p, NULL);
+            if (s != FSDP_OK) goto fail;
+        }
+    }
+    return FSDP_OK;
+fail:
+    fsdp_tokens_close(tf);
+    return s;
+}
+
+fsdp_status fsdp_tokens_read(const fsdp_token_file *tf, uint64_t pos, size_t n, int32_t *out) {
+    if (pos > tf->ntok || n > tf->ntok - pos)
+        return FSDP_ERR(FSDP_EINVAL, "%s: tokens [%llu, %llu) are past its end (%llu tokens)", tf->path,
+                        (unsigned long long)pos, (unsigned long long)(pos + n), (unsigned long long)tf->ntok);
+    uint16_t raw[4096];
+    for (size_t i = 0; i < n; i += 4096) {
+        size_t k = n - i < 4096 ? n - i : 4096;
+        FSDP_TRY(fsdp_io_pread_all(tf->fd, raw, 2 * k, FSDP_TOKENS_HEADER_BYTES + 2 * (pos + i), tf->path));
+        FSDP_TRY(check_convert(tf, raw, k, pos + i, out + i));
+    }
+    return FSDP_OK;
+}
+
+void fsdp_tokens_close(fsdp_token_file *tf) {
+    if (tf->fd >= 0) close(tf->fd);
+    tf->fd = -1;
+    free(tf->path);
+    tf->path = NULL;
+}
+
+fsdp_status fsdp_tokens_write(const char *path, const uint16_t *tokens, size_t n) {
+    if (n > INT32_MAX)
+        return FSDP_ERR(FSDP_EINVAL, "%s: %zu tokens do not fit the header's int32 count", path, n);
+    size_t bytes = FSDP_TOKENS_HEADER_BYTES + 2 * n;
+    char *buf = NULL;
+    FSDP_TRY(fsdp_mem_alloc((void **)&buf, bytes, FSDP_MEM_OTHER));
+    int32_t hdr[FSDP_TOKENS_HEADER_INTS] = {FSDP_TOKENS_MAGIC, FSDP_TOKENS_VERSION, (int32_t)n};
+    memcpy(buf, hdr, sizeof hdr);
+    if (n) memcpy(buf + sizeof hdr, tokens, 2 * n);
+    fsdp_status s = fsdp_io_write_file_atomic(path, buf, bytes, 0);
+    fsdp_mem_free(buf);
+    return s;
+}
