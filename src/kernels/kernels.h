@@ -142,7 +142,8 @@ fsdp_status fsdp_matmul_backward(float *dinp, int dinp_acc, float *dweight, int 
 
 /* ---------------------------------------------------------------- encoder (token + position embedding) */
 
-/* out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:].
+/* out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:] (wpe NULL: wte's row alone, for models without position
+ * embeddings).
  * out: float [B,T,C]; tokens: int32 [B,T], each in [0, Vrows); wte: pdt [Vrows,C] (Vrows may be the
  * padded vocab); wpe: pdt [maxT,C] with T <= maxT. */
 fsdp_status fsdp_encoder_forward(float *out, const int *tokens, const void *wte, const void *wpe,

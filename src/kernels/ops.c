@@ -62,8 +62,7 @@ fsdp_status fsdp_encoder_forward(float *out, const int *tokens, const void *wte,
         return FSDP_ERR(FSDP_EINVAL, "dims must be positive, got B=%d T=%d C=%d Vrows=%d maxT=%d", B, T, C,
                         Vrows, maxT);
     if (T > maxT) return FSDP_ERR(FSDP_EINVAL, "sequence length T=%d exceeds the model's maxT=%d", T, maxT);
-    if (!out || !tokens || !wte || !wpe)
-        return FSDP_ERR(FSDP_EINVAL, "out, tokens, wte and wpe must be non-NULL");
+    if (!out || !tokens || !wte) return FSDP_ERR(FSDP_EINVAL, "out, tokens and wte must be non-NULL");
     FSDP_TRY(check_pdt(__func__, pdt));
     FSDP_TRY(check_tokens(__func__, tokens, (size_t)B * T, Vrows));
     long rows = (long)B * T;
@@ -72,7 +71,13 @@ fsdp_status fsdp_encoder_forward(float *out, const int *tokens, const void *wte,
         int t = (int)(r % T);
         size_t we = (size_t)tokens[r] * C, pe = (size_t)t * C;
         float *o = out + (size_t)r * C;
-        if (pdt == FSDP_F32) {
+        if (!wpe && pdt == FSDP_F32) {
+            memcpy(o, (const float *)wte + we, (size_t)C * sizeof(float));
+        } else if (!wpe) {
+            const fsdp_bf16 *a = (const fsdp_bf16 *)wte + we;
+            for (int c = 0; c < C; c++)
+                o[c] = bf16_val(a[c]);
+        } else if (pdt == FSDP_F32) {
             const float *a = (const float *)wte + we, *b = (const float *)wpe + pe;
             for (int c = 0; c < C; c++)
                 o[c] = a[c] + b[c];

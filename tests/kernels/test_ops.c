@@ -42,6 +42,14 @@ static void test_encoder(fsdp_dtype pdt) {
                 tol[i] = 0x1p-24 * fabs(ref[i]);
             }
     CHECKF(kref_check_bound("encoder out", out, ref, tol, B * T * C) == 0, "pdt %d", pdt);
+    /* wpe NULL: the token row alone, exactly (no position embedding: the Llama family) */
+    kref_fill_nan(out, B * T * C);
+    CHECK_OK(fsdp_encoder_forward(out, tok, pte, NULL, pdt, B, T, C, V, MAXT));
+    int same = 1;
+    for (int r = 0; r < B * T; r++)
+        for (int c = 0; c < C; c++)
+            same &= out[(size_t)r * C + c] == wter[tok[r] * C + c];
+    CHECKF(same, "encoder without wpe, pdt %d", pdt);
 
     kref_fill(pwte, V * C, 3.0f), kref_fill(pwpe, MAXT * C, 3.0f);
     for (int acc = 0; acc < 2; acc++) {
