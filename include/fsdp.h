@@ -417,6 +417,12 @@ fsdp_status fsdp_unit_pre_backward(fsdp_unit_t *u);
 fsdp_status fsdp_unit_post_backward(fsdp_unit_t *u);
 /* Frees every unit's full parameters (after evaluation-only forwards). */
 fsdp_status fsdp_engine_reshard_all(fsdp_engine_t *e);
+/* on 1: the forwards that follow have no backward (evaluation, sampling, logits): post_forward
+ * reshards as in a forward of a unit backward will not need (no unit is kept gathered for backward)
+ * and EAGER main_grad is not allocated, so they stay inside the memory plan; pre_backward is
+ * FSDP_ESTATE until it is set back to 0 (call fsdp_engine_reshard_all first). */
+fsdp_status fsdp_engine_set_no_backward(fsdp_engine_t *e, int on);
+int fsdp_engine_no_backward(const fsdp_engine_t *e); /* the setting (0 for NULL) */
 /* Completes every collective the overlap left running (the pending reduction, prefetched gathers) and
  * drops prefetched parameters no hook has used. Clip, AdamW, begin_step, zero_grad, gather/load
  * tensor, fsdp_unit_shard, reshard_all and engine_free call it themselves; call it before reading

@@ -172,16 +172,18 @@ fsdp_status life_pre_forward(life_sched *s, life_unit *u) {
         return FSDP_OK;
     }
     FSDP_TRY(need_params(s, u));
-    if (s->policy == FSDP_MAIN_GRAD_EAGER) FSDP_TRY(mg_alloc(s, u));
+    if (s->policy == FSDP_MAIN_GRAD_EAGER && !s->no_backward) FSDP_TRY(mg_alloc(s, u));
     FSDP_TRY(follow_order(s, 0, u));
     u->state = UNIT_FORWARD;
     return FSDP_OK;
 }
 
 /* 1 when backward's prefetch would gather u among its first max_inflight gathers: fewer than
- * max_inflight units before it in the recorded backward order get resharded after forward. */
+ * max_inflight units before it in the recorded backward order get resharded after forward. Never in
+ * a forward no backward follows (evaluation, sampling): keeping would only hold memory the plan does
+ * not count. */
 static int keep_for_backward(const life_sched *s, const life_unit *u) {
-    if (s->recording || s->max_inflight == 0 || u->res != LIFE_UNSHARDED) return 0;
+    if (s->no_backward || s->recording || s->max_inflight == 0 || u->res != LIFE_UNSHARDED) return 0;
     const life_order *o = &s->order[1];
     int before = 0;
     for (int k = 0; k < o->n && before < s->max_inflight; k++) {

@@ -75,7 +75,8 @@ typedef struct {
     long steps;    /* begin_step calls */
     int recording; /* orders are recorded (before the second begin_step) */
     life_order order[2];
-    int pending; /* unit whose reduction is in flight, or -1 */
+    int pending;     /* unit whose reduction is in flight, or -1 */
+    int no_backward; /* forwards now are not followed by a backward (fsdp_engine_set_no_backward) */
 } life_sched;
 
 void life_init(life_sched *s, const life_ops *ops, void *ctx, life_unit **units, int n, int max_inflight);

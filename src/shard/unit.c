@@ -545,6 +545,9 @@ fsdp_status fsdp_unit_pre_backward(fsdp_unit_t *u) {
         return bad_state(u, "fsdp_unit_pre_backward",
                          "pre_backward must follow post_forward (and come once per backward)");
     fsdp_comm_progress(u->eng->comm);
+    if (u->eng->sched.no_backward)
+        return bad_state(u, "fsdp_unit_pre_backward",
+                         "the engine runs forwards without backward (fsdp_engine_set_no_backward)");
     FSDP_TRY(life_pre_backward(&u->eng->sched, &u->life));
     fsdp_trace_unit_begin(u->name, "backward");
     return FSDP_OK;
@@ -560,6 +563,14 @@ fsdp_status fsdp_unit_post_backward(fsdp_unit_t *u) {
     fsdp_trace_unit_end(u->name, "backward");
     return life_post_backward(&u->eng->sched, &u->life);
 }
+
+fsdp_status fsdp_engine_set_no_backward(fsdp_engine_t *e, int on) {
+    if (e == NULL) return FSDP_ERR(FSDP_EINVAL, "engine must not be NULL");
+    e->sched.no_backward = on != 0;
+    return FSDP_OK;
+}
+
+int fsdp_engine_no_backward(const fsdp_engine_t *e) { return e ? e->sched.no_backward : 0; }
 
 fsdp_status fsdp_engine_reshard_all(fsdp_engine_t *e) {
     if (e == NULL) return FSDP_ERR(FSDP_EINVAL, "engine must not be NULL");

@@ -497,6 +497,7 @@ static fsdp_status evaluate(run_model *rm, fsdp_loader *val, const fsdp_train_co
     FSDP_TRY(fsdp_loader_set_state(val, st0));
     double sum = 0;
     int count = 0;
+    FSDP_TRY(fsdp_engine_set_no_backward(rm->eng, 1)); /* targets, but no backward: nothing kept */
     for (int k = 0; k < batches; k++) {
         for (int m = 0; m < val->micro; m++) {
             float loss;
@@ -508,6 +509,7 @@ static fsdp_status evaluate(run_model *rm, fsdp_loader *val, const fsdp_train_co
         fsdp_loader_advance(val);
     }
     FSDP_TRY(fsdp_engine_reshard_all(rm->eng));
+    FSDP_TRY(fsdp_engine_set_no_backward(rm->eng, 0));
     float mean = (float)(sum / (count > 0 ? count : 1)), g = mean;
     if (fsdp_comm_size(comm) > 1) FSDP_TRY(fsdp_comm_all_reduce(comm, &mean, &g, 1, FSDP_F32, FSDP_AVG));
     *out = g;
@@ -968,7 +970,7 @@ static fsdp_status maybe_checkpoint(train_run *r, int step) {
 
 /* After the last step: --metrics closed (its last lines' fate is known only then), the summary line,
  * predicted vs measured memory (max over ranks, since the loop began: model states, steps, evals and
- * checkpoints; not the sample), --report and --trace. */
+ * checkpoints and the sample, which runs before it), --report and --trace. */
 static fsdp_status run_report(train_run *r) {
     const fsdp_train_config *c = &r->cfg;
     fsdp_comm_t *comm = r->comm;
@@ -1070,8 +1072,8 @@ fsdp_status fsdp_train_run(const fsdp_train_config *cfg, fsdp_comm_t *comm, FILE
         if (step == r->cfg.trace_steps) fsdp_trace_disable();
     }
     fsdp_trace_disable();
-    if (s == FSDP_OK && !nothing) s = run_report(r);
     if (s == FSDP_OK && !nothing) s = run_sample(r);
+    if (s == FSDP_OK && !nothing) s = run_report(r);
     if (res) *res = r->rr;
     run_free(r);
     free(r);

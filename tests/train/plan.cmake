@@ -9,3 +9,12 @@ if(TARGET fsdp-train)
     set_tests_properties(train/plan_report/np${np} PROPERTIES LABELS "script;train" TIMEOUT 300)
   endforeach()
 endif()
+# The default flow (evaluation, sample, checkpoint, resume) inside the plan: tests/train/plan_flow.sh.
+if(TARGET fsdp-train)
+  foreach(np 1 2)
+    add_test(NAME train/plan_flow/np${np}
+      COMMAND ${PROJECT_SOURCE_DIR}/tests/train/plan_flow.sh $<TARGET_FILE:fsdp-train>
+              ${FSDP_MPIRUN} ${PROJECT_BINARY_DIR}/tmp_plan_flow_np${np} ${np})
+    set_tests_properties(train/plan_flow/np${np} PROPERTIES LABELS "script;train" TIMEOUT 300)
+  endforeach()
+endif()

@@ -508,8 +508,21 @@ static fsdp_status block_backward(gpt_model_t *m, int l, const float *x, const b
 
 /* ---------------------------------------------------------------- forward */
 
+static fsdp_status forward(gpt_model_t *m, const int *tokens, const int *targets, int B, int T, float *loss);
+
+/* A forward without targets has no backward: the engine reshards it as such (nothing kept for a
+ * backward that cannot come), whatever the caller set before, which is restored after. */
 fsdp_status gpt_forward(gpt_model_t *m, const int *tokens, const int *targets, int B, int T, float *loss) {
     if (m == NULL || tokens == NULL) return FSDP_ERR(FSDP_EINVAL, "model and tokens must not be NULL");
+    if (targets) return forward(m, tokens, targets, B, T, loss);
+    const int was = fsdp_engine_no_backward(m->eng);
+    FSDP_TRY(fsdp_engine_set_no_backward(m->eng, 1));
+    fsdp_status s = forward(m, tokens, targets, B, T, loss);
+    fsdp_engine_set_no_backward(m->eng, was);
+    return s;
+}
+
+static fsdp_status forward(gpt_model_t *m, const int *tokens, const int *targets, int B, int T, float *loss) {
     const gpt_config *c = &m->cfg;
     if (B < 1 || T < 1 || T > c->max_seq_len)
         return FSDP_ERR(FSDP_EINVAL, "batch B=%d T=%d: need B >= 1 and 1 <= T <= max_seq_len (%d)", B, T,
@@ -689,9 +702,19 @@ static void decode_attention(float *out, const float *qkv, const float *K, const
         }
 }
 
+static fsdp_status decode(gpt_model_t *m, const int *tokens, int n, int pos, const float **logits);
+
 fsdp_status gpt_decode(gpt_model_t *m, const int *tokens, int n, int pos, const float **logits) {
     if (m == NULL || tokens == NULL || logits == NULL)
         return FSDP_ERR(FSDP_EINVAL, "model, tokens and logits must not be NULL");
+    const int was = fsdp_engine_no_backward(m->eng); /* as gpt_forward without targets */
+    FSDP_TRY(fsdp_engine_set_no_backward(m->eng, 1));
+    fsdp_status s = decode(m, tokens, n, pos, logits);
+    fsdp_engine_set_no_backward(m->eng, was);
+    return s;
+}
+
+static fsdp_status decode(gpt_model_t *m, const int *tokens, int n, int pos, const float **logits) {
     const gpt_config *c = &m->cfg;
     const int L = c->n_layer, C = c->n_embd, Tmax = c->max_seq_len, Vp = c->padded_vocab_size;
     if (n < 1 || pos < 0 || pos + n > Tmax)
