@@ -5,8 +5,9 @@
 set -euo pipefail
 # clang + libclang-rt: libFuzzer targets; valgrind: the memcheck run.
 # iproute2 (ip, tc), procps (sysctl) and util-linux (unshare): tools/hosts.sh's namespace hosts.
+# libtomlplusplus-dev: toml++, the TOML parser of fsdp-train --config (src/train/toml_read.h).
 pkgs=(build-essential cmake pkg-config clang libclang-rt-14-dev valgrind
-      libdnnl-dev libopenmpi-dev openmpi-bin libcjson-dev iproute2 procps util-linux
+      libdnnl-dev libopenmpi-dev openmpi-bin libcjson-dev libtomlplusplus-dev iproute2 procps util-linux
       fortunes fortunes-min gnuplot-nox python3)
 missing=()
 for p in "${pkgs[@]}"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || missing+=("$p"); done

@@ -17,7 +17,7 @@ fi
 # Fuzzing (tests/fuzz/README.md): clang's libFuzzer with ASan+UBSan, each parser's target for
 # FSDP_FUZZ_SECONDS (20) from its seed corpus; a crash, leak or sanitizer report fails.
 if [ "${FSDP_SKIP_FUZZ:-0}" != 1 ]; then
-  CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Debug -DFSDP_FUZZ=ON -DFSDP_SANITIZE=ON -DFSDP_BUILD_BENCH=OFF >/dev/null
+  CC=clang CXX=clang++ cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Debug -DFSDP_FUZZ=ON -DFSDP_SANITIZE=ON -DFSDP_BUILD_BENCH=OFF >/dev/null
   cmake --build build-fuzz -j"$jobs" --target fuzz_all
   ctest --test-dir build-fuzz --output-on-failure -j"$jobs" -L fuzz --timeout 300
 fi

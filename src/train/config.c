@@ -4,6 +4,7 @@
 #include "train/config.h"
 
 #include "core/core.h"
+#include "train/toml_read.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -38,8 +39,12 @@ typedef struct {
     const char *help;
 } opt_def;
 
+#define C_ALL    (C_TRAIN | C_PREPARE | C_EXPORT | C_SAMPLE)
 #define F(field) offsetof(fsdp_train_config, field)
 static const opt_def opts[] = {
+    {"config", OPT_STR, F(config_file), 0, 0, NULL, C_ALL,
+     "TOML file of settings, keyed like the flags without the dashes (seq-len = 128, recompute = true, "
+     "text = [\"a.txt\"]); read first, so flags on the command line override it"},
     {"data", OPT_STR, F(data), 0, 0, NULL, C_TRAIN, "folder with train.bin and val.bin (fsdp-train prepare)"},
     {"layers", OPT_INT, F(layers), 1, 1024, NULL, C_TRAIN, "transformer blocks"},
     {"width", OPT_INT, F(width), 1, 65536, NULL, C_TRAIN, "model width C (divisible by --heads)"},
@@ -277,6 +282,165 @@ static fsdp_status set_value(fsdp_train_config *cfg, const opt_def *o, const cha
     return FSDP_ERR(FSDP_EINTERNAL, "flag kind %d of --%s", (int)o->kind, o->name);
 }
 
+/* ---------------------------------------------------------------- --config FILE.toml */
+
+/* Strings read from settings files, kept for the life of the process: fsdp_train_config owns nothing
+ * (its strings point into argv, at static defaults or here), and a program reads one settings file. */
+typedef struct kept_block {
+    struct kept_block *next;
+    char data[];
+} kept_block;
+static kept_block *kept_strings;
+
+static void *keep_bytes(size_t n) {
+    kept_block *b = malloc(sizeof *b + n);
+    if (!b) return NULL;
+    b->next = kept_strings;
+    kept_strings = b;
+    return b->data;
+}
+
+typedef struct {
+    fsdp_train_config *cfg;
+    const char *path;
+    const char *list_key; /* the OPT_LIST key being collected, NULL when none */
+    const char **list;    /* its strings so far (malloc'd, kept once complete) */
+    int n_list;
+    fsdp_status status; /* of the key that stopped the walk */
+} toml_ctx;
+
+/* The opt_def of a file key: the flag's name, or the same with '_' for '-' (seq_len). */
+static const opt_def *find_key(const char *key) {
+    char name[64];
+    size_t n = strlen(key);
+    if (n == 0 || n >= sizeof name) return NULL;
+    for (size_t k = 0; k <= n; k++)
+        name[k] = key[k] == '_' ? '-' : key[k];
+    for (int k = 0; k < NOPTS; k++)
+        if (!strcmp(opts[k].name, name)) return &opts[k];
+    return NULL;
+}
+
+static fsdp_status set_value(fsdp_train_config *cfg, const opt_def *o, const char *v);
+
+/* Ends the array being collected: its strings become cfg's list. */
+static fsdp_status finish_list(toml_ctx *t) {
+    if (!t->list_key) return FSDP_OK;
+    const char **kept = keep_bytes(sizeof(char *) * (size_t)(t->n_list + 1));
+    if (!kept) return FSDP_ERR(FSDP_ENOMEM, "no memory for %s's settings", t->path);
+    memcpy(kept, t->list, sizeof(char *) * (size_t)t->n_list);
+    kept[t->n_list] = NULL;
+    t->cfg->texts = kept;
+    t->cfg->n_texts = t->n_list;
+    free(t->list);
+    t->list = NULL;
+    t->list_key = NULL;
+    t->n_list = 0;
+    return FSDP_OK;
+}
+
+/* One key of the settings file: set like its flag, with the flag's checks, errors prefixed by
+ * FILE:LINE. Returns 0 or 1 (fsdp error set). */
+static int visit_key(void *ctx, const char *key, const char *value, fsdp_toml_kind kind, int line) {
+    toml_ctx *t = ctx;
+    const opt_def *o = find_key(key);
+    const char *cmd = cmd_names[t->cfg->cmd];
+    fsdp_status s = FSDP_OK;
+    if (t->list_key && (kind != FSDP_TOML_ARRAY_ITEM || strcmp(key, t->list_key) != 0)) s = finish_list(t);
+    if (s != FSDP_OK) return t->status = s, 1;
+    if (!o || !(o->cmds & (1u << t->cfg->cmd))) {
+        t->status = fsdp_set_error(
+            FSDP_EINVAL,
+            "--config: %s:%d: unknown setting \"%s\" for `fsdp-train %s` (see fsdp-train %s --help)", t->path,
+            line, key, cmd, cmd);
+        return 1;
+    }
+    if (o->kind == OPT_STR && !strcmp(o->name, "config")) {
+        t->status = fsdp_set_error(
+            FSDP_EINVAL, "--config: %s:%d: a settings file cannot name another (\"%s\")", t->path, line, key);
+        return 1;
+    }
+    /* TOML's types must match the setting's: a string for a name or a path, a number for a number. */
+    const int want_string = o->kind == OPT_STR || o->kind == OPT_ENUM;
+    const int is_number = kind == FSDP_TOML_INTEGER || kind == FSDP_TOML_FLOAT;
+    const char *bad = NULL;
+    if (o->kind == OPT_LIST && kind != FSDP_TOML_ARRAY_ITEM)
+        bad = "an array of strings";
+    else if (o->kind != OPT_LIST && kind == FSDP_TOML_ARRAY_ITEM)
+        bad = "a single value, not an array";
+    else if (want_string && kind != FSDP_TOML_STRING)
+        bad = "a string";
+    else if (o->kind == OPT_BOOL && kind != FSDP_TOML_BOOL)
+        bad = "true or false";
+    else if ((o->kind == OPT_INT || o->kind == OPT_I64) && kind != FSDP_TOML_INTEGER)
+        bad = "an integer";
+    else if (o->kind == OPT_DBL && !is_number)
+        bad = "a number";
+    if (bad) {
+        t->status =
+            fsdp_set_error(FSDP_EINVAL, "--config: %s:%d: \"%s\" must be %s", t->path, line, key, bad);
+        return 1;
+    }
+    if (o->kind == OPT_LIST) {
+        if (!t->list_key) t->list_key = o->name;
+        const char **grown = realloc(t->list, sizeof(char *) * (size_t)(t->n_list + 1));
+        char *copy = keep_bytes(strlen(value) + 1);
+        if (!grown || !copy) {
+            if (grown) t->list = grown;
+            t->status = FSDP_ERR(FSDP_ENOMEM, "no memory for %s's settings", t->path);
+            return 1;
+        }
+        t->list = grown;
+        strcpy(copy, value);
+        t->list[t->n_list++] = copy;
+        return 0;
+    }
+    const char *v = value;
+    if (o->kind == OPT_STR) {
+        char *copy = keep_bytes(strlen(value) + 1);
+        if (!copy) {
+            t->status = FSDP_ERR(FSDP_ENOMEM, "no memory for %s's settings", t->path);
+            return 1;
+        }
+        strcpy(copy, value);
+        v = copy;
+    }
+    if (set_value(t->cfg, o, v) != FSDP_OK) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", fsdp_last_error());
+        t->status = fsdp_set_error(FSDP_EINVAL, "--config: %s:%d: %s", t->path, line, msg);
+        return 1;
+    }
+    return 0;
+}
+
+/* --config FILE among argv[first..argc) (at most one): its settings into cfg, before the flags. */
+static fsdp_status apply_config_file(fsdp_train_config *cfg, int argc, char **argv, int first) {
+    const char *path = NULL;
+    for (int i = first; i < argc; i++) {
+        const char *a = argv[i], *p = NULL;
+        if (!a) break;
+        if (!strcmp(a, "--help") || !strcmp(a, "--h")) return FSDP_OK; /* the parser shows the help */
+        if (!strcmp(a, "--config") && i + 1 < argc && argv[i + 1])
+            p = argv[++i];
+        else if (!strncmp(a, "--config=", 9))
+            p = a + 9;
+        if (!p || !*p) continue; /* no value or an empty one: the flag parser says so */
+        if (path)
+            return fsdp_set_error(FSDP_EINVAL, "--config given twice (%s and %s): name one file", path, p);
+        path = p;
+    }
+    if (!path) return FSDP_OK;
+    toml_ctx t = {cfg, path, NULL, NULL, 0, FSDP_OK};
+    char err[1024];
+    int rc = fsdp_toml_visit(path, visit_key, &t, err, sizeof err);
+    fsdp_status s = rc < 0   ? fsdp_set_error(FSDP_EINVAL, "--config: %s", err)
+                    : rc > 0 ? t.status
+                             : finish_list(&t);
+    free(t.list);
+    return s;
+}
+
 fsdp_status fsdp_train_config_parse(fsdp_train_config *cfg, int argc, char **argv) {
     *cfg = fsdp_train_config_default();
     int i = 1;
@@ -300,6 +464,7 @@ fsdp_status fsdp_train_config_parse(fsdp_train_config *cfg, int argc, char **arg
         i = 2;
     }
     const char *cmd = cmd_names[cfg->cmd];
+    FSDP_TRY(apply_config_file(cfg, argc, argv, i));
     for (; i < argc; i++) {
         const char *a = argv[i];
         if (!a || strncmp(a, "--", 2) != 0 || a[2] == '\0')

@@ -19,10 +19,12 @@ typedef enum {
 
 typedef enum { FSDP_PRECISION_FP32 = 0, FSDP_PRECISION_MIXED } fsdp_precision;
 
-/* Strings point into argv or at static defaults: the struct owns nothing and needs no free. */
+/* Strings point into argv, at static defaults or at strings read from --config's file (kept for the
+ * life of the process): the struct owns nothing and needs no free. */
 typedef struct {
     fsdp_train_cmd cmd;
-    int help; /* --help given: print fsdp_train_usage(cmd) and stop */
+    int help;                /* --help given: print fsdp_train_usage(cmd) and stop */
+    const char *config_file; /* --config FILE.toml: read before the flags, which override it */
 
     /* model (GPT-2 architecture) */
     int layers, width, heads;
@@ -100,7 +102,9 @@ fsdp_train_config fsdp_train_config_default(void);
 
 /* Parses argv[1..argc): an optional command word (train, prepare, export, sample) then flags
  * (`--name value` or `--name=value`; switches take no value or =0/=1). Fills *cfg starting from the
- * defaults, then runs fsdp_train_config_check(cfg, 0). FSDP_EINVAL with a message naming the flag
+ * defaults, then --config FILE.toml's settings (top-level keys named like the flags, '_' or '-';
+ * TOML's type must fit the flag's; errors name FILE:LINE), then the other flags (which override the
+ * file), then runs fsdp_train_config_check(cfg, 0). FSDP_EINVAL with a message naming the flag
  * on anything wrong. With --help, returns FSDP_OK and cfg->help = 1 without checking. */
 fsdp_status fsdp_train_config_parse(fsdp_train_config *cfg, int argc, char **argv);
 

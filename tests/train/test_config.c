@@ -1,6 +1,7 @@
 /* test_config.c — fsdp-train's flag parsing: defaults, every value kind, the consistency checks
- * (each message names its flag), commands, the JSON record round trip, and a small fuzz loop of
- * random argument vectors that must only ever succeed or fail cleanly. */
+ * (each message names its flag), commands, the JSON record round trip, --config FILE.toml (the same
+ * settings as the flags, flags override, errors name FILE:LINE), and a small fuzz loop of random
+ * argument vectors that must only ever succeed or fail cleanly. */
 #include "test_util.h"
 
 #include "fsdp.h"
@@ -8,7 +9,9 @@
 
 #include <cjson/cJSON.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static fsdp_status parse(fsdp_train_config *c, const char *line) {
     static char buf[4096];
@@ -142,6 +145,117 @@ static void test_json(void) {
     free(buf);
 }
 
+static char tmp_dir[64];
+
+/* Writes text to tmp_dir/name; returns the path (static buffer, one at a time). */
+static const char *write_toml(const char *name, const char *text) {
+    static char path[128];
+    snprintf(path, sizeof path, "%s/%s", tmp_dir, name);
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL);
+    if (f) {
+        fputs(text, f);
+        fclose(f);
+    }
+    return path;
+}
+
+/* The manifest's JSON record of a config, as text (to compare two configs setting by setting). */
+static char *record(const fsdp_train_config *c) {
+    cJSON *j = fsdp_train_config_to_json(c);
+    cJSON_DeleteItemFromObject(j, "config"); /* the file's name: the only setting that differs */
+    char *t = cJSON_PrintUnformatted(j);
+    cJSON_Delete(j);
+    return t;
+}
+
+static void test_toml(void) {
+    snprintf(tmp_dir, sizeof tmp_dir, "/tmp/test_config_XXXXXX");
+    CHECK(mkdtemp(tmp_dir) != NULL);
+    /* Every kind of setting through the file equals the same settings as flags. */
+    const char *flags = "--layers 6 --width 96 --heads 3 --seq-len 64 --max-seq-len 128 --lr 0.001 "
+                        "--precision fp32 --strategy grad-op --recompute --seed 99 --data /x/y "
+                        "--metrics m.jsonl --clip 0 --eps 1e-7 --threads 2";
+    const char *toml =
+        "# every kind: integers, floats (one written as an integer), strings, an enum, a bool\n"
+        "layers = 6\nwidth = 96\nheads = 3\nseq-len = 64\nmax_seq_len = 128\n"
+        "lr = 1e-3\nprecision = \"fp32\"\nstrategy = 'grad-op'\nrecompute = true\n"
+        "seed = 99\ndata = \"/x/y\"\nmetrics = \"m.jsonl\"\nclip = 0\neps = 1e-7\n"
+        "threads = 2\n";
+    fsdp_train_config a, b;
+    CHECK_OK(parse(&a, flags));
+    char line[512];
+    snprintf(line, sizeof line, "--config %s", write_toml("all.toml", toml));
+    CHECK_OK(parse(&b, line));
+    char *ra = record(&a), *rb = record(&b);
+    CHECKF(!strcmp(ra, rb), "flags %s\nfile  %s", ra, rb);
+    free(ra);
+    free(rb);
+    CHECK(b.config_file && strstr(b.config_file, "all.toml"));
+    /* Flags override the file, wherever they stand. */
+    snprintf(line, sizeof line, "--layers 2 --config=%s/all.toml --data /z --recompute=0", tmp_dir);
+    CHECK_OK(parse(&b, line));
+    CHECK(b.layers == 2 && !strcmp(b.data, "/z") && b.recompute == 0 && b.width == 96 && b.seed == 99);
+    /* The file's values go through the flags' checks, and the consistency check sees the result. */
+    snprintf(line, sizeof line, "--config %s", write_toml("range.toml", "\n\nlayers = 0\n"));
+    CHECK_ERR(parse(&b, line), FSDP_EINVAL, "range.toml:3: --layers 0 is outside its range");
+    snprintf(line, sizeof line, "--config %s", write_toml("shape.toml", "width = 100\nheads = 3\n"));
+    CHECK_ERR(parse(&b, line), FSDP_EINVAL, "--width 100 is not divisible by --heads 3");
+    CHECK_OK(parse(&b, strcat(line, " --heads 4"))); /* ... unless a flag fixes it */
+    /* Wrong TOML types, unknown keys, tables, syntax: each message names the file and the line. */
+    static const struct {
+        const char *text, *needle;
+    } bad[] = {
+        {"layers = \"6\"\n", "bad.toml:1: \"layers\" must be an integer"},
+        {"layers = 6.0\n", "\"layers\" must be an integer"},
+        {"lr = \"fast\"\n", "\"lr\" must be a number"},
+        {"recompute = 1\n", "\"recompute\" must be true or false"},
+        {"precision = 1\n", "\"precision\" must be a string"},
+        {"precision = \"fp8\"\n", "--precision: \"fp8\" is not one of fp32|mixed"},
+        {"data = [\"a\"]\n", "\"data\" must be a single value, not an array"},
+        {"\nwidht = 96\n", "bad.toml:2: unknown setting \"widht\""},
+        {"text = [\"a\"]\n", "unknown setting \"text\" for `fsdp-train train`"},
+        {"config = \"other.toml\"\n", "cannot name another"},
+        {"[model]\nlayers = 6\n", "\"model\" is a table"},
+        {"when = 1979-05-27\n", "\"when\" is a date or time"},
+        {"layers = 6\nlayers = 7\n", "bad.toml:2:"},
+        {"layers = \n", "bad.toml:1:"},
+        {"lr = inf\n", "--lr: \"inf\" is not a finite number"},
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        snprintf(line, sizeof line, "--config %s", write_toml("bad.toml", bad[k].text));
+        fsdp_status s = parse(&b, line);
+        CHECKF(s == FSDP_EINVAL && strstr(fsdp_last_error(), bad[k].needle), "%s -> %s", bad[k].text,
+               fsdp_last_error());
+    }
+    snprintf(line, sizeof line, "--config %s/none.toml", tmp_dir);
+    CHECK_ERR(parse(&b, line), FSDP_EINVAL, "cannot open");
+    CHECK_ERR(parse(&b, "--config /dev/null"), FSDP_EINVAL, "not a regular file");
+    CHECK_ERR(parse(&b, "--config a.toml --config b.toml"), FSDP_EINVAL, "--config given twice");
+    CHECK_ERR(parse(&b, "--config"), FSDP_EINVAL, "--config needs a value");
+    /* --help wins over a file that does not exist. */
+    CHECK_OK(parse(&b, "--config /nonexistent.toml --help"));
+    CHECK(b.help == 1);
+    /* Another command's settings, an array of strings for --text. */
+    snprintf(line, sizeof line, "prepare --config %s",
+             write_toml("prep.toml", "text = [\"a.txt\", 'b.txt']\nout = \"d\"\nval_fraction = 0.25\n"));
+    CHECK_OK(parse(&b, line));
+    CHECK(b.cmd == FSDP_CMD_PREPARE && b.n_texts == 2 && !strcmp(b.texts[0], "a.txt") &&
+          !strcmp(b.texts[1], "b.txt") && b.texts[2] == NULL && !strcmp(b.out, "d") &&
+          b.val_fraction == 0.25);
+    CHECK_ERR(parse(&b, strcat(line, " --layers 3")), FSDP_EINVAL, "unknown flag --layers");
+    /* The resolved settings print and go into the record with the file's name. */
+    snprintf(line, sizeof line, "--config %s/all.toml", tmp_dir);
+    CHECK_OK(parse(&b, line));
+    cJSON *j = fsdp_train_config_to_json(&b);
+    const cJSON *cf = cJSON_GetObjectItemCaseSensitive(j, "config");
+    CHECK(cJSON_IsString(cf) && strstr(cf->valuestring, "all.toml"));
+    cJSON_Delete(j);
+    char cmdline[256];
+    snprintf(cmdline, sizeof cmdline, "rm -rf %s", tmp_dir);
+    CHECK(system(cmdline) == 0);
+}
+
 /* Random argument vectors from a pool of words: parse must return OK or EINVAL with a message. */
 static void test_fuzz(void) {
     const char *pool[] = {"--layers",
@@ -203,6 +317,7 @@ int main(void) {
     test_values();
     test_errors();
     test_json();
+    test_toml();
     test_fuzz();
     return TEST_MAIN_END();
 }
