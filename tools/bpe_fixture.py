@@ -132,7 +132,7 @@ def cmd_bad(a):
     case("prefix_space", lambda j: j["pre_tokenizer"].update(add_prefix_space=True), ["add_prefix_space"])
     case("normalizer", lambda j: j.update(normalizer={"type": "NFC"}), ["\"normalizer\""])
     case("no_pre", lambda j: j.update(pre_tokenizer=None), ["\"pre_tokenizer\""])
-    case("big_id", lambda j: j["model"]["vocab"].update({"zzzq": 70000}), ["\"zzzq\"", "0..65535"])
+    case("big_id", lambda j: j["model"]["vocab"].update({"zzzq": 1 << 24}), ["\"zzzq\"", "0..16777215"])
 
     def bad_merge(j):
         j["model"]["merges"][3] = "Ġ"

@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAX_ID     65536 /* token files hold uint16 ids */
+#define MAX_ID     (1 << 24) /* ids beyond any real vocabulary (Qwen2: 151936) are a damaged file */
 #define CACHE_SIZE 16384 /* direct-mapped word cache slots */
 #define CACHE_WORD 48    /* words up to this many bytes are cached */
 
@@ -237,8 +237,7 @@ static fsdp_status check_ids(const cJSON *vocab, const cJSON *added, const char 
         if (!cJSON_IsNumber(e) || e->valuedouble < 0 || e->valuedouble >= MAX_ID ||
             e->valuedouble != (int)e->valuedouble)
             return fsdp_set_error(FSDP_EFORMAT,
-                                  "%s: \"model\".\"vocab\".\"%.40s\" is not an id in 0..%d (token files hold "
-                                  "16-bit ids)",
+                                  "%s: \"model\".\"vocab\".\"%.40s\" is not an id in 0..%d",
                                   path, e->string, MAX_ID - 1);
         if (e->valueint > *maxid) *maxid = e->valueint;
     }

@@ -16,7 +16,7 @@ typedef struct fsdp_bpe fsdp_bpe;
 /* Loads and checks path: model BPE with vocab + merges (either spelling: "a b" or ["a", "b"]), no
  * dropout, no subword prefix/suffix, no byte fallback; pre_tokenizer ByteLevel without prefix space
  * (alone, or the only element of a Sequence); normalizer null; a token for each of the 256 bytes; every
- * merge's parts and result in the vocabulary; ids below 65536 (token files hold 16-bit ids).
+ * merge's parts and result in the vocabulary; ids below 2^24.
  * FSDP_EFORMAT naming the file and the field; FSDP_EIO if unreadable. */
 fsdp_status fsdp_bpe_load(fsdp_bpe **out, const char *path);
 void fsdp_bpe_free(fsdp_bpe *b); /* NULL is a no-op */

@@ -59,9 +59,17 @@ typedef struct {
     /* pass 2 */
     double f;
     uint64_t doc_i, total_docs, single_split; /* single_split: token split index for one document */
-    uint16_t *train, *val;
+    void *train, *val;                        /* width bytes per token: uint16 or uint32 (io/tokens.h) */
+    int width;
     uint64_t nt, nv;
 } prep_ctx;
+
+static void put_tok(const prep_ctx *x, void *dst, uint64_t i, int32_t id) {
+    if (x->width == 2)
+        ((uint16_t *)dst)[i] = (uint16_t)id;
+    else
+        ((uint32_t *)dst)[i] = (uint32_t)id;
+}
 
 static void count_doc(void *c, const char *p, size_t n) {
     prep_ctx *x = c;
@@ -84,21 +92,22 @@ static void emit_doc(void *c, const char *p, size_t n) {
         if (x->err != FSDP_OK) return;
     }
     /* token k of the document: end-of-text, then its bytes or BPE ids */
-#define TOK(k) ((uint16_t)((k) == 0 ? x->eot : x->bpe ? x->doc[(k)-1] : (uint8_t)p[(k)-1]))
+#define TOK(k) ((int32_t)((k) == 0 ? x->eot : x->bpe ? x->doc[(k)-1] : (uint8_t)p[(k)-1]))
     if (x->total_docs == 1) {
         uint64_t split = x->bpe ? (nd + 1) - (uint64_t)llround((double)(nd + 1) * x->f) : x->single_split;
         for (size_t k = 0; k <= nd; k++) {
             if (k < split)
-                x->train[x->nt++] = TOK(k);
+                put_tok(x, x->train, x->nt++, TOK(k));
             else
-                x->val[x->nv++] = TOK(k);
+                put_tok(x, x->val, x->nv++, TOK(k));
         }
         return;
     }
     int to_val = floor((double)(i + 1) * x->f) > floor((double)i * x->f);
-    uint16_t *dst = to_val ? x->val + x->nv : x->train + x->nt;
+    void *dst = to_val ? x->val : x->train;
+    uint64_t at = to_val ? x->nv : x->nt;
     for (size_t k = 0; k <= nd; k++)
-        dst[k] = TOK(k);
+        put_tok(x, dst, at + k, TOK(k));
 #undef TOK
     if (to_val)
         x->nv += 1 + nd;
@@ -132,8 +141,8 @@ static fsdp_status prep_tokenize(const fsdp_prepare_args *a, prep_ctx *x, char *
     x->f = a->val_fraction;
     x->total_docs = x->n_docs;
     if (x->n_docs == 1) x->single_split = x->n_tokens - (uint64_t)llround((double)x->n_tokens * x->f);
-    FSDP_TRY(fsdp_mem_alloc((void **)&x->train, 2 * x->n_tokens, FSDP_MEM_OTHER));
-    FSDP_TRY(fsdp_mem_alloc((void **)&x->val, 2 * x->n_tokens, FSDP_MEM_OTHER));
+    FSDP_TRY(fsdp_mem_alloc(&x->train, (size_t)x->width * x->n_tokens, FSDP_MEM_OTHER));
+    FSDP_TRY(fsdp_mem_alloc(&x->val, (size_t)x->width * x->n_tokens, FSDP_MEM_OTHER));
     if (x->bpe) FSDP_TRY(fsdp_mem_alloc((void **)&x->doc, 4 * (x->max_doc + 1), FSDP_MEM_OTHER));
     for (int i = 0; i < a->n_texts; i++)
         for_each_doc(texts[i], lens[i], a->doc_sep, emit_doc, x);
@@ -184,8 +193,8 @@ static fsdp_status prep_write(const fsdp_prepare_args *a, const prep_ctx *x, int
     if (s == FSDP_OK) s = fsdp_out_check(train_path, "prepare --out");
     if (s == FSDP_OK) s = fsdp_out_check(val_path, "prepare --out");
     if (s == FSDP_OK) s = fsdp_out_check(meta_path, "prepare --out");
-    if (s == FSDP_OK) s = fsdp_tokens_write(train_path, x->train, x->nt);
-    if (s == FSDP_OK) s = fsdp_tokens_write(val_path, x->val, x->nv);
+    if (s == FSDP_OK) s = fsdp_tokens_write(train_path, x->train, x->nt, x->width);
+    if (s == FSDP_OK) s = fsdp_tokens_write(val_path, x->val, x->nv, x->width);
     if (s == FSDP_OK && x->bpe) s = prep_copy_tokenizer(a);
     if (s == FSDP_OK && (meta = prep_meta(a, x, vocab)) == NULL)
         s = FSDP_ERR(FSDP_ENOMEM, "no memory for meta.json");
@@ -208,6 +217,7 @@ fsdp_status fsdp_prepare(const fsdp_prepare_args *a, fsdp_prepare_stats *stats) 
     prep_ctx x = {0};
     int vocab = 0;
     fsdp_status s = prep_tokenizer(a, &x, &vocab);
+    x.width = fsdp_tokens_width(vocab); /* 16-bit ids when the vocabulary fits, else 32-bit */
     if (s == FSDP_OK && (!texts || !lens))
         s = FSDP_ERR(FSDP_ENOMEM, "no memory for %d file entries", a->n_texts);
     if (s == FSDP_OK) s = prep_tokenize(a, &x, texts, lens);
@@ -246,13 +256,12 @@ fsdp_status fsdp_data_meta_vocab(const char *dir, int *vocab) {
         cJSON *j = cJSON_ParseWithLength(text, len);
         cJSON *v = j ? cJSON_GetObjectItemCaseSensitive(j, "vocab") : NULL;
         /* A whole number: 300.9 is a damaged file, not a vocabulary of 300. */
-        if (!cJSON_IsNumber(v) || !(v->valuedouble >= 2 && v->valuedouble <= 65536) ||
+        if (!cJSON_IsNumber(v) || !(v->valuedouble >= 2 && v->valuedouble <= FSDP_TOKENS_MAX_VOCAB) ||
             v->valuedouble != floor(v->valuedouble))
-            s = fsdp_set_error(
-                FSDP_EFORMAT,
-                "%s: \"vocab\" must be a whole number from 2 to 65536 (a model needs at least 2 "
-                "tokens; token ids are uint16)%s",
-                path, j ? "" : ": the file is not valid JSON");
+            s = fsdp_set_error(FSDP_EFORMAT,
+                               "%s: \"vocab\" must be a whole number from 2 to %d (a model needs at least 2 "
+                               "tokens; token ids are int32)%s",
+                               path, FSDP_TOKENS_MAX_VOCAB, j ? "" : ": the file is not valid JSON");
         else
             *vocab = (int)v->valuedouble;
         cJSON_Delete(j);

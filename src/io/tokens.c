@@ -1,5 +1,5 @@
-/* tokens.c — token files in llm.c's layout (docs/DESIGN.md section 8): read with pread per range,
- * validated (header, size, every id below the vocabulary), written atomically. */
+/* tokens.c — token files in llm.c's two layouts (16- and 32-bit ids) (docs/DESIGN.md section 8): read with
+ * pread per range, validated (header, size, every id below the vocabulary), written atomically. */
 #include "io/tokens.h"
 
 #include "core/core.h"
@@ -16,16 +16,20 @@
 #error "token files are little-endian; this build assumes a little-endian host"
 #endif
 
-/* Converts n raw uint16 tokens to int32, checking ids; first_index is the token index of raw[0]. */
-static fsdp_status check_convert(const fsdp_token_file *tf, const uint16_t *raw, size_t n,
-                                 uint64_t first_index, int32_t *out) {
+/* Converts n raw tokens (tf->width bytes each) to int32, checking ids; first_index is the token index
+ * of raw[0]. */
+static fsdp_status check_convert(const fsdp_token_file *tf, const void *raw, size_t n, uint64_t first_index,
+                                 int32_t *out) {
+    const uint16_t *r16 = raw;
+    const uint32_t *r32 = raw;
     for (size_t i = 0; i < n; i++) {
-        if (raw[i] >= tf->vocab)
+        uint32_t id = tf->width == 2 ? r16[i] : r32[i];
+        if (id >= (uint32_t)tf->vocab)
             return fsdp_set_error(FSDP_EFORMAT,
                                   "%s: token %llu has id %u, not below the vocabulary size %d (--vocab): the "
                                   "file was made for a larger vocabulary, or is corrupt",
-                                  tf->path, (unsigned long long)(first_index + i), raw[i], tf->vocab);
-        if (out) out[i] = raw[i];
+                                  tf->path, (unsigned long long)(first_index + i), id, tf->vocab);
+        if (out) out[i] = (int32_t)id;
     }
     return FSDP_OK;
 }
@@ -33,9 +37,7 @@ static fsdp_status check_convert(const fsdp_token_file *tf, const uint16_t *raw,
 fsdp_status fsdp_tokens_open(fsdp_token_file *tf, const char *path, int vocab) {
     memset(tf, 0, sizeof *tf);
     tf->fd = -1;
-    if (vocab <= 0 || vocab > 65536)
-        return FSDP_ERR(FSDP_EINVAL, "vocabulary size %d for %s is outside 1..65536 (uint16 tokens)", vocab,
-                        path);
+    if (vocab <= 0) return FSDP_ERR(FSDP_EINVAL, "vocabulary size %d for %s is not positive", vocab, path);
     tf->path = fsdp_strdupf("%s", path);
     if (!tf->path) return FSDP_ERR(FSDP_ENOMEM, "no memory for a path");
     tf->vocab = vocab;
@@ -63,16 +65,21 @@ fsdp_status fsdp_tokens_open(fsdp_token_file *tf, const char *path, int vocab) {
     int32_t hdr[FSDP_TOKENS_HEADER_INTS];
     s = fsdp_io_pread_all(tf->fd, hdr, sizeof hdr, 0, path);
     if (s != FSDP_OK) goto fail;
-    if (hdr[0] != FSDP_TOKENS_MAGIC) {
-        s = fsdp_set_error(FSDP_EFORMAT, "%s: bad magic %d (want %d): not a token file", path, hdr[0],
-                           FSDP_TOKENS_MAGIC);
+    if (hdr[0] == FSDP_TOKENS_MAGIC && hdr[1] == FSDP_TOKENS_VERSION) {
+        tf->width = 2;
+    } else if (hdr[0] == FSDP_TOKENS32_MAGIC && hdr[1] == FSDP_TOKENS32_VERSION) {
+        tf->width = 4;
+    } else if (hdr[0] == FSDP_TOKENS_MAGIC || hdr[0] == FSDP_TOKENS32_MAGIC) {
+        s = fsdp_set_error(
+            FSDP_EFORMAT,
+            "%s: token file version %d is not supported with magic %d (want magic %d version %d: "
+            "uint16 tokens, or magic %d version %d: uint32 tokens)",
+            path, hdr[1], hdr[0], FSDP_TOKENS_MAGIC, FSDP_TOKENS_VERSION, FSDP_TOKENS32_MAGIC,
+            FSDP_TOKENS32_VERSION);
         goto fail;
-    }
-    if (hdr[1] != FSDP_TOKENS_VERSION) {
-        s = fsdp_set_error(FSDP_EFORMAT,
-                           "%s: token file version %d is not supported (want %d: uint16 tokens)%s", path,
-                           hdr[1], FSDP_TOKENS_VERSION,
-                           hdr[1] == 2 ? "; version 2 (uint32 tokens, llm.c's Llama 3 files) is not" : "");
+    } else {
+        s = fsdp_set_error(FSDP_EFORMAT, "%s: bad magic %d (want %d or %d): not a token file", path, hdr[0],
+                           FSDP_TOKENS_MAGIC, FSDP_TOKENS32_MAGIC);
         goto fail;
     }
     if (hdr[2] < 0) {
@@ -80,7 +87,7 @@ fsdp_status fsdp_tokens_open(fsdp_token_file *tf, const char *path, int vocab) {
         goto fail;
     }
     tf->ntok = (uint64_t)hdr[2];
-    uint64_t want = FSDP_TOKENS_HEADER_BYTES + 2 * tf->ntok;
+    uint64_t want = FSDP_TOKENS_HEADER_BYTES + (uint64_t)tf->width * tf->ntok;
     if (size != want) {
         s = fsdp_set_error(FSDP_EFORMAT,
                            "%s: header says %llu tokens (%llu bytes of file) but the file has %llu bytes: "
@@ -90,10 +97,11 @@ fsdp_status fsdp_tokens_open(fsdp_token_file *tf, const char *path, int vocab) {
         goto fail;
     }
     if (tf->ntok <= FSDP_TOKENS_FULL_CHECK_MAX) {
-        uint16_t raw[4096];
+        uint32_t raw[4096];
+        size_t w = (size_t)tf->width;
         for (uint64_t p = 0; p < tf->ntok; p += 4096) {
             size_t n = (size_t)(tf->ntok - p < 4096 ? tf->ntok - p : 4096);
-            s = fsdp_io_pread_all(tf->fd, raw, 2 * n, FSDP_TOKENS_HEADER_BYTES + 2 * p, path);
+            s = fsdp_io_pread_all(tf->fd, raw, w * n, FSDP_TOKENS_HEADER_BYTES + w * p, path);
             if (s != FSDP_OK) goto fail;
             s = check_convert(tf, raw, n, p, NULL);
             if (s != FSDP_OK) goto fail;
@@ -109,10 +117,11 @@ fsdp_status fsdp_tokens_read(const fsdp_token_file *tf, uint64_t pos, size_t n, 
     if (pos > tf->ntok || n > tf->ntok - pos)
         return FSDP_ERR(FSDP_EINVAL, "%s: tokens [%llu, %llu) are past its end (%llu tokens)", tf->path,
                         (unsigned long long)pos, (unsigned long long)(pos + n), (unsigned long long)tf->ntok);
-    uint16_t raw[4096];
+    uint32_t raw[4096];
+    size_t w = (size_t)tf->width;
     for (size_t i = 0; i < n; i += 4096) {
         size_t k = n - i < 4096 ? n - i : 4096;
-        FSDP_TRY(fsdp_io_pread_all(tf->fd, raw, 2 * k, FSDP_TOKENS_HEADER_BYTES + 2 * (pos + i), tf->path));
+        FSDP_TRY(fsdp_io_pread_all(tf->fd, raw, w * k, FSDP_TOKENS_HEADER_BYTES + w * (pos + i), tf->path));
         FSDP_TRY(check_convert(tf, raw, k, pos + i, out + i));
     }
     return FSDP_OK;
@@ -125,15 +134,19 @@ void fsdp_tokens_close(fsdp_token_file *tf) {
     tf->path = NULL;
 }
 
-fsdp_status fsdp_tokens_write(const char *path, const uint16_t *tokens, size_t n) {
+fsdp_status fsdp_tokens_write(const char *path, const void *tokens, size_t n, int width) {
+    if (width != 2 && width != 4)
+        return FSDP_ERR(FSDP_EINVAL, "%s: token width %d is not 2 or 4 bytes", path, width);
     if (n > INT32_MAX)
         return FSDP_ERR(FSDP_EINVAL, "%s: %zu tokens do not fit the header's int32 count", path, n);
-    size_t bytes = FSDP_TOKENS_HEADER_BYTES + 2 * n;
+    size_t bytes = FSDP_TOKENS_HEADER_BYTES + (size_t)width * n;
     char *buf = NULL;
     FSDP_TRY(fsdp_mem_alloc((void **)&buf, bytes, FSDP_MEM_OTHER));
-    int32_t hdr[FSDP_TOKENS_HEADER_INTS] = {FSDP_TOKENS_MAGIC, FSDP_TOKENS_VERSION, (int32_t)n};
+    int32_t hdr[FSDP_TOKENS_HEADER_INTS] = {width == 2 ? FSDP_TOKENS_MAGIC : FSDP_TOKENS32_MAGIC,
+                                            width == 2 ? FSDP_TOKENS_VERSION : FSDP_TOKENS32_VERSION,
+                                            (int32_t)n};
     memcpy(buf, hdr, sizeof hdr);
-    if (n) memcpy(buf + sizeof hdr, tokens, 2 * n);
+    if (n) memcpy(buf + sizeof hdr, tokens, (size_t)width * n);
     fsdp_status s = fsdp_io_write_file_atomic(path, buf, bytes, 0);
     fsdp_mem_free(buf);
     return s;

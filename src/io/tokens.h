@@ -1,18 +1,25 @@
-/* tokens.h — token files: llm.c's 256-int header, then the token ids. */
+/* tokens.h — token files: llm.c's 256-int header, then the token ids, 16- or 32-bit. */
 #ifndef FSDP_IO_TOKENS_H
 #define FSDP_IO_TOKENS_H
 
 #include "fsdp.h"
 
+#include <stddef.h>
 #include <stdint.h>
 
-/* Token file: 256 x int32 header, then uint16 tokens (little-endian), exactly llm.c's format:
- *   header[0] = FSDP_TOKENS_MAGIC, header[1] = FSDP_TOKENS_VERSION, header[2] = token count;
- *   the other 253 ints are reserved (written as 0, ignored on read). */
+/* Token file: 256 x int32 header, then the tokens (little-endian), exactly llm.c's two formats:
+ *   header[0] = magic, header[1] = version, header[2] = token count; the other 253 ints are reserved
+ *   (written as 0, ignored on read).
+ *   magic 20240520, version 1: uint16 tokens (llm.c's GPT-2 files; vocabularies up to 65536);
+ *   magic 20240801, version 7: uint32 tokens (llm.c's Llama 3 files; larger vocabularies). */
 #define FSDP_TOKENS_MAGIC        20240520
 #define FSDP_TOKENS_VERSION      1
+#define FSDP_TOKENS32_MAGIC      20240801
+#define FSDP_TOKENS32_VERSION    7
 #define FSDP_TOKENS_HEADER_INTS  256
 #define FSDP_TOKENS_HEADER_BYTES (FSDP_TOKENS_HEADER_INTS * 4)
+#define FSDP_TOKENS16_MAX_VOCAB  65536
+#define FSDP_TOKENS_MAX_VOCAB    INT32_MAX /* ids are int32 in memory */
 
 /* Byte-level vocabulary: ids 0..255 are the bytes, FSDP_TOKEN_EOT (256) starts every document
  * (as GPT-2's <|endoftext|> does in llm.c's files). Vocabulary size 257. */
@@ -30,9 +37,13 @@ typedef struct {
     int fd;        /* -1 when closed */
     uint64_t ntok; /* tokens after the header */
     int vocab;     /* every id must be < vocab */
+    int width;     /* bytes per token: 2 (version 1) or 4 (version 7) */
 } fsdp_token_file;
 
-/* Opens and validates: magic, version, count vs file size (exact), and (up to
+/* Bytes per token that a file for this vocabulary gets: 2 up to 65536 ids, else 4. */
+static inline int fsdp_tokens_width(int vocab) { return vocab <= FSDP_TOKENS16_MAX_VOCAB ? 2 : 4; }
+
+/* Opens and validates either format: magic with its version, count vs file size (exact), and (up to
  * FSDP_TOKENS_FULL_CHECK_MAX tokens) every id < vocab. Errors name the file and what is wrong:
  * FSDP_EIO (missing/unreadable), FSDP_EFORMAT (magic, version, size, id). */
 fsdp_status fsdp_tokens_open(fsdp_token_file *tf, const char *path, int vocab);
@@ -41,8 +52,8 @@ fsdp_status fsdp_tokens_open(fsdp_token_file *tf, const char *path, int vocab);
 fsdp_status fsdp_tokens_read(const fsdp_token_file *tf, uint64_t pos, size_t n, int32_t *out);
 void fsdp_tokens_close(fsdp_token_file *tf); /* safe on a zeroed or closed struct */
 
-/* Writes n tokens (each < 65536) as a token file, atomically: a temporary name in the same
- * folder, fsync, rename. */
-fsdp_status fsdp_tokens_write(const char *path, const uint16_t *tokens, size_t n);
+/* Writes n tokens as a token file, atomically (a temporary name in the same folder, fsync, rename):
+ * width 2: tokens is uint16_t[n], version 1; width 4: tokens is uint32_t[n], version 7. */
+fsdp_status fsdp_tokens_write(const char *path, const void *tokens, size_t n, int width);
 
 #endif

@@ -10,7 +10,7 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1) return 0;
     const uint8_t mode = data[0];
-    static const int vocabs[4] = {FSDP_BYTE_VOCAB, FSDP_GPT2_VOCAB, 65536, 2};
+    static const int vocabs[4] = {FSDP_BYTE_VOCAB, FSDP_GPT2_VOCAB, 151936, 2};
     const int vocab = vocabs[mode & 3];
     char path[512];
     fuzz_path(path, sizeof path, "train.bin");
@@ -20,7 +20,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     fsdp_status s = fsdp_tokens_open(&tf, path, vocab);
     if (s == FSDP_OK) {
         /* A file that opened must hold exactly the tokens its header says, each readable. */
-        FUZZ_REQUIRE(tf.ntok == (size - 1 - FSDP_TOKENS_HEADER_BYTES) / 2);
+        FUZZ_REQUIRE(tf.width == 2 || tf.width == 4);
+        FUZZ_REQUIRE(tf.ntok * (uint64_t)tf.width == size - 1 - FSDP_TOKENS_HEADER_BYTES);
         int32_t buf[64];
         size_t n = tf.ntok < 64 ? (size_t)tf.ntok : 64;
         FUZZ_REQUIRE(fsdp_tokens_read(&tf, 0, n, buf) == FSDP_OK);

@@ -33,7 +33,7 @@ static void test_round_trip(void) {
     for (int i = 0; i < N; i++)
         tok[i] = (uint16_t)((i * 7919) % FSDP_GPT2_VOCAB);
     char *p = path_in("rt.bin");
-    CHECK_OK(fsdp_tokens_write(p, tok, N));
+    CHECK_OK(fsdp_tokens_write(p, tok, N, 2));
     fsdp_token_file tf;
     CHECK_OK(fsdp_tokens_open(&tf, p, FSDP_GPT2_VOCAB));
     CHECK(tf.ntok == N);
@@ -51,6 +51,96 @@ static void test_round_trip(void) {
     /* Same file against a vocabulary too small for its ids: named file and token index. */
     CHECK_ERR(fsdp_tokens_open(&tf, p, 257), FSDP_EFORMAT, p);
     CHECK(strstr(fsdp_last_error(), "token 1 has id 7919") != NULL);
+    free(p);
+}
+
+/* 32-bit files: written by fsdp_tokens_write(width 4) with llm.c's Llama 3 header (magic 20240801,
+ * version 7: checked byte by byte here), read back; a file written by hand as llm.c's
+ * write_datafile(model_desc="llama-3") does (numpy int32 header, then uint32 tokens) loads as it is. */
+static void test_round_trip32(void) {
+    enum { N = 10000, V = 151936 };
+    static uint32_t tok[N];
+    for (int i = 0; i < N; i++)
+        tok[i] = (uint32_t)(((uint64_t)i * 104729u) % V);
+    tok[17] = V - 1;
+    char *p = path_in("rt32.bin");
+    CHECK_OK(fsdp_tokens_write(p, tok, N, 4));
+    FILE *f = fopen(p, "rb");
+    int32_t hdr[256];
+    CHECK(fread(hdr, 4, 256, f) == 256);
+    fseek(f, 0, SEEK_END);
+    CHECK(ftell(f) == 1024 + 4 * N);
+    fclose(f);
+    CHECK(hdr[0] == 20240801 && hdr[1] == 7 && hdr[2] == N && hdr[3] == 0 && hdr[255] == 0);
+    fsdp_token_file tf;
+    CHECK_OK(fsdp_tokens_open(&tf, p, V));
+    CHECK(tf.ntok == N && tf.width == 4);
+    static int32_t out[N];
+    CHECK_OK(fsdp_tokens_read(&tf, 0, N, out));
+    int same = 1;
+    for (int i = 0; i < N; i++)
+        same &= out[i] == (int32_t)tok[i];
+    CHECK(same);
+    CHECK_OK(fsdp_tokens_read(&tf, 9000, 1000, out));
+    CHECK(out[0] == (int32_t)tok[9000] && out[999] == (int32_t)tok[9999]);
+    CHECK_ERR(fsdp_tokens_read(&tf, 9001, 1000, out), FSDP_EINVAL, "past its end");
+    fsdp_tokens_close(&tf);
+    /* An id >= the vocabulary: refused at open (small file) with the token's index, and by read. */
+    CHECK_ERR(fsdp_tokens_open(&tf, p, V - 1), FSDP_EFORMAT, "token 17 has id 151935");
+    CHECK(strstr(fsdp_last_error(), p) != NULL);
+    /* A 16-bit file opens for a vocabulary over 65536 too (its ids are below it). */
+    static uint16_t t16[100];
+    for (int i = 0; i < 100; i++)
+        t16[i] = (uint16_t)(65535 - i);
+    char *p16 = path_in("rt16.bin");
+    CHECK_OK(fsdp_tokens_write(p16, t16, 100, 2));
+    CHECK_OK(fsdp_tokens_open(&tf, p16, V));
+    CHECK(tf.width == 2 && tf.ntok == 100);
+    CHECK_OK(fsdp_tokens_read(&tf, 0, 100, out));
+    CHECK(out[0] == 65535 && out[99] == 65436);
+    fsdp_tokens_close(&tf);
+
+    /* llm.c-style: header then raw little-endian uint32 ids, with ids above 65535. */
+    int32_t lh[256] = {20240801, 7, 5};
+    uint32_t ids[5] = {128000, 9906, 1917, 0, 128255};
+    char *pl = path_in("llmc_llama3.bin");
+    f = fopen(pl, "wb");
+    fwrite(lh, 4, 256, f);
+    fwrite(ids, 4, 5, f);
+    fclose(f);
+    CHECK_OK(fsdp_tokens_open(&tf, pl, 128256));
+    CHECK_OK(fsdp_tokens_read(&tf, 0, 5, out));
+    CHECK(out[0] == 128000 && out[1] == 9906 && out[2] == 1917 && out[3] == 0 && out[4] == 128255);
+    fsdp_tokens_close(&tf);
+    CHECK_ERR(fsdp_tokens_open(&tf, pl, 128255), FSDP_EFORMAT, "token 4 has id 128255");
+    /* Truncated: one byte short of the last token, and a whole token short; one byte too many. */
+    f = fopen(pl, "wb");
+    fwrite(lh, 4, 256, f);
+    fwrite(ids, 1, 19, f);
+    fclose(f);
+    CHECK_ERR(fsdp_tokens_open(&tf, pl, 128256), FSDP_EFORMAT, "header says 5 tokens (1044 bytes of file)");
+    f = fopen(pl, "wb");
+    fwrite(lh, 4, 256, f);
+    fwrite(ids, 4, 4, f);
+    fclose(f);
+    CHECK_ERR(fsdp_tokens_open(&tf, pl, 128256), FSDP_EFORMAT, "truncated or corrupt");
+    f = fopen(pl, "wb");
+    fwrite(lh, 4, 256, f);
+    fwrite(ids, 4, 5, f);
+    fputc(0, f);
+    fclose(f);
+    CHECK_ERR(fsdp_tokens_open(&tf, pl, 128256), FSDP_EFORMAT, "header says 5 tokens");
+    /* A 16-bit count read as 32-bit: magic 20240801 with version 1, and 20240520 with version 7. */
+    lh[1] = 1;
+    f = fopen(pl, "wb");
+    fwrite(lh, 4, 256, f);
+    fwrite(ids, 4, 5, f);
+    fclose(f);
+    CHECK_ERR(fsdp_tokens_open(&tf, pl, 128256), FSDP_EFORMAT,
+              "version 1 is not supported with magic 20240801");
+    CHECK_ERR(fsdp_tokens_write(pl, ids, 5, 3), FSDP_EINVAL, "width 3");
+    free(pl);
+    free(p16);
     free(p);
 }
 
@@ -144,14 +234,14 @@ static void test_prepare(void) {
     {
         char *md = path_in("metabad"), *mp = path_in("metabad/meta.json");
         CHECK_OK(fsdp_mkdirs(md));
-        const char *bad[] = {"{\"vocab\": 1}", "{\"vocab\": 300.9}", "{\"vocab\": 70000}",
+        const char *bad[] = {"{\"vocab\": 1}", "{\"vocab\": 300.9}", "{\"vocab\": 3000000000}",
                              "{\"vocab\": \"257\"}"};
         for (int i = 0; i < 4; i++) {
             FILE *mf = fopen(mp, "wb");
             fputs(bad[i], mf);
             fclose(mf);
             CHECK_ERR(fsdp_data_meta_vocab(md, &vocab), FSDP_EFORMAT,
-                      "meta.json: \"vocab\" must be a whole number from 2 to 65536");
+                      "meta.json: \"vocab\" must be a whole number from 2 to 2147483647");
             CHECK(vocab == 0);
         }
         FILE *mf = fopen(mp, "wb");
@@ -159,6 +249,11 @@ static void test_prepare(void) {
         fclose(mf);
         CHECK_OK(fsdp_data_meta_vocab(md, &vocab));
         CHECK(vocab == 300);
+        mf = fopen(mp, "wb");
+        fputs("{\"vocab\": 151936}", mf); /* Qwen2's */
+        fclose(mf);
+        CHECK_OK(fsdp_data_meta_vocab(md, &vocab));
+        CHECK(vocab == 151936);
         free(mp);
         free(md);
     }
@@ -186,6 +281,81 @@ static void test_prepare(void) {
     free(out);
 }
 
+/* GPT-2's byte -> character map as UTF-8 (the byte-level alphabet of a tokenizer.json). */
+static void byte_char(int b, char *out) {
+    int cp = b;
+    if (!((b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174)) {
+        cp = 256;
+        for (int i = 0; i < b; i++)
+            if (!((i >= 33 && i <= 126) || (i >= 161 && i <= 172) || i >= 174)) cp++;
+    }
+    int n = 0;
+    if (cp < 0x80)
+        out[n++] = (char)cp;
+    else
+        out[n++] = (char)(0xC0 | (cp >> 6)), out[n++] = (char)(0x80 | (cp & 0x3F));
+    out[n] = 0;
+}
+
+/* prepare with a vocabulary over 65536 writes 32-bit files (llm.c's Llama 3 header) and the loader
+ * reads them: a byte-level tokenizer whose <|endoftext|> is id 100000, no merges, so the ids of a
+ * document are its bytes' tokens (byte b is id b here), known without the tokenizer. */
+static void test_prepare32(void) {
+    char *tj = path_in("big_tok.json"), *txt = path_in("big.txt"), *out = path_in("prep32");
+    FILE *f = fopen(tj, "wb");
+    fputs("{\"model\": {\"type\": \"BPE\", \"merges\": [], \"vocab\": {", f);
+    for (int b = 0; b < 256; b++) {
+        char c[8];
+        byte_char(b, c);
+        fprintf(f, "%s\"%s%s\": %d", b ? ", " : "", c[0] == '"' || c[0] == '\\' ? "\\" : "", c, b);
+    }
+    fputs("}}, \"pre_tokenizer\": {\"type\": \"ByteLevel\"}, \"added_tokens\": [{\"id\": 100000, "
+          "\"content\": \"<|endoftext|>\"}]}",
+          f);
+    fclose(f);
+    f = fopen(txt, "wb");
+    for (int i = 0; i < 40; i++)
+        fprintf(f, "doc %d\n%%\n", i);
+    fclose(f);
+    const char *texts[] = {txt};
+    fsdp_prepare_args a = {
+        .texts = texts, .n_texts = 1, .out_dir = out, .val_fraction = 0.25, .doc_sep = "%", .tokenizer = tj};
+    fsdp_prepare_stats st;
+    CHECK_OK(fsdp_prepare(&a, &st));
+    CHECK(st.vocab == 100001 && st.n_docs == 40);
+    char *tp = fsdp_strdupf("%s/train.bin", out);
+    int32_t hdr[256];
+    f = fopen(tp, "rb");
+    CHECK(f && fread(hdr, 4, 256, f) == 256);
+    if (f) fclose(f);
+    CHECK(hdr[0] == FSDP_TOKENS32_MAGIC && hdr[1] == FSDP_TOKENS32_VERSION && (uint64_t)hdr[2] == st.n_train);
+    int vocab = 0;
+    CHECK_OK(fsdp_data_meta_vocab(out, &vocab));
+    CHECK(vocab == 100001);
+    /* Expected train tokens: documents not sent to val (floor((i+1)/4) > floor(i/4): i = 3, 7, ...). */
+    int32_t want[600], got[600];
+    size_t nw = 0;
+    for (int i = 0; i < 40; i++) {
+        if ((i + 1) / 4 > i / 4) continue;
+        char d[16];
+        int n = snprintf(d, sizeof d, "doc %d\n", i);
+        want[nw++] = 100000;
+        for (int k = 0; k < n; k++)
+            want[nw++] = (uint8_t)d[k];
+    }
+    CHECK(nw == st.n_train);
+    fsdp_loader L;
+    CHECK_OK(fsdp_loader_init(&L, tp, vocab, 1, (int)nw - 1, 1, 0, 1));
+    int32_t *in = got, tg[600];
+    CHECK_OK(fsdp_loader_micro(&L, 0, in, tg));
+    CHECK(!memcmp(got, want, 4 * (nw - 1)) && tg[nw - 2] == want[nw - 1]);
+    fsdp_loader_free(&L);
+    free(tp);
+    free(out);
+    free(txt);
+    free(tj);
+}
+
 /* Token i of the loader file has id i % 1000, so a token's id tells where it came from. */
 static void test_loader(void) {
     enum { N = 5000 };
@@ -193,7 +363,7 @@ static void test_loader(void) {
     for (int i = 0; i < N; i++)
         tok[i] = (uint16_t)(i % 1000);
     char *p = path_in("load.bin");
-    CHECK_OK(fsdp_tokens_write(p, tok, N));
+    CHECK_OK(fsdp_tokens_write(p, tok, N, 2));
     const int B = 12, T = 16;
     for (int world = 1; world <= 4; world++) {
         for (int micro = 1; micro <= 3; micro++) {
@@ -335,9 +505,11 @@ int main(void) {
     snprintf(dir, sizeof dir, "%s/tmp_test_data_XXXXXX", FSDP_BINARY_DIR);
     if (!mkdtemp(dir)) return 1;
     test_round_trip();
+    test_round_trip32();
     test_bad_files();
     test_prepare();
     test_loader();
+    test_prepare32();
     test_io_rules();
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
