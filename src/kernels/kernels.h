@@ -1,6 +1,7 @@
 /* kernels.h — CPU compute kernels for a GPT-2 model: oneDNN GEMMs (forward, input gradient, and a
  * weight gradient written straight into an fp32 main_grad with beta 0 or 1) and plain C + OpenMP
- * element-wise kernels (encoder, LayerNorm, GELU, residual, causal attention, softmax cross-entropy).
+ * element-wise kernels (encoder, LayerNorm, GELU, residual, causal attention, softmax cross-entropy;
+ * for the Llama family RMSNorm, RoPE and SwiGLU).
  *
  * Conventions shared by every kernel here:
  * - Row-major, contiguous tensors. Shapes are written as [rows, cols]; "N" in element-wise kernels is
@@ -215,18 +216,90 @@ fsdp_att_impl fsdp_attention_impl_for(int T, int hs);
 fsdp_status fsdp_attention_force_impl(fsdp_att_impl impl);
 const char *fsdp_attention_impl_name(fsdp_att_impl impl); /* "auto", "blocked", "gemm" */
 
+/* ---------------------------------------------------------------- Llama family: RMSNorm, RoPE, SwiGLU
+ * (llama_ops.c). Rows may be strided (ld = elements from one row start to the next, >= the row width),
+ * so the model can work inside fused buffers (the per-head q/k of one qkv GEMM output). Profiled as
+ * layernorm (RMSNorm), gelu (SwiGLU) and attention (RoPE). */
+
+/* RMSNorm (weight only): out[n,:] = (inp[n,:] * rstd[n]) * weight, rstd[n] = 1/sqrt(mean_c inp[n,c]^2 + eps)
+ * (the sum of squares in double). Row r of N lies at inp + r*ld_in (out + r*ld_out), C contiguous
+ * elements each; ld >= C. rstd float [N] saved for backward (may be NULL). weight pdt [C]; eps finite,
+ * >= 0. out may alias inp only if rstd is kept (backward needs inp). */
+fsdp_status fsdp_rmsnorm_forward(float *out, int ld_out, float *rstd, const float *inp, int ld_in,
+                                 const void *weight, fsdp_dtype pdt, int N, int C, float eps);
+/* dinp (+)= dL/dinp (dinp_acc), rows at dinp + r*ld_dinp; dweight[C] (+)= sum over rows of
+ * dout * inp * rstd (dweight_acc; fp32 main_grad). Either may be NULL; dinp may alias dout. weight and
+ * rstd (from the forward) are always required. Scratch (activation, freed before returning):
+ * fsdp_rmsnorm_backward_scratch_bytes(rows, C), rows = N (or N_tok * n_heads for the head form). The
+ * row sums for dweight go in fixed chunks of rows, summed in order: the same bits on any thread count. */
+fsdp_status fsdp_rmsnorm_backward(float *dinp, int ld_dinp, int dinp_acc, float *dweight, int dweight_acc,
+                                  const float *dout, int ld_dout, const float *inp, int ld_in,
+                                  const void *weight, fsdp_dtype pdt, const float *rstd, int N, int C);
+size_t fsdp_rmsnorm_backward_scratch_bytes(int rows, int C);
+/* Per-head RMSNorm (Qwen3 q_norm / k_norm, weight [hd] shared by all heads): N_tok tokens, each token's
+ * row at base + t*ld holds n_heads heads of hd contiguous elements starting at the pointer given (ld >=
+ * n_heads*hd). Same maths as above per (token, head) row r = t*n_heads + h. rstd float [N_tok*n_heads].
+ * dweight sums over all tokens and heads. */
+fsdp_status fsdp_head_rmsnorm_forward(float *out, int ld_out, float *rstd, const float *inp, int ld_in,
+                                      const void *weight, fsdp_dtype pdt, int N_tok, int n_heads, int hd,
+                                      float eps);
+fsdp_status fsdp_head_rmsnorm_backward(float *dinp, int ld_dinp, int dinp_acc, float *dweight,
+                                       int dweight_acc, const float *dout, int ld_dout, const float *inp,
+                                       int ld_in, const void *weight, fsdp_dtype pdt, const float *rstd,
+                                       int N_tok, int n_heads, int hd);
+
+/* RoPE, Hugging Face rotate-half layout, in place. x: N_tok token rows at x + t*ld, each n_heads heads of
+ * hd (even, <= FSDP_ROPE_MAX_HD) elements. For head element i < hd/2, angle a = pos[t] * inv_freq[i] (one
+ * fp32 product): x[i] <- x[i]*cos a - x[i+hd/2]*sin a; x[i+hd/2] <- x[i+hd/2]*cos a + x[i]*sin a, each
+ * product and sum rounded to fp32 as transformers' apply_rotary_pos_emb does; cos/sin of the fp32 angle
+ * are computed in double and rounded once. pos int32 [N_tok] (>= 0). Backward applies the inverse
+ * rotation (angle -a, the transpose of the forward map) in place to the gradient. */
+#define FSDP_ROPE_MAX_HD 1024
+typedef struct {
+    int type; /* 0 none ("default"), 1 llama3 */
+    float factor, low_freq_factor, high_freq_factor;
+    int original_max_position_embeddings;
+} fsdp_rope_scaling;
+/* inv_freq float [hd/2] as transformers computes it: 1/(theta^(2i/hd)) in fp32 operations, then the
+ * llama3 rescale of _compute_llama3_parameters when sc && sc->type == 1 (sc NULL: none). FSDP_EINVAL for
+ * odd hd, theta <= 0, an unknown type or bad llama3 factors. */
+fsdp_status fsdp_rope_inv_freq(float *inv_freq, int hd, double theta, const fsdp_rope_scaling *sc);
+fsdp_status fsdp_rope_forward(float *x, int ld, const int *pos, const float *inv_freq, int N_tok, int n_heads,
+                              int hd);
+fsdp_status fsdp_rope_backward(float *dx, int ld, const int *pos, const float *inv_freq, int N_tok,
+                               int n_heads, int hd);
+
+/* SwiGLU: gu float [N, 2I] holds per row gate[0..I) then up[I..2I) (one GEMM with stacked [gate; up]
+ * weights); out float [N, I] = silu(gate) * up, silu(x) = x / (1 + exp(-x)) (exp through vmath, <= 2 ulp).
+ * Backward writes dgu [N, 2I] (overwrite; must not alias gu) from dout [N, I]. */
+fsdp_status fsdp_swiglu_forward(float *out, const float *gu, int N, int I);
+fsdp_status fsdp_swiglu_backward(float *dgu, const float *dout, const float *gu, int N, int I);
+
 /* ---------------------------------------------------------------- softmax + cross-entropy (padded vocab) */
 
+/* A target that does not count (masked prompt tokens, padding): PyTorch's ignore_index (the same
+ * definition as include/fsdp_model.h's). */
+#ifndef FSDP_IGNORE_INDEX
+#define FSDP_IGNORE_INDEX (-100)
+#endif
+
 /* Fused softmax + cross-entropy over logits float [N,Vp] where only the first V columns are real;
- * padded columns [V,Vp) are ignored whatever they hold (even inf/NaN). targets: int32 [N] in [0,V).
+ * padded columns [V,Vp) are ignored whatever they hold (even inf/NaN). targets: int32 [N] in [0,V) or
+ * FSDP_IGNORE_INDEX (that row: loss 0, dlogits row all 0, not counted).
  *   losses[n] = -log softmax(logits[n,:V])[targets[n]]   (float [N], may be NULL)
- *   *mean_loss = mean of losses (accumulated in double; may be NULL)
+ *   *mean_loss = mean of losses over the counted rows (accumulated in double; 0 when none; may be NULL)
  *   dlogits[n,j] = dloss * (softmax_j - [j == target]) for j < V, 0 for j >= V   (float [N,Vp], may be
  *   NULL; may alias logits: each row is read completely before it is written)
  * dloss is dL/dlosses[n]: pass 1.0f / N for L = mean loss (the usual), 1/(N*n_micro) to fold in
  * micro-batch averaging. */
 fsdp_status fsdp_softmax_crossentropy(float *losses, float *mean_loss, float *dlogits, const float *logits,
                                       const int *targets, int N, int V, int Vp, float dloss);
+/* The same, also returning the number of counted rows (targets not FSDP_IGNORE_INDEX) in *n_counted
+ * (may be NULL). With ignored rows, dloss is 1 / (the counted rows of the whole global batch) for the
+ * mean over real tokens. */
+fsdp_status fsdp_softmax_crossentropy_count(float *losses, float *mean_loss, int *n_counted, float *dlogits,
+                                            const float *logits, const int *targets, int N, int V, int Vp,
+                                            float dloss);
 
 /* probs[n,j] = softmax(logits[n,:V] / temperature)_j for j < V, 0 for j in [V,Vp). For sampling.
  * probs: float [N,Vp] (may alias logits); temperature > 0. */

@@ -1,6 +1,7 @@
 /* test_softmax_ce.c — fused softmax + cross-entropy over padded-vocab logits against float64: losses,
  * mean, dlogits (also against finite differences of the double mean loss); padded columns holding
- * huge/inf/NaN values change nothing and get exactly zero gradient; in-place dlogits; sampling softmax. */
+ * huge/inf/NaN values change nothing and get exactly zero gradient; in-place dlogits; ignored targets
+ * (FSDP_IGNORE_INDEX) against the masked double mean; sampling softmax. */
 #include "kernels/kernels.h"
 
 #include "kref.h"
@@ -80,6 +81,8 @@ int main(void) {
             rd[n * VP + j] = (exp(xd[n * VP + j] - mx) / s - (j == tg[n])) / N;
     }
     CHECK(kref_check_close("dlogits analytic", dl, rd, N * VP, 1e-5, 1e-8) == 0);
+    double rd_an[N * VP];
+    memcpy(rd_an, rd, sizeof rd_an);
 
     /* Padded columns zeroed instead: bit-identical results. */
     memcpy(lg0, lg, sizeof lg);
@@ -105,6 +108,55 @@ int main(void) {
     tg[3] = 5;
     CHECK_ERR(fsdp_softmax_crossentropy(losses0, NULL, NULL, lg, tg, N, VP + 1, VP, 1.0f), FSDP_EINVAL,
               "exceeds");
+
+    /* Ignored targets (FSDP_IGNORE_INDEX): loss 0, zero gradient rows (padded columns included, in place
+     * too), the mean over the counted rows; counted rows give the bits of the unmasked call. */
+    {
+        int tgi[N];
+        memcpy(tgi, tg, sizeof tgi);
+        tgi[1] = FSDP_IGNORE_INDEX, tgi[4] = FSDP_IGNORE_INDEX;
+        double tot = 0;
+        int want = 0;
+        for (int n = 0; n < N; n++)
+            if (tgi[n] != FSDP_IGNORE_INDEX) tot += rl[n], want++;
+        float li[N], dli[N * VP], mi;
+        int cnt = -1;
+        kref_fill_nan(li, N), kref_fill_nan(dli, N * VP);
+        CHECK_OK(fsdp_softmax_crossentropy_count(li, &mi, &cnt, dli, lg, tgi, N, V, VP, 1.0f / want));
+        CHECK(cnt == want);
+        CHECKF(test_close(mi, tot / want, 1e-6, 1e-7), "masked mean %.9g want %.9g", mi, tot / want);
+        int bad = 0;
+        for (int n = 0; n < N; n++) {
+            int ign = tgi[n] == FSDP_IGNORE_INDEX;
+            bad += ign ? li[n] != 0.0f : memcmp(&li[n], &losses[n], 4) != 0;
+            for (int j = 0; j < VP; j++) {
+                /* counted rows: the analytic gradient with dloss 1/want */
+                double r = ign || j >= V ? 0.0 : rd_an[n * VP + j] * N / want;
+                bad += ign ? dli[n * VP + j] != 0.0f : !test_close(dli[n * VP + j], r, 1e-5, 1e-8);
+            }
+        }
+        CHECKF(bad == 0, "%d bad masked entries", bad);
+        /* without the count, and in place over the logits */
+        float lgi[N * VP];
+        memcpy(lgi, lg, sizeof lgi);
+        CHECK_OK(fsdp_softmax_crossentropy(NULL, &mean0, lgi, lgi, tgi, N, V, VP, 1.0f / want));
+        CHECK(mean0 == mi && memcmp(lgi, dli, sizeof dli) == 0);
+        /* every target ignored: mean 0, count 0, zero gradient */
+        for (int n = 0; n < N; n++)
+            tgi[n] = FSDP_IGNORE_INDEX;
+        CHECK_OK(fsdp_softmax_crossentropy_count(li, &mi, &cnt, dli, lg, tgi, N, V, VP, 1.0f));
+        bad = 0;
+        for (int i = 0; i < N * VP; i++)
+            bad += dli[i] != 0.0f;
+        CHECK(cnt == 0 && mi == 0.0f && bad == 0 && li[0] == 0.0f);
+        /* no target ignored: the count is N and everything equals the plain call bit for bit */
+        CHECK_OK(fsdp_softmax_crossentropy_count(li, &mi, &cnt, dli, lg, tg, N, V, VP, 1.0f / N));
+        CHECK(cnt == N && mi == mean && memcmp(li, losses, sizeof li) == 0 &&
+              memcmp(dli, dl, sizeof dl) == 0);
+        /* other negative targets are still refused */
+        tgi[2] = -101;
+        CHECK_ERR(fsdp_softmax_crossentropy(NULL, NULL, NULL, lg, tgi, N, V, VP, 1.0f), FSDP_EINVAL, "-101");
+    }
 
     /* Sampling softmax with temperature. */
     float pr[N * VP];
