@@ -56,10 +56,10 @@ typedef struct {
     double rope_theta;               /* RoPE base (0 for families without RoPE) */
     int rope_scaling;                /* fsdp_rope_scaling_type */
     double rope_factor, rope_low_freq_factor, rope_high_freq_factor;
-    int rope_original_max_pos;       /* llama3 scaling: original_max_position_embeddings */
-    int recompute;                   /* 1: keep only block inputs, recompute each block in backward */
-    char hf_architecture[48];        /* the Hugging Face class this shape came from or exports as, e.g.
-                                        "Qwen2ForCausalLM"; "" = the family's default */
+    int rope_original_max_pos; /* llama3 scaling: original_max_position_embeddings */
+    int recompute;             /* 1: keep only block inputs, recompute each block in backward */
+    char hf_architecture[48];  /* the Hugging Face class this shape came from or exports as, e.g.
+                                  "Qwen2ForCausalLM"; "" = the family's default */
 } fsdp_model_config;
 
 /* One forward's input. tokens int32 [B,T] in [0, V). targets int32 [B,T] in [0, V) or FSDP_IGNORE_INDEX,
@@ -76,8 +76,9 @@ typedef struct {
 /* The units a model registers, as data: the memory plan's input and init's own source. */
 typedef struct {
     int n_units;
-    fsdp_plan_unit *units; /* (n_units) exactly what fsdp_engine_add_unit gets */
-    void *owner;           /* the family's storage behind the pointers; freed by fsdp_model_units_free */
+    fsdp_plan_unit *units;        /* (n_units) exactly what fsdp_engine_add_unit gets */
+    void *owner;                  /* the family's storage behind the pointers */
+    void (*release)(void *owner); /* frees owner (fsdp_model_units_free calls it) */
 } fsdp_model_units;
 
 /* One tensor of a Hugging Face checkpoint and where it lives in the model: rows [row0, row0 + rows) of
@@ -101,8 +102,8 @@ typedef struct {
 } fsdp_hf_map;
 
 struct fsdp_model_family {
-    const char *name;                     /* "gpt2", "llama" */
-    const char *const *hf_architectures;  /* NULL-terminated config.json "architectures" it loads */
+    const char *name;                    /* "gpt2", "llama" */
+    const char *const *hf_architectures; /* NULL-terminated config.json "architectures" it loads */
     fsdp_status (*config_default)(fsdp_model_config *c);
     fsdp_status (*validate)(const fsdp_model_config *c);
     size_t (*num_params)(const fsdp_model_config *c);
@@ -141,10 +142,6 @@ fsdp_status fsdp_model_config_init(fsdp_model_config *c, const char *family);
 fsdp_status fsdp_model_config_validate(const fsdp_model_config *c);
 size_t fsdp_model_num_params(const fsdp_model_config *c);
 double fsdp_model_flops_per_token(const fsdp_model_config *c, int T);
-/* The config as JSON (every field, for the checkpoint manifest) and back; from_json refuses what is
- * missing or out of range, naming the key and `what`. */
-struct cJSON *fsdp_model_config_to_json(const fsdp_model_config *c);
-fsdp_status fsdp_model_config_from_json(fsdp_model_config *c, const struct cJSON *j, const char *what);
 /* The first field in which a and b differ ("n_head"), or NULL when they describe the same model
  * (recompute is not part of the model). */
 const char *fsdp_model_config_diff(const fsdp_model_config *a, const fsdp_model_config *b);

@@ -28,6 +28,15 @@ static const char *const strategy_names[] = {"full", "grad-op", "none", "hybrid"
 static const char *const main_grad_names[] = {"lazy", "eager", NULL};
 static const char *const accum_names[] = {"sharded", "no-sync", NULL};
 static const char *const dtype_names[] = {"f32", "bf16", NULL}; /* fsdp_dtype order */
+const char *const fsdp_train_model_names[] = {"gpt2", "llama", NULL};
+const char *const fsdp_train_hf_arch_names[] = {"auto",
+                                                "GPT2LMHeadModel",
+                                                "LlamaForCausalLM",
+                                                "Qwen2ForCausalLM",
+                                                "Qwen3ForCausalLM",
+                                                "MistralForCausalLM",
+                                                NULL};
+static const char *const rope_scaling_names[] = {"none", "llama3", NULL}; /* fsdp_rope_scaling_type order */
 
 typedef struct {
     const char *name; /* without the leading "--" */
@@ -46,10 +55,37 @@ static const opt_def opts[] = {
      "TOML file of settings, keyed like the flags without the dashes (seq-len = 128, recompute = true, "
      "text = [\"a.txt\"]); read first, so flags on the command line override it"},
     {"data", OPT_STR, F(data), 0, 0, NULL, C_TRAIN, "folder with train.bin and val.bin (fsdp-train prepare)"},
+    {"model", OPT_ENUM, F(model), 0, 0, fsdp_train_model_names, C_TRAIN,
+     "model family: gpt2 (LayerNorm, learned positions, GELU, tied head) or llama (RMSNorm, RoPE, SwiGLU, "
+     "grouped-query attention: Llama, SmolLM2, Qwen2/3, Mistral); --init-from sets it from config.json"},
     {"layers", OPT_INT, F(layers), 1, 1024, NULL, C_TRAIN, "transformer blocks"},
-    {"width", OPT_INT, F(width), 1, 65536, NULL, C_TRAIN, "model width C (divisible by --heads)"},
-    {"heads", OPT_INT, F(heads), 1, 1024, NULL, C_TRAIN, "attention heads"},
-    {"vocab", OPT_INT, F(vocab), 0, 65536, NULL, C_TRAIN,
+    {"width", OPT_INT, F(width), 1, 65536, NULL, C_TRAIN, "model width C (gpt2: divisible by --heads)"},
+    {"heads", OPT_INT, F(heads), 1, 1024, NULL, C_TRAIN, "attention (query) heads"},
+    {"kv-heads", OPT_INT, F(kv_heads), 0, 1024, NULL, C_TRAIN,
+     "llama: key/value heads, a divisor of --heads (0: = --heads)"},
+    {"head-dim", OPT_INT, F(head_dim), 0, 4096, NULL, C_TRAIN, "llama: head size (0: --width / --heads)"},
+    {"intermediate", OPT_INT, F(intermediate), 0, 1 << 20, NULL, C_TRAIN,
+     "MLP hidden width (0: the family's default; gpt2: 4 x --width)"},
+    {"tie-embeddings", OPT_INT, F(tie_embeddings), -1, 1, NULL, C_TRAIN,
+     "1: the LM head is the token embedding; 0: its own tensor; -1: the family's default (gpt2 1, llama 0)"},
+    {"qkv-bias", OPT_BOOL, F(qkv_bias), 0, 1, NULL, C_TRAIN, "llama: biases on q, k and v (Qwen2)"},
+    {"qk-norm", OPT_BOOL, F(qk_norm), 0, 1, NULL, C_TRAIN, "llama: per-head RMSNorm of q and k (Qwen3)"},
+    {"norm-eps", OPT_DBL, F(norm_eps), 0, 1, NULL, C_TRAIN,
+     "LayerNorm/RMSNorm epsilon (0: the family's default; gpt2 fixes 1e-5)"},
+    {"rope-theta", OPT_DBL, F(rope_theta), 0, 1e12, NULL, C_TRAIN,
+     "llama: RoPE base (0: the family's default)"},
+    {"rope-scaling", OPT_ENUM, F(rope_scaling), 0, 0, rope_scaling_names, C_TRAIN,
+     "llama: RoPE frequency scaling: none or llama3 (with the four --rope-* settings below)"},
+    {"rope-factor", OPT_DBL, F(rope_factor), 0, 1e6, NULL, C_TRAIN, "llama3 scaling: factor"},
+    {"rope-low-freq-factor", OPT_DBL, F(rope_low_freq_factor), 0, 1e6, NULL, C_TRAIN,
+     "llama3 scaling: low_freq_factor"},
+    {"rope-high-freq-factor", OPT_DBL, F(rope_high_freq_factor), 0, 1e6, NULL, C_TRAIN,
+     "llama3 scaling: high_freq_factor"},
+    {"rope-original-max-pos", OPT_INT, F(rope_original_max_pos), 0, 1 << 24, NULL, C_TRAIN,
+     "llama3 scaling: original_max_position_embeddings"},
+    {"hf-architecture", OPT_ENUM, F(hf_architecture), 0, 0, fsdp_train_hf_arch_names, C_TRAIN,
+     "the Hugging Face class export writes (auto: the one --init-from read, else the family's)"},
+    {"vocab", OPT_INT, F(vocab), 0, 1 << 22, NULL, C_TRAIN,
      "vocabulary size; 0: DIR/meta.json's, else GPT-2's 50257"},
     {"seq-len", OPT_INT, F(seq_len), 1, 1 << 20, NULL, C_TRAIN, "tokens per training sequence T"},
     {"max-seq-len", OPT_INT, F(max_seq_len), 0, 1 << 20, NULL, C_TRAIN,
@@ -133,8 +169,8 @@ static const opt_def opts[] = {
      "write the fp32 model's logits on a fixed input to this file (export: as well; sample: instead of "
      "text)"},
     {"init-from", OPT_STR, F(init_from), 0, 0, NULL, C_TRAIN | C_SAMPLE | C_EXPORT,
-     "Hugging Face GPT-2 folder (config.json, model.safetensors or its index) to start from; its "
-     "config.json sets --layers, --width, --heads, --vocab and --max-seq-len"},
+     "Hugging Face model folder (config.json, model.safetensors or its index) to start from; its "
+     "config.json sets --model and the shape (--layers, --width, --heads, ..., --vocab, --max-seq-len)"},
     {"prompt", OPT_STR, F(prompt), 0, 0, NULL, C_TRAIN | C_SAMPLE, "text the sample starts from"},
     {"tokens", OPT_INT, F(tokens), 1, 1 << 20, NULL, C_SAMPLE, "tokens to generate"},
     {"kv-cache", OPT_BOOL, F(kv_cache), 0, 1, NULL, C_TRAIN | C_SAMPLE,
@@ -165,6 +201,8 @@ fsdp_train_config fsdp_train_config_default(void) {
     fsdp_train_config c;
     memset(&c, 0, sizeof c);
     c.cmd = FSDP_CMD_TRAIN;
+    c.model = 0;
+    c.tie_embeddings = -1;
     c.layers = 4;
     c.width = 128;
     c.heads = 4;
@@ -516,7 +554,7 @@ fsdp_status fsdp_train_config_parse(fsdp_train_config *cfg, int argc, char **arg
 fsdp_status fsdp_train_config_check(fsdp_train_config *c, int world) {
     switch (c->cmd) {
     case FSDP_CMD_TRAIN:
-        if (c->width % c->heads != 0)
+        if (c->width % c->heads != 0 && c->head_dim == 0)
             return fsdp_set_error(FSDP_EINVAL,
                                   "--width %d is not divisible by --heads %d: pick a width that is", c->width,
                                   c->heads);
@@ -688,30 +726,58 @@ cJSON *fsdp_train_config_to_json(const fsdp_train_config *cfg) {
     return j;
 }
 
+/* Sets one setting of the table from its JSON record; absent keys are an error only when required. */
+static fsdp_status from_json_key(fsdp_train_config *cfg, const cJSON *j, const char *key, int required,
+                                 const char *what) {
+    const opt_def *o = NULL;
+    for (int i = 0; i < NOPTS; i++)
+        if (!strcmp(opts[i].name, key)) o = &opts[i];
+    FSDP_INVARIANT(o != NULL);
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, o->name);
+    if (!v)
+        return required ? fsdp_set_error(FSDP_EFORMAT, "%s: config lacks \"%s\"", what, o->name) : FSDP_OK;
+    char buf[64];
+    if (o->kind == OPT_ENUM && cJSON_IsString(v)) {
+        snprintf(buf, sizeof buf, "%s", v->valuestring);
+    } else if (o->kind == OPT_DBL && cJSON_IsNumber(v)) {
+        snprintf(buf, sizeof buf, "%.17g", v->valuedouble);
+    } else if (o->kind != OPT_ENUM && o->kind != OPT_STR && cJSON_IsNumber(v) &&
+               v->valuedouble == floor(v->valuedouble)) {
+        snprintf(buf, sizeof buf, "%.0f", v->valuedouble);
+    } else {
+        return fsdp_set_error(FSDP_EFORMAT, "%s: config \"%s\" has the wrong type", what, o->name);
+    }
+    if (set_value(cfg, o, buf) != FSDP_OK)
+        return FSDP_WRAP_USER(FSDP_EFORMAT, "%s: config value is invalid", what);
+    return FSDP_OK;
+}
+
 fsdp_status fsdp_train_config_from_json(fsdp_train_config *cfg, const cJSON *j, const char *what) {
-    /* The settings that fix the model's shape and numerics: a checkpoint can only be read with these. */
+    /* The settings that fix the model's shape and numerics: a checkpoint can only be read with these.
+     * The model family's fields came later: a manifest without them is a GPT-2's (their defaults). */
     static const char *const keys[] = {"layers",  "width",       "heads",     "vocab",
                                        "seq-len", "max-seq-len", "precision", "seed"};
+    static const char *const model_keys[] = {"model",
+                                             "kv-heads",
+                                             "head-dim",
+                                             "intermediate",
+                                             "tie-embeddings",
+                                             "qkv-bias",
+                                             "qk-norm",
+                                             "norm-eps",
+                                             "rope-theta",
+                                             "rope-scaling",
+                                             "rope-factor",
+                                             "rope-low-freq-factor",
+                                             "rope-high-freq-factor",
+                                             "rope-original-max-pos",
+                                             "hf-architecture"};
     if (!cJSON_IsObject(j)) return fsdp_set_error(FSDP_EFORMAT, "%s: \"config\" is not a JSON object", what);
-    for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
-        const opt_def *o = NULL;
-        for (int i = 0; i < NOPTS; i++)
-            if (!strcmp(opts[i].name, keys[k])) o = &opts[i];
-        FSDP_INVARIANT(o != NULL);
-        const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, o->name);
-        if (!v) return fsdp_set_error(FSDP_EFORMAT, "%s: config lacks \"%s\"", what, o->name);
-        char buf[64];
-        if (o->kind == OPT_ENUM && cJSON_IsString(v)) {
-            snprintf(buf, sizeof buf, "%s", v->valuestring);
-        } else if (o->kind != OPT_ENUM && cJSON_IsNumber(v) && v->valuedouble == floor(v->valuedouble)) {
-            snprintf(buf, sizeof buf, "%.0f", v->valuedouble);
-        } else {
-            return fsdp_set_error(FSDP_EFORMAT, "%s: config \"%s\" has the wrong type", what, o->name);
-        }
-        if (set_value(cfg, o, buf) != FSDP_OK)
-            return FSDP_WRAP_USER(FSDP_EFORMAT, "%s: config value is invalid", what);
-    }
-    if (cfg->vocab < 2 || cfg->width % cfg->heads || cfg->seq_len > cfg->max_seq_len)
+    for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++)
+        FSDP_TRY(from_json_key(cfg, j, keys[k], 1, what));
+    for (size_t k = 0; k < sizeof model_keys / sizeof model_keys[0]; k++)
+        FSDP_TRY(from_json_key(cfg, j, model_keys[k], 0, what));
+    if (cfg->vocab < 2 || (cfg->head_dim == 0 && cfg->width % cfg->heads) || cfg->seq_len > cfg->max_seq_len)
         return fsdp_set_error(FSDP_EFORMAT,
                               "%s: inconsistent model shape (vocab %d, width %d, heads %d, "
                               "seq-len %d, max-seq-len %d)",

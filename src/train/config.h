@@ -26,11 +26,23 @@ typedef struct {
     int help;                /* --help given: print fsdp_train_usage(cmd) and stop */
     const char *config_file; /* --config FILE.toml: read before the flags, which override it */
 
-    /* model (GPT-2 architecture) */
+    /* model (include/fsdp_model.h): the family and its shape; 0 (-1 for tie_embeddings) = the family's
+     * default for that field */
+    int model; /* index into fsdp_train_model_names: gpt2, llama */
     int layers, width, heads;
-    int vocab;       /* 0: auto (DIR/meta.json's vocab, else GPT-2's 50257) */
-    int seq_len;     /* T of training sequences */
-    int max_seq_len; /* position table size; 0: = seq_len */
+    int kv_heads;     /* key/value heads (grouped-query attention) */
+    int head_dim;     /* 0: width / heads */
+    int intermediate; /* MLP width */
+    int tie_embeddings;
+    int qkv_bias, qk_norm;
+    double norm_eps, rope_theta;
+    int rope_scaling; /* fsdp_rope_scaling_type */
+    double rope_factor, rope_low_freq_factor, rope_high_freq_factor;
+    int rope_original_max_pos;
+    int hf_architecture; /* index into fsdp_train_hf_arch_names; 0 = the family's default */
+    int vocab;           /* 0: auto (DIR/meta.json's vocab, else GPT-2's 50257) */
+    int seq_len;         /* T of training sequences */
+    int max_seq_len;     /* longest sequence (GPT-2: position table size); 0: = seq_len */
 
     /* data and batch */
     const char *data; /* folder with train.bin and val.bin */
@@ -97,6 +109,10 @@ typedef struct {
     const char *init_from; /* train, sample: a GPT-2 folder (config.json + safetensors) to start from */
     const char *tokenizer; /* prepare: a GPT-2 style tokenizer.json to encode the text with */
 } fsdp_train_config;
+
+/* NULL-terminated names of the --model and --hf-architecture choices (index = the config field). */
+extern const char *const fsdp_train_model_names[];
+extern const char *const fsdp_train_hf_arch_names[];
 
 fsdp_train_config fsdp_train_config_default(void);
 

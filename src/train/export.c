@@ -1,11 +1,12 @@
-/* export.c — `fsdp-train export`: a checkpoint's full fp32 model as .safetensors with GPT-2's tensor
- * names (the layout of the public GPT-2 weights: Conv1D weights transposed to [in, out], wte cut to
- * the real vocabulary, the LM head tied to wte and so not stored), plus a GPT-2 style config.json
- * beside it. Reads shard files directly, so it needs no engine and no particular world size. */
+/* export.c — `fsdp-train export`: a checkpoint's full fp32 model as .safetensors with its family's
+ * Hugging Face tensor names and layout (the family's tensor map, fsdp_model_hf_map: GPT-2's Conv1D
+ * weights transposed to [in, out], embeddings cut to the real vocabulary, fused tensors split, tied
+ * tensors stored once), plus the family's config.json beside it. Reads shard files directly, so it needs no
+ * engine and no particular world size. */
 #include "train/train.h"
 
 #include "core/core.h"
-#include "model/gpt2/gpt.h"
+#include "fsdp_model.h"
 #include "data/bpe.h"
 #include "checkpoint/checkpoint.h"
 #include "io/io.h"
@@ -17,90 +18,74 @@
 #include <string.h>
 #include <unistd.h>
 
-/* fsdp.c tensor name -> GPT-2 name suffix, and whether the GPT-2 layout is the transpose. */
-typedef struct {
-    const char *ours, *gpt2;
-    int transpose;
-} name_map;
-static const name_map root_map[] = {{"wte", "wte.weight", 0},
-                                    {"wpe", "wpe.weight", 0},
-                                    {"lnf_w", "ln_f.weight", 0},
-                                    {"lnf_b", "ln_f.bias", 0}};
-static const name_map block_map[] = {{"ln1_w", "ln_1.weight", 0},
-                                     {"ln1_b", "ln_1.bias", 0},
-                                     {"qkv_w", "attn.c_attn.weight", 1},
-                                     {"qkv_b", "attn.c_attn.bias", 0},
-                                     {"attproj_w", "attn.c_proj.weight", 1},
-                                     {"attproj_b", "attn.c_proj.bias", 0},
-                                     {"ln2_w", "ln_2.weight", 0},
-                                     {"ln2_b", "ln_2.bias", 0},
-                                     {"fc_w", "mlp.c_fc.weight", 1},
-                                     {"fc_b", "mlp.c_fc.bias", 0},
-                                     {"fcproj_w", "mlp.c_proj.weight", 1},
-                                     {"fcproj_b", "mlp.c_proj.bias", 0}};
-
 typedef struct {
     char name[96];
     int unit, tensor, transpose, ndim;
-    int64_t shape[2]; /* exported shape */
-    size_t rows;      /* wte: only the first V rows */
+    int64_t shape[2];  /* exported shape */
+    size_t row0, rows; /* the model tensor's rows this file tensor holds */
     uint64_t begin, end;
 } export_tensor;
 
-static fsdp_status plan(fsdp_ckpt_reader *r, int vocab, export_tensor **out, int *n_out) {
-    int cap = 0;
+static int ckpt_unit(fsdp_ckpt_reader *r, const char *name) {
     for (int u = 0; u < fsdp_ckpt_num_units(r); u++)
-        cap += fsdp_ckpt_unit_desc(r, u)->n_tensors;
-    export_tensor *ts = calloc((size_t)cap + 1, sizeof *ts);
-    if (!ts) return FSDP_ERR(FSDP_ENOMEM, "no memory for %d tensors", cap);
+        if (!strcmp(fsdp_ckpt_unit_desc(r, u)->name, name)) return u;
+    return -1;
+}
+
+/* The file's tensors, in the family's map order (its tied entries left out: the tensor they are
+ * tied to is stored once); every tensor of the checkpoint must be exported by some entry. */
+static fsdp_status plan(fsdp_ckpt_reader *r, const fsdp_model_config *mc, export_tensor **out, int *n_out) {
+    fsdp_hf_map map;
+    FSDP_TRY(fsdp_model_hf_map(mc, &map));
+    export_tensor *ts = calloc((size_t)map.n + 1, sizeof *ts);
+    fsdp_status s = ts ? FSDP_OK : FSDP_ERR(FSDP_ENOMEM, "no memory for %d tensors", map.n);
     int n = 0;
     uint64_t off = 0;
-    for (int u = 0; u < fsdp_ckpt_num_units(r); u++) {
+    for (int k = 0; k < map.n && s == FSDP_OK; k++) {
+        const fsdp_hf_tensor *m = &map.t[k];
+        if (m->tied) continue;
+        int u = ckpt_unit(r, m->unit), t = -1;
+        const fsdp_ckpt_unit *U = u >= 0 ? fsdp_ckpt_unit_desc(r, u) : NULL;
+        for (int i = 0; U && i < U->n_tensors && t < 0; i++)
+            if (!strcmp(U->tensors[i].name, m->tensor)) t = i;
+        const fsdp_ckpt_tensor *T = t >= 0 ? &U->tensors[t] : NULL;
+        const int64_t cols = T && T->ndim == 2 ? T->shape[1] : 1;
+        if (!T || T->alias_of >= 0 || T->ndim > 2 || (m->cols ? m->cols : 1) != cols ||
+            m->row0 + m->rows > T->shape[0]) {
+            s = fsdp_set_error(FSDP_EFORMAT, "%s: the checkpoint has no tensor %s.%s of the shape %s needs",
+                               fsdp_ckpt_dir(r), m->unit, m->tensor, m->hf_name);
+            break;
+        }
+        export_tensor *e = &ts[n++];
+        snprintf(e->name, sizeof e->name, "%s", m->hf_name);
+        e->unit = u;
+        e->tensor = t;
+        e->transpose = m->transpose && m->cols;
+        e->ndim = m->cols ? 2 : 1;
+        e->row0 = (size_t)m->row0;
+        e->rows = (size_t)m->rows;
+        e->shape[0] = e->transpose ? cols : m->rows;
+        e->shape[1] = e->transpose ? m->rows : cols;
+        e->begin = off;
+        off += 4 * (uint64_t)e->rows * (uint64_t)cols;
+        e->end = off;
+    }
+    /* Nothing of the checkpoint may be left behind (a tensor no entry names). */
+    for (int u = 0; u < fsdp_ckpt_num_units(r) && s == FSDP_OK; u++) {
         const fsdp_ckpt_unit *U = fsdp_ckpt_unit_desc(r, u);
-        int layer = -1;
-        const name_map *map = root_map;
-        size_t nmap = sizeof root_map / sizeof root_map[0];
-        if (strcmp(U->name, "root") != 0) {
-            char *end = NULL;
-            long l = U->name[0] == 'h' ? strtol(U->name + 1, &end, 10) : -1;
-            if (l < 0 || !end || *end != '\0') {
-                free(ts);
-                return fsdp_set_error(FSDP_EFORMAT, "%s: unit \"%s\" is not a GPT-2 unit (root, h0, h1, ...)",
-                                      fsdp_ckpt_dir(r), U->name);
-            }
-            layer = (int)l;
-            map = block_map;
-            nmap = sizeof block_map / sizeof block_map[0];
+        for (int t = 0; t < U->n_tensors && s == FSDP_OK; t++) {
+            int found = U->tensors[t].alias_of >= 0;
+            for (int i = 0; i < n && !found; i++)
+                found = ts[i].unit == u && ts[i].tensor == t;
+            if (!found)
+                s = fsdp_set_error(FSDP_EFORMAT, "%s: tensor %s.%s has no %s name", fsdp_ckpt_dir(r), U->name,
+                                   U->tensors[t].name, mc->family->name);
         }
-        for (int t = 0; t < U->n_tensors; t++) {
-            const fsdp_ckpt_tensor *T = &U->tensors[t];
-            if (T->alias_of >= 0) continue; /* the tied LM head: GPT-2 stores it as wte */
-            const name_map *m = NULL;
-            for (size_t k = 0; k < nmap; k++)
-                if (!strcmp(map[k].ours, T->name)) m = &map[k];
-            if (!m || T->ndim > 2) {
-                free(ts);
-                return fsdp_set_error(FSDP_EFORMAT, "%s: tensor %s.%s has no GPT-2 name", fsdp_ckpt_dir(r),
-                                      U->name, T->name);
-            }
-            export_tensor *e = &ts[n++];
-            if (layer >= 0)
-                snprintf(e->name, sizeof e->name, "h.%d.%s", layer, m->gpt2);
-            else
-                snprintf(e->name, sizeof e->name, "%s", m->gpt2);
-            e->unit = u;
-            e->tensor = t;
-            e->transpose = m->transpose && T->ndim == 2;
-            e->ndim = T->ndim;
-            e->rows = (size_t)T->shape[0];
-            if (!strcmp(T->name, "wte") && vocab > 0 && (size_t)vocab < e->rows) e->rows = (size_t)vocab;
-            size_t cols = T->ndim == 2 ? (size_t)T->shape[1] : 1;
-            e->shape[0] = e->transpose ? (int64_t)cols : (int64_t)e->rows;
-            e->shape[1] = e->transpose ? (int64_t)e->rows : (int64_t)cols;
-            e->begin = off;
-            off += 4 * (uint64_t)e->rows * cols;
-            e->end = off;
-        }
+    }
+    fsdp_hf_map_free(&map);
+    if (s != FSDP_OK) {
+        free(ts);
+        return s;
     }
     *out = ts;
     *n_out = n;
@@ -132,7 +117,8 @@ static char *header_json(const export_tensor *ts, int n, int64_t step) {
     return s;
 }
 
-static fsdp_status write_config_json(const char *out, const fsdp_train_config *c, int eot) {
+/* config.json beside the model: the family's fields, then the trainer's token ids and tokenizer. */
+static fsdp_status write_config_json(const char *out, const fsdp_model_config *mc, int eot) {
     char dir[4096];
     fsdp_path_dirname(out, dir, sizeof dir);
     char *path = fsdp_strdupf("%s/config.json", dir);
@@ -143,28 +129,15 @@ static fsdp_status write_config_json(const char *out, const fsdp_train_config *c
         s = FSDP_ERR(FSDP_ENOMEM, "no memory for config.json");
         goto done;
     }
-    cJSON_AddStringToObject(j, "model_type", "gpt2");
-    cJSON *arch = cJSON_AddArrayToObject(j, "architectures");
-    cJSON_AddItemToArray(arch, cJSON_CreateString("GPT2LMHeadModel"));
-    cJSON_AddNumberToObject(j, "vocab_size", c->vocab);
-    cJSON_AddNumberToObject(j, "n_positions", c->max_seq_len);
-    cJSON_AddNumberToObject(j, "n_ctx", c->max_seq_len);
-    cJSON_AddNumberToObject(j, "n_embd", c->width);
-    cJSON_AddNumberToObject(j, "n_layer", c->layers);
-    cJSON_AddNumberToObject(j, "n_head", c->heads);
-    cJSON_AddNullToObject(j, "n_inner");
-    cJSON_AddStringToObject(j, "activation_function", "gelu_new");
-    cJSON_AddNumberToObject(j, "layer_norm_epsilon", 1e-5);
-    cJSON_AddTrueToObject(j, "tie_word_embeddings");
-    cJSON_AddNumberToObject(j, "bos_token_id", eot >= 0 ? eot : c->vocab - 1);
-    cJSON_AddNumberToObject(j, "eos_token_id", eot >= 0 ? eot : c->vocab - 1);
-    cJSON_AddNumberToObject(j, "resid_pdrop", 0);
-    cJSON_AddNumberToObject(j, "embd_pdrop", 0);
-    cJSON_AddNumberToObject(j, "attn_pdrop", 0);
+    s = mc->family->hf_write_config(mc, j);
+    if (s != FSDP_OK) goto done;
+    const int V = mc->vocab_size;
+    cJSON_AddNumberToObject(j, "bos_token_id", eot >= 0 ? eot : V - 1);
+    cJSON_AddNumberToObject(j, "eos_token_id", eot >= 0 ? eot : V - 1);
     cJSON_AddStringToObject(j, "tokenizer",
-                            eot >= 0          ? "tokenizer.json"
-                            : c->vocab == 257 ? "bytes (ids 0..255), 256 = end of text"
-                                              : "gpt2");
+                            eot >= 0   ? "tokenizer.json"
+                            : V == 257 ? "bytes (ids 0..255), 256 = end of text"
+                                       : "gpt2");
     text = cJSON_Print(j);
     if (!text) {
         s = FSDP_ERR(FSDP_ENOMEM, "no memory for config.json");
@@ -251,8 +224,8 @@ static fsdp_status export_write(fsdp_out *o, fsdp_ckpt_reader *r, const export_t
             if (s != FSDP_OK) break;
         }
         const fsdp_ckpt_tensor *T = &U->tensors[ts[i].tensor];
-        const float *src = flat + T->offset;
         size_t rows = ts[i].rows, cols = T->ndim == 2 ? (size_t)T->shape[1] : 1;
+        const float *src = flat + T->offset + ts[i].row0 * cols;
         if (ts[i].transpose) {
             fsdp_mem_free(buf);
             buf = NULL;
@@ -277,14 +250,16 @@ static fsdp_status export_checkpoint(const fsdp_train_config *cfg, FILE *out) {
     int n = 0, eot = -1;
     fsdp_out o = {.fd = -1};
     fsdp_train_config c = fsdp_train_config_default();
+    fsdp_model_config mc;
     fsdp_ckpt_state st;
     char odir[4096];
     fsdp_io_inputs_reset();
     fsdp_status s = fsdp_ckpt_resolve(cfg->checkpoint, &step_dir);
     if (s == FSDP_OK) s = fsdp_ckpt_open(&r, step_dir);
     if (s == FSDP_OK) s = fsdp_train_config_from_json(&c, fsdp_ckpt_config(r), step_dir);
+    if (s == FSDP_OK) s = fsdp_train_model_config(&c, &mc);
     if (s == FSDP_OK) s = fsdp_ckpt_state_get(r, &st);
-    if (s == FSDP_OK) s = plan(r, c.vocab, &ts, &n);
+    if (s == FSDP_OK) s = plan(r, &mc, &ts, &n);
     if (s == FSDP_OK) s = export_tokenizer(cfg, c.vocab, &tpath, &eot);
     if (s == FSDP_OK && (hdr = header_json(ts, n, st.step)) == NULL)
         s = FSDP_ERR(FSDP_ENOMEM, "no memory for the safetensors header");
@@ -297,7 +272,7 @@ static fsdp_status export_checkpoint(const fsdp_train_config *cfg, FILE *out) {
         tdst = fsdp_strdupf("%s/tokenizer.json", odir);
         s = tdst ? fsdp_io_copy_file(tpath, tdst) : FSDP_ERR(FSDP_ENOMEM, "no memory for a path");
     }
-    if (s == FSDP_OK) s = write_config_json(cfg->out, &c, eot);
+    if (s == FSDP_OK) s = write_config_json(cfg->out, &mc, eot);
     if (s == FSDP_OK && out && tpath) fprintf(out, "copied %s beside it as tokenizer.json\n", tpath);
     if (s == FSDP_OK && cfg->logits) s = fsdp_train_write_logits(step_dir, cfg->logits);
     if (s == FSDP_OK && out)

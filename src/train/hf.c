@@ -1,11 +1,10 @@
-/* hf.c — `--init-from DIR`: a Hugging Face GPT-2 folder's config.json checked against what this model
- * can represent, and its safetensors weights read straight into each rank's master shards (hf.h). */
+/* hf.c — `--init-from DIR`: a Hugging Face model folder's config.json read by the model family that
+ * claims its architecture (include/fsdp_model.h), and its safetensors weights read straight into each
+ * rank's master shards through the family's tensor map (hf.h). */
 #include "train/hf.h"
 
 #include "core/core.h"
-#include "kernels/kernels.h"
-#include "model/gpt2/gpt.h"
-#include "checkpoint/checkpoint.h"
+#include "fsdp_model.h"
 #include "io/io.h"
 #include "io/safetensors.h"
 
@@ -31,133 +30,95 @@ static fsdp_status read_json(const char *path, cJSON **out) {
     return FSDP_OK;
 }
 
-/* A required whole number in [lo, hi]. */
-static fsdp_status cfg_int(const cJSON *j, const char *path, const char *key, int lo, int hi, int *out) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
-    if (!v) return fsdp_set_error(FSDP_EFORMAT, "%s: \"%s\" is missing", path, key);
-    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < lo ||
-        v->valuedouble > hi)
-        return fsdp_set_error(FSDP_EFORMAT, "%s: \"%s\" must be a whole number in %d..%d", path, key, lo, hi);
-    *out = (int)v->valuedouble;
-    return FSDP_OK;
+/* The index of name in a NULL-terminated list, or -1. */
+static int name_index(const char *const *names, const char *name) {
+    for (int i = 0; names[i]; i++)
+        if (!strcmp(names[i], name)) return i;
+    return -1;
 }
 
-/* An optional boolean that must equal want when present. */
-static fsdp_status cfg_bool_is(const cJSON *j, const char *path, const char *key, int want, const char *why) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
-    if (!v || cJSON_IsNull(v)) return FSDP_OK;
-    if (!cJSON_IsBool(v)) return fsdp_set_error(FSDP_EFORMAT, "%s: \"%s\" is not true or false", path, key);
-    if (cJSON_IsTrue(v) != want)
-        return fsdp_set_error(FSDP_EFORMAT, "%s: \"%s\" is %s: this model cannot represent that (%s)", path,
-                              key, want ? "false" : "true", why);
-    return FSDP_OK;
-}
-
-fsdp_status fsdp_hf_read_config(const char *dir, fsdp_train_config *cfg) {
+fsdp_status fsdp_hf_model_config(const char *dir, fsdp_model_config *mc) {
     char *path = fsdp_strdupf("%s/config.json", dir);
     if (!path) return FSDP_ERR(FSDP_ENOMEM, "no memory for a path");
     cJSON *j = NULL;
     fsdp_status s = read_json(path, &j);
     if (s != FSDP_OK) goto done;
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, "model_type");
-    if (v && !(cJSON_IsString(v) && !strcmp(v->valuestring, "gpt2"))) {
-        s = fsdp_set_error(FSDP_EFORMAT, "%s: \"model_type\" is not \"gpt2\": only GPT-2 models load here",
-                           path);
+    const cJSON *archs = cJSON_GetObjectItemCaseSensitive(j, "architectures");
+    const cJSON *mt = cJSON_GetObjectItemCaseSensitive(j, "model_type");
+    const char *arch = NULL, *type = cJSON_IsString(mt) ? mt->valuestring : NULL;
+    if (archs && !cJSON_IsNull(archs)) {
+        if (!cJSON_IsArray(archs) || cJSON_GetArraySize(archs) != 1 || !cJSON_IsString(archs->child)) {
+            s = fsdp_set_error(FSDP_EFORMAT, "%s: \"architectures\" is not a list of one class name", path);
+            goto done;
+        }
+        arch = archs->child->valuestring;
+    }
+    if (!arch && !type) {
+        s = fsdp_set_error(FSDP_EFORMAT,
+                           "%s: neither \"architectures\" nor \"model_type\" says what model it is", path);
         goto done;
     }
-    int L, C, NH, V, P;
-    if ((s = cfg_int(j, path, "n_layer", 1, 1024, &L)) != FSDP_OK) goto done;
-    if ((s = cfg_int(j, path, "n_embd", 1, 65536, &C)) != FSDP_OK) goto done;
-    if ((s = cfg_int(j, path, "n_head", 1, 1024, &NH)) != FSDP_OK) goto done;
-    if ((s = cfg_int(j, path, "vocab_size", 2, 65536, &V)) != FSDP_OK) {
-        char msg[512]; /* the message is rewritten from a copy (the error buffer is the destination) */
-        snprintf(msg, sizeof msg, "%s", fsdp_last_error());
-        s = fsdp_set_error(FSDP_EFORMAT, "%s (token files hold 16-bit ids, so at most 65536)", msg);
+    const fsdp_model_family *f = fsdp_model_family_for_hf(arch, type);
+    if (!f) {
+        s = fsdp_set_error(
+            FSDP_EFORMAT, "%s: \"%s\" is \"%.60s\": no model family of this build loads it (families: %s)",
+            path, arch ? "architectures" : "model_type", arch ? arch : type, fsdp_model_family_names());
         goto done;
     }
-    if ((s = cfg_int(j, path, "n_positions", 1, 1 << 20, &P)) != FSDP_OK) goto done;
-    if (C % NH != 0) {
-        s = fsdp_set_error(FSDP_EFORMAT, "%s: \"n_embd\" %d is not divisible by \"n_head\" %d", path, C, NH);
-        goto done;
-    }
-    v = cJSON_GetObjectItemCaseSensitive(j, "n_ctx");
-    if (v && !(cJSON_IsNumber(v) && v->valuedouble == P)) {
-        s = fsdp_set_error(FSDP_EFORMAT, "%s: \"n_ctx\" differs from \"n_positions\" %d", path, P);
-        goto done;
-    }
-    v = cJSON_GetObjectItemCaseSensitive(j, "n_inner");
-    if (v && !cJSON_IsNull(v) && !(cJSON_IsNumber(v) && v->valuedouble == 4.0 * C)) {
+    memset(mc, 0, sizeof *mc);
+    mc->version = FSDP_MODEL_CONFIG_VERSION;
+    mc->family = f;
+    s = f->hf_read_config(j, path, mc);
+    if (s == FSDP_OK && arch && !mc->hf_architecture[0])
+        snprintf(mc->hf_architecture, sizeof mc->hf_architecture, "%s", arch);
+    if (s == FSDP_OK && mc->vocab_size > 65536)
         s = fsdp_set_error(
             FSDP_EFORMAT,
-            "%s: \"n_inner\" is not null or 4 x n_embd (%d): this model's MLP is 4 x n_embd wide", path,
-            4 * C);
-        goto done;
-    }
-    /* The tanh-form GELU, under each of the names transformers gives it. */
-    v = cJSON_GetObjectItemCaseSensitive(j, "activation_function");
-    if (v && !(cJSON_IsString(v) &&
-               (!strcmp(v->valuestring, "gelu_new") || !strcmp(v->valuestring, "gelu_pytorch_tanh") ||
-                !strcmp(v->valuestring, "gelu_fast")))) {
-        s = fsdp_set_error(FSDP_EFORMAT,
-                           "%s: \"activation_function\" is %s%.40s%s: this model has only the tanh GELU "
-                           "(gelu_new)",
-                           path, cJSON_IsString(v) ? "\"" : "",
-                           cJSON_IsString(v) ? v->valuestring : "not a string",
-                           cJSON_IsString(v) ? "\"" : "");
-        goto done;
-    }
-    v = cJSON_GetObjectItemCaseSensitive(j, "layer_norm_epsilon");
-    if (v && !(cJSON_IsNumber(v) && fabs(v->valuedouble - (double)FSDP_LAYERNORM_EPS) <= 1e-12)) {
-        s = fsdp_set_error(FSDP_EFORMAT, "%s: \"layer_norm_epsilon\" is not %g (this model's LayerNorm)",
-                           path, (double)FSDP_LAYERNORM_EPS);
-        goto done;
-    }
-    if ((s = cfg_bool_is(j, path, "scale_attn_weights", 1,
-                         "attention scores are always scaled by 1/sqrt(head size)")) ||
-        (s = cfg_bool_is(j, path, "scale_attn_by_inverse_layer_idx", 0, "no per-layer attention scale")) ||
-        (s = cfg_bool_is(j, path, "add_cross_attention", 0, "no cross-attention")) ||
-        (s = cfg_bool_is(j, path, "tie_word_embeddings", 1, "the LM head is tied to wte")))
-        goto done;
-    cfg->layers = L;
-    cfg->width = C;
-    cfg->heads = NH;
-    cfg->vocab = V;
-    cfg->max_seq_len = P;
+            "%s: \"vocab_size\" %d is over 65536 (token files hold 16-bit ids, so at most 65536)", path,
+            mc->vocab_size);
+    if (s == FSDP_OK) s = fsdp_model_config_validate(mc);
 done:
     cJSON_Delete(j);
     free(path);
     return s;
 }
 
-/* ---------------------------------------------------------------- weights */
+fsdp_status fsdp_hf_read_config(const char *dir, fsdp_train_config *cfg) {
+    fsdp_model_config mc;
+    FSDP_TRY(fsdp_hf_model_config(dir, &mc));
+    int fam = name_index(fsdp_train_model_names, mc.family->name);
+    int arch = mc.hf_architecture[0] ? name_index(fsdp_train_hf_arch_names, mc.hf_architecture) : 0;
+    if (fam < 0 || arch < 0)
+        return fsdp_set_error(FSDP_EFORMAT, "%s/config.json: model %s (%s) has no trainer setting", dir,
+                              mc.family->name, mc.hf_architecture);
+    cfg->model = fam;
+    cfg->hf_architecture = arch;
+    cfg->layers = mc.n_layer;
+    cfg->width = mc.n_embd;
+    cfg->heads = mc.n_head;
+    cfg->kv_heads = mc.n_kv_head;
+    cfg->head_dim = mc.head_dim;
+    cfg->intermediate = mc.intermediate;
+    cfg->tie_embeddings = mc.tie_embeddings;
+    cfg->qkv_bias = mc.qkv_bias;
+    cfg->qk_norm = mc.qk_norm;
+    cfg->norm_eps = mc.norm_eps;
+    cfg->rope_theta = mc.rope_theta;
+    cfg->rope_scaling = mc.rope_scaling;
+    cfg->rope_factor = mc.rope_factor;
+    cfg->rope_low_freq_factor = mc.rope_low_freq_factor;
+    cfg->rope_high_freq_factor = mc.rope_high_freq_factor;
+    cfg->rope_original_max_pos = mc.rope_original_max_pos;
+    cfg->vocab = mc.vocab_size;
+    cfg->max_seq_len = mc.max_seq_len;
+    return FSDP_OK;
+}
 
-/* fsdp.c tensor -> GPT-2 name suffix, and whether GPT-2 stores it transposed (Conv1D: [in, out]). */
-typedef struct {
-    int tensor;
-    const char *gpt2;
-    int transpose;
-} hf_name;
-static const hf_name root_names[] = {{GPT_WTE, "wte.weight", 0},
-                                     {GPT_WPE, "wpe.weight", 0},
-                                     {GPT_LNF_W, "ln_f.weight", 0},
-                                     {GPT_LNF_B, "ln_f.bias", 0}};
-static const hf_name block_names[] = {{GPT_LN1_W, "ln_1.weight", 0},
-                                      {GPT_LN1_B, "ln_1.bias", 0},
-                                      {GPT_QKV_W, "attn.c_attn.weight", 1},
-                                      {GPT_QKV_B, "attn.c_attn.bias", 0},
-                                      {GPT_ATTPROJ_W, "attn.c_proj.weight", 1},
-                                      {GPT_ATTPROJ_B, "attn.c_proj.bias", 0},
-                                      {GPT_LN2_W, "ln_2.weight", 0},
-                                      {GPT_LN2_B, "ln_2.bias", 0},
-                                      {GPT_FC_W, "mlp.c_fc.weight", 1},
-                                      {GPT_FC_B, "mlp.c_fc.bias", 0},
-                                      {GPT_FCPROJ_W, "mlp.c_proj.weight", 1},
-                                      {GPT_FCPROJ_B, "mlp.c_proj.bias", 0}};
-#define N_BLOCK_NAMES ((int)(sizeof block_names / sizeof block_names[0]))
+/* ---------------------------------------------------------------- weights */
 
 typedef struct {
     const char *dir;
-    const char *prefix; /* "" or "transformer." */
+    const char *prefix; /* "" or the map's alt_prefix */
     cJSON *weight_map;  /* sharded: the index's name -> file object; NULL: one model.safetensors */
     cJSON *index;
     int n_files;
@@ -258,26 +219,27 @@ done:
     return s;
 }
 
-/* Is `name` (prefix stripped) a tensor of this GPT-2 with L layers, or a buffer we may ignore? 1: a
- * parameter, 2: ignorable, 0: unknown. */
-static int known_name(const char *name, int L) {
-    if (!strcmp(name, "lm_head.weight")) return 1;
-    for (size_t k = 0; k < sizeof root_names / sizeof root_names[0]; k++)
-        if (!strcmp(name, root_names[k].gpt2)) return 1;
-    if (strncmp(name, "h.", 2) != 0) return 0;
-    char *end = NULL;
-    long l = strtol(name + 2, &end, 10);
-    if (end == name + 2 || *end != '.' || l < 0 || l >= L || (name[2] == '0' && end != name + 3)) return 0;
-    const char *rest = end + 1;
-    if (!strcmp(rest, "attn.bias") || !strcmp(rest, "attn.masked_bias")) return 2;
-    for (int k = 0; k < N_BLOCK_NAMES; k++)
-        if (!strcmp(rest, block_names[k].gpt2)) return 1;
+/* Is `name` (prefix stripped) one of the map's tensors (1), a buffer we may ignore (2), or unknown (0)? */
+static int known_name(const fsdp_hf_map *m, const char *name) {
+    for (int k = 0; k < m->n; k++)
+        if (!strcmp(name, m->t[k].hf_name)) return 1;
+    size_t n = strlen(name);
+    for (const char *const *s = m->skip; s && *s; s++) {
+        size_t k = strlen(*s);
+        if (n > k && name[n - k - 1] == '.' && !strcmp(name + n - k, *s)) return 2;
+    }
     return 0;
 }
 
-/* Every name the folder holds (the index's keys, or the single file's header) must be known; sets the
- * prefix from wte's spelling. Reads headers only. */
-static fsdp_status src_check_names(hf_src *h, int L) {
+static int folder_has(hf_src *h, const char *const *names, int n, const char *a, const char *b) {
+    for (int i = 0; i < n; i++)
+        if (!strcmp(names[i], a) && (!b || !strcmp(names[i] + strlen(a), b))) return 1;
+    return 0;
+}
+
+/* Every name the folder holds (the index's keys, or the single file's header) must be the map's; sets
+ * the prefix from the first tensor's spelling. Reads headers only. */
+static fsdp_status src_check_names(hf_src *h, const fsdp_hf_map *m, const fsdp_model_config *mc) {
     const char *what = NULL;
     int n = 0;
     const char **names = NULL;
@@ -299,31 +261,41 @@ static fsdp_status src_check_names(hf_src *h, int L) {
     else
         for (int i = 0; i < n; i++)
             names[k++] = h->st[0].t[i].name;
-    int with = 0, without = 0;
-    for (int i = 0; i < n; i++) {
-        if (!strcmp(names[i], "transformer.wte.weight")) with = 1;
-        if (!strcmp(names[i], "wte.weight")) without = 1;
+    const char *first = m->t[0].hf_name;
+    if (m->alt_prefix) {
+        char with_name[160];
+        snprintf(with_name, sizeof with_name, "%s%s", m->alt_prefix, first);
+        int with = folder_has(h, names, n, with_name, NULL), without = folder_has(h, names, n, first, NULL);
+        if (with == without) {
+            s = fsdp_set_error(FSDP_EFORMAT, "%s/%s: %s \"%s\" (or \"%s\")", h->dir, what,
+                               with ? "holds both" : "lacks the tensor", first, with_name);
+            goto done;
+        }
+        h->prefix = with ? m->alt_prefix : "";
     }
-    if (with == without) {
-        s = fsdp_set_error(FSDP_EFORMAT, "%s/%s: %s \"wte.weight\" (or \"transformer.wte.weight\")", h->dir,
-                           what, with ? "holds both" : "lacks the tensor");
-        goto done;
-    }
-    h->prefix = with ? "transformer." : "";
     size_t pl = strlen(h->prefix);
     for (int i = 0; i < n; i++) {
         const char *nm = names[i];
-        if (!strcmp(nm, "lm_head.weight")) continue; /* never prefixed */
-        if (strncmp(nm, h->prefix, pl) != 0 || !known_name(nm + pl, L)) {
-            s = fsdp_set_error(FSDP_EFORMAT,
-                               "%s/%s: tensor \"%s\" is not part of a %d-layer GPT2LMHeadModel (config.json)",
-                               h->dir, what, nm, L);
+        int tied = 0;
+        for (int e = 0; e < m->n && !tied; e++)
+            tied = m->t[e].tied && !strcmp(nm, m->t[e].hf_name); /* a tied copy is never prefixed */
+        if (tied) continue;
+        if (strncmp(nm, h->prefix, pl) != 0 || !known_name(m, nm + pl)) {
+            s = fsdp_set_error(
+                FSDP_EFORMAT, "%s/%s: tensor \"%s\" is not part of a %d-layer %s (config.json)", h->dir, what,
+                nm, mc->n_layer, mc->hf_architecture[0] ? mc->hf_architecture : mc->family->name);
             goto done;
         }
     }
 done:
     free(names);
     return s;
+}
+
+/* Is the full name in the folder (without opening a file where an index says)? */
+static int src_present(hf_src *h, const char *full) {
+    if (h->weight_map) return cJSON_GetObjectItemCaseSensitive(h->weight_map, full) != NULL;
+    return src_open_file(h, 0) == FSDP_OK && fsdp_st_find(&h->st[0], full) >= 0;
 }
 
 /* Finds the full name's tensor: *f = file, *i = index in it. FSDP_EFORMAT naming it when missing. */
@@ -370,119 +342,122 @@ static void fmt_shape(char *buf, size_t cap, int nd, const int64_t *sh) {
     if (u < cap) snprintf(buf + u, cap - u, "]");
 }
 
-/* This rank's part of one unit; adds the elements read and the unit's model elements to stats. */
-static fsdp_status load_unit(hf_src *h, fsdp_unit_t *u, int layer, int vocab, fsdp_hf_stats *stats) {
-    fsdp_shard_view sv;
-    FSDP_TRY(fsdp_unit_shard(u, &sv));
-    memset(sv.master, 0, sv.numel * sizeof(float)); /* alignment gaps and padding are zero */
-    const hf_name *map = layer < 0 ? root_names : block_names;
-    int nmap = layer < 0 ? (int)(sizeof root_names / sizeof root_names[0]) : N_BLOCK_NAMES;
-    for (int k = 0; k < nmap; k++) {
-        fsdp_tensor_info ti;
-        FSDP_TRY(fsdp_unit_tensor_info(u, map[k].tensor, &ti));
-        size_t lo = ti.offset > sv.offset ? ti.offset : sv.offset;
-        size_t hi = ti.offset + ti.numel < sv.offset + sv.numel ? ti.offset + ti.numel : sv.offset + sv.numel;
-        const int is_wte = map[k].tensor == GPT_WTE && layer < 0;
-        const uint64_t cols_all = ti.ndim == 2 ? (uint64_t)ti.shape[1] : 1;
-        const uint64_t real = is_wte ? (uint64_t)vocab * cols_all : ti.numel; /* no padded rows */
-        stats->model_elems += real;
-        if (lo >= hi) continue; /* not on this rank */
-        {
-            uint64_t a = lo - ti.offset, b = hi - ti.offset;
-            if (b > real) b = real;
-            if (a < b) stats->read_elems += b - a;
-        }
-        char full[128];
-        if (layer < 0)
-            snprintf(full, sizeof full, "%s%s", h->prefix, map[k].gpt2);
-        else
-            snprintf(full, sizeof full, "%sh.%d.%s", h->prefix, layer, map[k].gpt2);
-        int f, i;
-        FSDP_TRY(src_find(h, full, &f, &i));
-        const fsdp_safetensors *st = &h->st[f];
-        const fsdp_st_tensor *t = &st->t[i];
-        /* The GPT-2 shape config.json implies: ours, transposed for Conv1D, wte cut to the vocabulary. */
-        int64_t want[2] = {ti.shape[0], ti.ndim == 2 ? ti.shape[1] : 0};
-        if (map[k].tensor == GPT_WTE && layer < 0) want[0] = vocab;
-        if (map[k].transpose) {
-            int64_t x = want[0];
-            want[0] = want[1];
-            want[1] = x;
-        }
-        if (t->ndim != ti.ndim || t->shape[0] != want[0] || (ti.ndim == 2 && t->shape[1] != want[1])) {
-            char got[96], need[96];
-            fmt_shape(got, sizeof got, t->ndim, t->shape);
-            fmt_shape(need, sizeof need, ti.ndim, want);
-            return fsdp_set_error(FSDP_EFORMAT,
-                                  "%s: tensor \"%s\" has shape %s but config.json implies %s (vocab_size, "
-                                  "n_positions, n_embd)",
-                                  st->path, full, got, need);
-        }
-        if (t->dtype == FSDP_ST_OTHER)
-            return fsdp_set_error(FSDP_EFORMAT, "%s: tensor \"%s\" has dtype %s: only F32, BF16 and F16 load",
-                                  st->path, full, t->dtype_name);
-        uint64_t rows = (uint64_t)ti.shape[0], cols = ti.ndim == 2 ? (uint64_t)ti.shape[1] : 1;
-        uint64_t limit = map[k].tensor == GPT_WTE && layer < 0 ? (uint64_t)vocab * cols : ti.numel;
-        FSDP_TRY(read_part(st, i, map[k].transpose, rows, cols, lo - ti.offset, hi - ti.offset, limit,
-                           sv.master + (lo - sv.offset)));
-    }
+/* Where a map entry lies in the engine: unit u, and elements [lo, hi) of its flat buffer. */
+typedef struct {
+    fsdp_unit_t *u;
+    size_t lo, hi;
+} entry_place;
+
+static fsdp_status place(fsdp_engine_t *eng, const fsdp_hf_tensor *e, entry_place *p) {
+    p->u = NULL;
+    for (int k = 0; k < fsdp_engine_num_units(eng) && !p->u; k++)
+        if (!strcmp(fsdp_unit_name(fsdp_engine_unit(eng, k)), e->unit)) p->u = fsdp_engine_unit(eng, k);
+    int t = p->u ? fsdp_unit_find(p->u, e->tensor) : -1;
+    fsdp_tensor_info ti;
+    if (t < 0 || fsdp_unit_tensor_info(p->u, t, &ti) != FSDP_OK)
+        return fsdp_set_error(FSDP_EINVAL, "the model has no tensor %s.%s for \"%s\"", e->unit, e->tensor,
+                              e->hf_name);
+    const int64_t cols = ti.ndim == 2 ? ti.shape[1] : 1;
+    if ((e->cols ? e->cols : 1) != cols || e->row0 < 0 || e->row0 + e->rows > ti.shape[0])
+        return fsdp_set_error(FSDP_EINVAL, "the tensor map's \"%s\" does not fit %s.%s", e->hf_name, e->unit,
+                              e->tensor);
+    p->lo = ti.offset + (size_t)e->row0 * (size_t)cols;
+    p->hi = p->lo + (size_t)e->rows * (size_t)cols;
     return FSDP_OK;
 }
 
-/* lm_head.weight, when the folder has it, must equal wte: each rank compares the rows it loaded. */
-static fsdp_status check_lm_head(hf_src *h, fsdp_unit_t *root, int vocab) {
-    int present = 0;
-    if (h->weight_map)
-        present = cJSON_GetObjectItemCaseSensitive(h->weight_map, "lm_head.weight") != NULL;
-    else
-        present = fsdp_st_find(&h->st[0], "lm_head.weight") >= 0;
-    if (!present) return FSDP_OK;
+/* This rank's part of one map entry; adds the elements read and the entry's elements to stats. */
+static fsdp_status load_entry(hf_src *h, fsdp_engine_t *eng, const fsdp_hf_tensor *e, fsdp_hf_stats *stats) {
+    entry_place p;
+    FSDP_TRY(place(eng, e, &p));
     fsdp_shard_view sv;
-    fsdp_tensor_info ti;
-    FSDP_TRY(fsdp_unit_shard(root, &sv));
-    FSDP_TRY(fsdp_unit_tensor_info(root, GPT_WTE, &ti));
+    FSDP_TRY(fsdp_unit_shard(p.u, &sv));
+    stats->model_elems += p.hi - p.lo;
+    size_t lo = p.lo > sv.offset ? p.lo : sv.offset,
+           hi = p.hi < sv.offset + sv.numel ? p.hi : sv.offset + sv.numel;
+    if (lo >= hi) return FSDP_OK; /* not on this rank */
+    stats->read_elems += hi - lo;
+    char full[160];
+    snprintf(full, sizeof full, "%s%s", h->prefix, e->hf_name);
     int f, i;
-    FSDP_TRY(src_find(h, "lm_head.weight", &f, &i));
+    FSDP_TRY(src_find(h, full, &f, &i));
+    const fsdp_safetensors *st = &h->st[f];
+    const fsdp_st_tensor *t = &st->t[i];
+    const int ndim = e->cols ? 2 : 1;
+    int64_t want[2] = {e->transpose ? e->cols : e->rows, e->transpose ? e->rows : e->cols};
+    if (t->ndim != ndim || t->shape[0] != want[0] || (ndim == 2 && t->shape[1] != want[1])) {
+        char got[96], need[96];
+        fmt_shape(got, sizeof got, t->ndim, t->shape);
+        fmt_shape(need, sizeof need, ndim, want);
+        return fsdp_set_error(FSDP_EFORMAT, "%s: tensor \"%s\" has shape %s but config.json implies %s",
+                              st->path, full, got, need);
+    }
+    if (t->dtype == FSDP_ST_OTHER)
+        return fsdp_set_error(FSDP_EFORMAT, "%s: tensor \"%s\" has dtype %s: only F32, BF16 and F16 load",
+                              st->path, full, t->dtype_name);
+    const uint64_t rows = (uint64_t)e->rows, cols = e->cols ? (uint64_t)e->cols : 1;
+    return read_part(st, i, e->transpose, rows, cols, lo - p.lo, hi - p.lo, rows * cols,
+                     sv.master + (lo - sv.offset));
+}
+
+/* A tied entry the folder holds must equal the tensor it is tied to: each rank compares the rows it
+ * loaded. */
+static fsdp_status check_tied(hf_src *h, fsdp_engine_t *eng, const fsdp_hf_tensor *e) {
+    if (!src_present(h, e->hf_name)) return FSDP_OK;
+    entry_place p;
+    FSDP_TRY(place(eng, e, &p));
+    fsdp_shard_view sv;
+    FSDP_TRY(fsdp_unit_shard(p.u, &sv));
+    int f, i;
+    FSDP_TRY(src_find(h, e->hf_name, &f, &i));
     const fsdp_st_tensor *t = &h->st[f].t[i];
-    if (t->ndim != 2 || t->shape[0] != vocab || t->shape[1] != ti.shape[1] || t->dtype == FSDP_ST_OTHER)
-        return fsdp_set_error(FSDP_EFORMAT,
-                              "%s: tensor \"lm_head.weight\" does not match wte's shape and dtype",
-                              h->st[f].path);
-    size_t lo = ti.offset > sv.offset ? ti.offset : sv.offset;
-    size_t hi = ti.offset + (size_t)vocab * (size_t)ti.shape[1];
-    if (sv.offset + sv.numel < hi) hi = sv.offset + sv.numel;
+    if (t->ndim != 2 || t->shape[0] != e->rows || t->shape[1] != e->cols || t->dtype == FSDP_ST_OTHER)
+        return fsdp_set_error(FSDP_EFORMAT, "%s: tensor \"%s\" does not match %s's shape and dtype",
+                              h->st[f].path, e->hf_name, e->tensor);
+    size_t lo = p.lo > sv.offset ? p.lo : sv.offset,
+           hi = p.hi < sv.offset + sv.numel ? p.hi : sv.offset + sv.numel;
     float buf[1024];
-    for (size_t e = lo; e < hi;) {
-        size_t n = hi - e < 1024 ? hi - e : 1024;
-        FSDP_TRY(fsdp_st_read_f32(&h->st[f], i, e - ti.offset, n, buf));
-        if (memcmp(buf, sv.master + (e - sv.offset), n * sizeof(float)) != 0)
+    for (size_t x = lo; x < hi;) {
+        size_t n = hi - x < 1024 ? hi - x : 1024;
+        FSDP_TRY(fsdp_st_read_f32(&h->st[f], i, x - p.lo, n, buf));
+        if (memcmp(buf, sv.master + (x - sv.offset), n * sizeof(float)) != 0)
             return fsdp_set_error(
                 FSDP_EFORMAT,
-                "%s: tensor \"lm_head.weight\" differs from wte: this model ties the LM head "
-                "to the token embedding (tie_word_embeddings)",
-                h->st[f].path);
-        e += n;
+                "%s: tensor \"%s\" differs from %s: this model ties the LM head to the token "
+                "embedding (tie_word_embeddings)",
+                h->st[f].path, e->hf_name, e->tensor);
+        x += n;
     }
     return FSDP_OK;
 }
 
-fsdp_status fsdp_hf_load(fsdp_engine_t *eng, const char *dir, fsdp_hf_stats *stats) {
-    int n_units = fsdp_engine_num_units(eng);
-    if (n_units < 2) return FSDP_ERR(FSDP_EINVAL, "the engine holds no GPT model");
-    fsdp_unit_t *root = fsdp_engine_unit(eng, 0);
-    fsdp_tensor_info wpe;
-    FSDP_TRY(fsdp_unit_tensor_info(root, GPT_WPE, &wpe));
+fsdp_status fsdp_hf_load(fsdp_engine_t *eng, const char *dir, const fsdp_model_config *mc,
+                         fsdp_hf_stats *stats) {
+    if (!eng || !dir || !mc)
+        return FSDP_ERR(FSDP_EINVAL, "fsdp_hf_load needs an engine, a folder and a model");
     hf_src h;
+    fsdp_hf_map map = {0};
     fsdp_hf_stats st = {0, 0};
+    fsdp_model_config file_mc;
     fsdp_status s = src_open(&h, dir);
-    fsdp_train_config c = fsdp_train_config_default();
-    if (s == FSDP_OK) s = fsdp_hf_read_config(dir, &c);
-    if (s == FSDP_OK && (c.layers != n_units - 1 || c.max_seq_len != wpe.shape[0]))
-        s = fsdp_set_error(FSDP_EINVAL, "%s/config.json describes another model than the one built", dir);
-    if (s == FSDP_OK) s = src_check_names(&h, c.layers);
-    for (int k = 0; k < n_units && s == FSDP_OK; k++)
-        s = load_unit(&h, fsdp_engine_unit(eng, k), k - 1, c.vocab, &st);
-    if (s == FSDP_OK) s = check_lm_head(&h, root, c.vocab);
+    if (s == FSDP_OK) s = fsdp_hf_model_config(dir, &file_mc);
+    if (s == FSDP_OK && fsdp_model_config_diff(mc, &file_mc))
+        s = fsdp_set_error(FSDP_EINVAL, "%s/config.json describes another model than the one built (%s)", dir,
+                           fsdp_model_config_diff(mc, &file_mc));
+    if (s == FSDP_OK) s = fsdp_model_hf_map(mc, &map);
+    if (s == FSDP_OK) s = src_check_names(&h, &map, mc);
+    /* Alignment gaps and padding (e.g. the embedding's padded rows) are zero. */
+    for (int k = 0; k < fsdp_engine_num_units(eng) && s == FSDP_OK; k++) {
+        fsdp_shard_view sv;
+        s = fsdp_unit_shard(fsdp_engine_unit(eng, k), &sv);
+        if (s == FSDP_OK) memset(sv.master, 0, sv.numel * sizeof(float));
+    }
+    for (int k = 0; k < map.n && s == FSDP_OK; k++)
+        if (!map.t[k].tied && !(map.t[k].optional && !src_present(&h, map.t[k].hf_name)))
+            s = load_entry(&h, eng, &map.t[k], &st);
+    for (int k = 0; k < map.n && s == FSDP_OK; k++)
+        if (map.t[k].tied) s = check_tied(&h, eng, &map.t[k]);
+    fsdp_hf_map_free(&map);
     if (h.files) src_free(&h);
     if (stats) *stats = st;
     return fsdp_comm_agree(fsdp_engine_comm(eng), s, "loading --init-from");

@@ -1,14 +1,14 @@
-/* train.c — the training loop of `fsdp-train` and its sampling command: builds the engine and GPT
- * from the settings, resumes from a checkpoint or initialises, then runs steps (micro-batches,
- * clipping, AdamW with warmup + cosine LR), evaluates, writes metrics, shows progress, checkpoints,
- * and generates a sample. Every rank runs the same code; only rank 0 writes output. */
+/* train.c — the training loop of `fsdp-train` and its sampling command: builds the engine and the model
+ * (include/fsdp_model.h) from the settings, resumes from a checkpoint or initialises, then runs steps
+ * (micro-batches, clipping, AdamW with warmup + cosine LR), evaluates, writes metrics, shows progress,
+ * checkpoints, and generates a sample. Every rank runs the same code; only rank 0 writes output. */
 #define _GNU_SOURCE
 #include "train/train.h"
 
 #include "core/core.h"
 #include "core/prof.h"
 #include "kernels/kernels.h"
-#include "model/gpt2/gpt.h"
+#include "fsdp_model.h"
 #include "data/bpe.h"
 #include "checkpoint/checkpoint.h"
 #include "data/data.h"
@@ -120,11 +120,11 @@ static void fmt_eta(char *buf, size_t cap, double s) {
 
 typedef struct {
     fsdp_engine_t *eng;
-    gpt_model_t *model;
+    fsdp_model_t *model;
 } run_model;
 
 static void model_free(run_model *rm) {
-    gpt_free(rm->model);
+    fsdp_model_free(rm->model);
     fsdp_engine_free(rm->eng);
     rm->model = NULL;
     rm->eng = NULL;
@@ -144,24 +144,44 @@ static fsdp_engine_config engine_config_of(const fsdp_train_config *cfg) {
     return ec;
 }
 
-static gpt_config gpt_config_of(const fsdp_train_config *cfg) {
-    gpt_config gc = gpt_config_default();
-    gc.n_layer = cfg->layers;
-    gc.n_embd = cfg->width;
-    gc.n_head = cfg->heads;
-    gc.vocab_size = cfg->vocab;
-    gc.padded_vocab_size = 0;
-    gc.max_seq_len = cfg->max_seq_len;
-    gc.recompute = cfg->recompute;
-    return gc;
+/* The model of cfg: its family's defaults, then every shape setting cfg gives (0 / -1: the default). */
+fsdp_status fsdp_train_model_config(const fsdp_train_config *cfg, fsdp_model_config *mc) {
+    FSDP_TRY(fsdp_model_config_init(mc, fsdp_train_model_names[cfg->model]));
+    mc->n_layer = cfg->layers;
+    mc->n_embd = cfg->width;
+    mc->n_head = cfg->heads;
+    mc->vocab_size = cfg->vocab;
+    mc->padded_vocab_size = 0;
+    mc->max_seq_len = cfg->max_seq_len;
+    mc->recompute = cfg->recompute;
+    if (cfg->kv_heads > 0) mc->n_kv_head = cfg->kv_heads;
+    if (cfg->head_dim > 0) mc->head_dim = cfg->head_dim;
+    if (cfg->intermediate > 0) mc->intermediate = cfg->intermediate;
+    if (cfg->tie_embeddings >= 0) mc->tie_embeddings = cfg->tie_embeddings;
+    if (cfg->qkv_bias) mc->qkv_bias = 1;
+    if (cfg->qk_norm) mc->qk_norm = 1;
+    if (cfg->norm_eps > 0) mc->norm_eps = cfg->norm_eps;
+    if (cfg->rope_theta > 0) mc->rope_theta = cfg->rope_theta;
+    if (cfg->rope_scaling) {
+        mc->rope_scaling = cfg->rope_scaling;
+        mc->rope_factor = cfg->rope_factor;
+        mc->rope_low_freq_factor = cfg->rope_low_freq_factor;
+        mc->rope_high_freq_factor = cfg->rope_high_freq_factor;
+        mc->rope_original_max_pos = cfg->rope_original_max_pos;
+    }
+    if (cfg->hf_architecture > 0)
+        snprintf(mc->hf_architecture, sizeof mc->hf_architecture, "%s",
+                 fsdp_train_hf_arch_names[cfg->hf_architecture]);
+    return fsdp_model_config_validate(mc);
 }
 
 static fsdp_status model_build(const fsdp_train_config *cfg, fsdp_comm_t *comm, run_model *rm) {
     memset(rm, 0, sizeof *rm);
     fsdp_engine_config ec = engine_config_of(cfg);
     FSDP_TRY(fsdp_engine_init(&rm->eng, comm, &ec));
-    gpt_config gc = gpt_config_of(cfg);
-    fsdp_status s = gpt_init(&rm->model, rm->eng, &gc);
+    fsdp_model_config mc;
+    fsdp_status s = fsdp_train_model_config(cfg, &mc);
+    if (s == FSDP_OK) s = fsdp_model_init(&rm->model, rm->eng, &mc);
     if (s != FSDP_OK) model_free(rm);
     return s;
 }
@@ -220,9 +240,10 @@ fsdp_status fsdp_train_plan_compute(const fsdp_train_config *c, int world, int t
     if (c->batch % (c->micro_batches * world) != 0)
         return fsdp_set_error(FSDP_EINVAL, "--batch %d is not divisible by --micro-batches %d x %d ranks",
                               c->batch, c->micro_batches, world);
-    gpt_config gc = gpt_config_of(c);
-    gpt_units us;
-    FSDP_TRY(gpt_units_init(&us, &gc));
+    fsdp_model_config mc;
+    FSDP_TRY(fsdp_train_model_config(c, &mc));
+    fsdp_model_units us;
+    FSDP_TRY(fsdp_model_units_init(&us, &mc));
     /* Per rank and micro-batch: b sequences of T tokens (the loader's split). */
     const int b = c->batch / (c->micro_batches * world), T = c->seq_len;
     const size_t bt = (size_t)b * (size_t)T;
@@ -238,16 +259,15 @@ fsdp_status fsdp_train_plan_compute(const fsdp_train_config *c, int world, int t
     pc.replica_shm = rc ? fsdp_comm_shm_active(rc) : 1;
     pc.n_micro = c->micro_batches;
     pc.steps = c->steps > 1 ? 2 : 1;    /* prefetch starts with the second step */
-    pc.schedule = FSDP_PLAN_ROOT_WRAPS; /* gpt's hook order */
-    /* activation: the model's arena, the trainer's input and target tokens (int32 [b, T] each), and
-     * attention backward's scratch that lives beside them during backward. */
-    pc.activation_bytes = gpt_activation_bytes(&gc, b, T) + 2 * bt * sizeof(int32_t) +
-                          fsdp_attention_backward_scratch_bytes(T, gc.n_embd / gc.n_head, threads);
+    pc.schedule = FSDP_PLAN_ROOT_WRAPS; /* every family's hook order: the root unit wraps the blocks */
+    /* activation: the model's own (its arena and attention backward's scratch that lives beside it
+     * during backward) and the trainer's input and target tokens (int32 [b, T] each). */
+    pc.activation_bytes = fsdp_model_activation_bytes(&mc, b, T, threads) + 2 * bt * sizeof(int32_t);
     /* other: the GEMM workspace and the loaders' read buffers (b*T + 1 int32 each). */
-    pc.other_bytes = gpt_other_bytes(&gc, b, T, pc.engine.compute_dtype) +
+    pc.other_bytes = fsdp_model_other_bytes(&mc, b, T, pc.engine.compute_dtype) +
                      (size_t)(have_val ? 2 : 1) * (bt + 1) * sizeof(int32_t);
     fsdp_status s = fsdp_plan_compute(us.units, us.n_units, &pc, out);
-    gpt_units_free(&us);
+    fsdp_model_units_free(&us);
     return s;
 }
 
@@ -424,9 +444,9 @@ static fsdp_status load_tokenizer(const char *path, int V, fsdp_bpe **bpe) {
 
 /* Generates n tokens after prompt with the model on comm: the prompt's bytes with the byte vocabulary,
  * its BPE ids with a tokenizer (bpe; every rank encodes the same ids), none otherwise. */
-static fsdp_status generate(gpt_model_t *model, const fsdp_train_config *c, fsdp_comm_t *comm,
+static fsdp_status generate(fsdp_model_t *model, const fsdp_train_config *c, fsdp_comm_t *comm,
                             const char *prompt, int n, uint64_t rng[2], FILE *out, fsdp_bpe *bpe) {
-    const gpt_config *gc = gpt_get_config(model);
+    const fsdp_model_config *gc = fsdp_model_get_config(model);
     int V = gc->vocab_size, Tmax = gc->max_seq_len, rank0 = !comm || fsdp_comm_rank(comm) == 0;
     size_t plen = strlen(prompt);
     if (V != FSDP_BYTE_VOCAB && plen > 0 && !bpe)
@@ -464,13 +484,15 @@ static fsdp_status generate(gpt_model_t *model, const fsdp_train_config *c, fsdp
                 start = len - (Tmax / 2 > 0 ? (size_t)(Tmax / 2) : 1);
                 cached = 0;
             }
-            s = gpt_decode(model, toks + start + cached, (int)(len - start - cached), (int)cached, &row);
+            s = fsdp_model_decode(model, toks + start + cached, (int)(len - start - cached), (int)cached,
+                                  &row);
             cached = len - start;
         } else {
             size_t T = len < (size_t)Tmax ? len : (size_t)Tmax;
             int Vp = 0;
-            s = gpt_forward(model, toks + (len - T), NULL, 1, (int)T, NULL);
-            if (s == FSDP_OK) s = gpt_logits(model, &logits, NULL, NULL, &Vp);
+            fsdp_model_batch mb = {.tokens = toks + (len - T), .B = 1, .T = (int)T};
+            s = fsdp_model_forward(model, &mb, NULL);
+            if (s == FSDP_OK) s = fsdp_model_logits(model, &logits, NULL, NULL, &Vp);
             if (s == FSDP_OK) row = logits + (T - 1) * (size_t)Vp;
         }
         int tok = 0;
@@ -481,7 +503,7 @@ static fsdp_status generate(gpt_model_t *model, const fsdp_train_config *c, fsdp
         }
     }
     if (rank0 && out) fputc('\n', out);
-    fsdp_status s2 = gpt_end_eval(model);
+    fsdp_status s2 = fsdp_model_end_eval(model);
     free(toks);
     return s != FSDP_OK ? s : s2;
 }
@@ -502,7 +524,8 @@ static fsdp_status evaluate(run_model *rm, fsdp_loader *val, const fsdp_train_co
         for (int m = 0; m < val->micro; m++) {
             float loss;
             FSDP_TRY(fsdp_loader_micro(val, m, in, tg));
-            FSDP_TRY(gpt_forward(rm->model, in, tg, val->b, val->T, &loss));
+            fsdp_model_batch mb = {.tokens = in, .targets = tg, .B = val->b, .T = val->T};
+            FSDP_TRY(fsdp_model_forward(rm->model, &mb, &loss));
             sum += loss;
             count++;
         }
@@ -740,11 +763,11 @@ static fsdp_status run_setup(train_run *r) {
     if (s == FSDP_OK) s = fsdp_train_plan_compute(c, r->world, r->threads, r->have_val, r->rm.eng, &r->plan);
     FSDP_TRY(fsdp_comm_agree(comm, s, "building the model"));
     if (r->o) {
-        const gpt_config *gc = gpt_get_config(r->rm.model);
-        fprintf(r->o,
-                "model: GPT-2 layout, %d layers, width %d, %d heads, vocab %d (padded %d), %zu parameters\n",
-                gc->n_layer, gc->n_embd, gc->n_head, gc->vocab_size, gc->padded_vocab_size,
-                gpt_num_params(gc));
+        const fsdp_model_config *gc = fsdp_model_get_config(r->rm.model);
+        fprintf(r->o, "model: %s, %d layers, width %d, %d heads", gc->family->name, gc->n_layer, gc->n_embd,
+                gc->n_head);
+        if (gc->n_kv_head && gc->n_kv_head != gc->n_head) fprintf(r->o, " (%d key/value)", gc->n_kv_head);
+        fprintf(r->o, ", vocab %d, %zu parameters\n", gc->vocab_size, fsdp_model_num_params(gc));
     }
     r->cj = fsdp_train_config_to_json(c);
     if (!r->cj) return FSDP_ERR(FSDP_ENOMEM, "no memory for the config record");
@@ -800,7 +823,7 @@ static fsdp_status run_start(train_run *r, int *nothing) {
         s = fsdp_comm_agree(comm, s, "checking the checkpoint folder");
         fsdp_hf_stats hs = {0, 0};
         if (s == FSDP_OK)
-            s = c->init_from ? fsdp_hf_load(r->rm.eng, c->init_from, &hs)
+            s = c->init_from ? fsdp_hf_load(r->rm.eng, c->init_from, fsdp_model_get_config(r->rm.model), &hs)
                              : fsdp_engine_init_params(r->rm.eng);
         /* The share of the weights each rank read: its shard's, not the whole model. */
         float share = hs.model_elems ? (float)((double)hs.read_elems / (double)hs.model_elems) : 0,
@@ -865,8 +888,9 @@ static fsdp_status train_step(train_run *r, int step, step_record *rec) {
         float loss = 0;
         FSDP_TRY(fsdp_engine_begin_micro(eng, m));
         FSDP_TRY(fsdp_loader_micro(&r->train, m, r->in, r->tg));
-        FSDP_TRY(gpt_forward(r->rm.model, r->in, r->tg, r->train.b, c->seq_len, &loss));
-        FSDP_TRY(gpt_backward(r->rm.model, 1.0f));
+        fsdp_model_batch mb = {.tokens = r->in, .targets = r->tg, .B = r->train.b, .T = c->seq_len};
+        FSDP_TRY(fsdp_model_forward(r->rm.model, &mb, &loss));
+        FSDP_TRY(fsdp_model_backward(r->rm.model, 1.0f));
         lsum += loss;
     }
     FSDP_TRY(fsdp_engine_clip_grad_norm(eng, (float)c->clip, &rec->norm));
@@ -1123,7 +1147,7 @@ static fsdp_status load_hf_model(const char *dir, fsdp_comm_t *comm, fsdp_train_
     c->seq_len = c->max_seq_len;
     c->precision = FSDP_PRECISION_FP32;
     s = build_for_load(s, c, comm, rm, "reading --init-from's config.json", "building --init-from's model");
-    if (s == FSDP_OK) s = fsdp_hf_load(rm->eng, dir, NULL);
+    if (s == FSDP_OK) s = fsdp_hf_load(rm->eng, dir, fsdp_model_get_config(rm->model), NULL);
     return s;
 }
 
@@ -1233,11 +1257,12 @@ static fsdp_status write_logits(run_model *rm, const fsdp_train_config *cfg, fsd
     }
     for (int i = 0; i < B * T; i++)
         toks[i] = (int)(((unsigned)i * 2654435761u) % (unsigned)V);
-    s = gpt_forward(rm->model, toks, NULL, B, T, NULL);
+    fsdp_model_batch mb = {.tokens = toks, .B = B, .T = T};
+    s = fsdp_model_forward(rm->model, &mb, NULL);
     const float *logits = NULL;
     int Vp = 0;
-    if (s == FSDP_OK) s = gpt_logits(rm->model, &logits, NULL, NULL, &Vp);
-    if (s == FSDP_OK) s = gpt_end_eval(rm->model);
+    if (s == FSDP_OK) s = fsdp_model_logits(rm->model, &logits, NULL, NULL, &Vp);
+    if (s == FSDP_OK) s = fsdp_model_end_eval(rm->model);
     if (s != FSDP_OK || !rank0) goto done;
     s = fsdp_out_begin(&o, path, "--logits", 0);
     if (s != FSDP_OK) goto done;

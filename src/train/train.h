@@ -4,6 +4,7 @@
 #define FSDP_TRAIN_TRAIN_H
 
 #include "fsdp.h"
+#include "fsdp_model.h"
 #include "train/config.h"
 
 #include <stdio.h>
@@ -14,6 +15,10 @@ typedef struct {
     float last_loss, last_val_loss;
     double tokens_per_s;
 } fsdp_train_result;
+
+/* The model cfg describes: its family's defaults, then every shape setting cfg gives (0, or -1 for
+ * --tie-embeddings, leaves the family's default); validated. */
+fsdp_status fsdp_train_model_config(const fsdp_train_config *cfg, fsdp_model_config *mc);
 
 /* The whole `train` command on comm (any world size): data, model, optional resume, the loop with
  * eval, metrics, progress, checkpoints, and the sample at the end. cfg is checked against the world

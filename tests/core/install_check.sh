@@ -31,6 +31,7 @@ libdir=$(pkg-config --variable=libdir fsdp)
 includedir=$(pkg-config --variable=includedir fsdp)
 [ -f "$includedir/fsdp.h" ] || { echo "install_check: fsdp.h not in includedir $includedir" >&2; exit 1; }
 [ -f "$includedir/fsdp_gpt.h" ] || { echo "install_check: fsdp_gpt.h not in includedir $includedir" >&2; exit 1; }
+[ -f "$includedir/fsdp_model.h" ] || { echo "install_check: fsdp_model.h not in includedir $includedir" >&2; exit 1; }
 [ -f "$libdir/libfsdp.so" ] || { echo "install_check: libfsdp.so not in libdir $libdir" >&2; exit 1; }
 [ -f "$libdir/libfsdp.a" ] || { echo "install_check: libfsdp.a not in libdir $libdir" >&2; exit 1; }
 
@@ -41,7 +42,7 @@ cd "$tmp/work"
 
 # Installed API = exported API: the functions the installed headers declare, as the compiler lists
 # them, are exactly the functions libfsdp.so exports (no kernels, no layer internals).
-printf '#include <fsdp.h>\n#include <fsdp_gpt.h>\n' >headers.c
+printf '#include <fsdp.h>\n#include <fsdp_gpt.h>\n#include <fsdp_model.h>\n' >headers.c
 # shellcheck disable=SC2046
 "$cc" -std=c11 $(pkg-config --cflags fsdp) -aux-info aux.txt -c headers.c -o headers.o
 grep -F "$includedir/" aux.txt | sed -E 's|^/\*[^*]*\*/ *||' | grep -oE '[A-Za-z_][A-Za-z_0-9]* \(' |
@@ -53,7 +54,7 @@ if ! diff declared.txt exported.txt >exports.diff; then
     cat exports.diff >&2
     exit 1
 fi
-echo "install_check: libfsdp.so exports exactly the $(wc -l <declared.txt) functions of fsdp.h and fsdp_gpt.h"
+echo "install_check: libfsdp.so exports exactly the $(wc -l <declared.txt) functions of fsdp.h, fsdp_gpt.h and fsdp_model.h"
 extra=()
 # (from the list above: `nm | grep -q` fails under pipefail once grep stops reading, so this never held)
 if grep -qx fsdp_comm_init exported.txt; then extra+=(-DHAVE_COMM); fi
