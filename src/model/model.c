@@ -10,8 +10,9 @@
 #include <string.h>
 
 extern const fsdp_model_family fsdp_gpt2_family;
+extern const fsdp_model_family fsdp_llama_family;
 
-static const fsdp_model_family *const families[] = {&fsdp_gpt2_family};
+static const fsdp_model_family *const families[] = {&fsdp_gpt2_family, &fsdp_llama_family};
 #define N_FAMILIES ((int)(sizeof families / sizeof families[0]))
 
 const fsdp_model_family *fsdp_model_family_find(const char *name) {

@@ -1,0 +1,295 @@
+/* llama_hf.c — the Llama family's Hugging Face side: config.json to a config and back (refusing by name
+ * what the model does not represent), and the tensor map from the checkpoint's names (model.layers.{i}...,
+ * [out, in]) to the fused units of llama.h (q|k|v and gate|up rows). */
+#include "model/llama/llama.h"
+
+#include "core/core.h"
+#include "kernels/kernels.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+fsdp_status llama_hf_read_config(const cJSON *j, const char *path, fsdp_model_config *c);
+fsdp_status llama_hf_write_config(const fsdp_model_config *c, cJSON *j);
+fsdp_status llama_hf_map(const fsdp_model_config *c, fsdp_hf_map *out);
+
+enum { ARCH_LLAMA = 0, ARCH_QWEN2, ARCH_QWEN3, ARCH_MISTRAL };
+static const char *const arch_names[] = {"LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
+                                         "MistralForCausalLM"};
+static const char *const model_types[] = {"llama", "qwen2", "qwen3", "mistral"};
+
+static const cJSON *item(const cJSON *j, const char *key) { return cJSON_GetObjectItemCaseSensitive(j, key); }
+static int is_null(const cJSON *v) { return v == NULL || cJSON_IsNull(v); }
+
+static fsdp_status get_int(const cJSON *j, const char *path, const char *key, int lo, int hi, int *out) {
+    const cJSON *v = item(j, key);
+    if (!v) return fsdp_set_error(FSDP_EFORMAT, "%s: \"%s\" is missing", path, key);
+    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < lo ||
+        v->valuedouble > hi)
+        return fsdp_set_error(FSDP_EFORMAT, "%s: \"%s\" is not an integer in [%d, %d]", path, key, lo, hi);
+    *out = (int)v->valuedouble;
+    return FSDP_OK;
+}
+/* An optional integer: absent or null leaves *out as it is. */
+static fsdp_status opt_int(const cJSON *j, const char *path, const char *key, int lo, int hi, int *out) {
+    return is_null(item(j, key)) ? FSDP_OK : get_int(j, path, key, lo, hi, out);
+}
+static fsdp_status opt_num(const cJSON *j, const char *path, const char *key, double *out) {
+    const cJSON *v = item(j, key);
+    if (is_null(v)) return FSDP_OK;
+    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble))
+        return fsdp_set_error(FSDP_EFORMAT, "%s: \"%s\" is not a finite number", path, key);
+    *out = v->valuedouble;
+    return FSDP_OK;
+}
+static fsdp_status opt_bool(const cJSON *j, const char *path, const char *key, int *out) {
+    const cJSON *v = item(j, key);
+    if (is_null(v)) return FSDP_OK;
+    if (!cJSON_IsBool(v)) return fsdp_set_error(FSDP_EFORMAT, "%s: \"%s\" is not true or false", path, key);
+    *out = cJSON_IsTrue(v);
+    return FSDP_OK;
+}
+/* A field that must be absent, null, false or 0 (a feature this model does not have). */
+static fsdp_status refuse_set(const cJSON *j, const char *path, const char *key, const char *why) {
+    const cJSON *v = item(j, key);
+    if (is_null(v) || cJSON_IsFalse(v) || (cJSON_IsNumber(v) && v->valuedouble == 0)) return FSDP_OK;
+    return fsdp_set_error(FSDP_EUNSUPPORTED, "%s: \"%s\" is set: %s", path, key, why);
+}
+
+fsdp_status llama_hf_read_config(const cJSON *j, const char *path, fsdp_model_config *c) {
+    if (j == NULL || c == NULL) return FSDP_ERR(FSDP_EINVAL, "config JSON and output must not be NULL");
+    if (path == NULL) path = "config.json";
+    int arch = -1;
+    const cJSON *a = item(j, "architectures");
+    if (cJSON_IsArray(a) && cJSON_GetArraySize(a) >= 1) {
+        const cJSON *a0 = cJSON_GetArrayItem(a, 0);
+        if (!cJSON_IsString(a0))
+            return fsdp_set_error(FSDP_EFORMAT, "%s: \"architectures\"[0] is not a string", path);
+        for (int i = 0; i < 4; i++)
+            if (!strcmp(a0->valuestring, arch_names[i])) arch = i;
+        if (arch < 0)
+            return fsdp_set_error(
+                FSDP_EUNSUPPORTED,
+                "%s: \"architectures\" is \"%.60s\": the llama family loads LlamaForCausalLM, "
+                "Qwen2ForCausalLM, Qwen3ForCausalLM and MistralForCausalLM",
+                path, a0->valuestring);
+    }
+    const cJSON *mt = item(j, "model_type");
+    if (!is_null(mt)) {
+        int t = -1;
+        if (cJSON_IsString(mt))
+            for (int i = 0; i < 4; i++)
+                if (!strcmp(mt->valuestring, model_types[i])) t = i;
+        if (t < 0)
+            return fsdp_set_error(
+                FSDP_EUNSUPPORTED,
+                "%s: \"model_type\" is %s%.40s%s: the llama family loads llama, qwen2, qwen3 "
+                "and mistral",
+                path, cJSON_IsString(mt) ? "\"" : "", cJSON_IsString(mt) ? mt->valuestring : "not a string",
+                cJSON_IsString(mt) ? "\"" : "");
+        if (arch >= 0 && t != arch)
+            return fsdp_set_error(FSDP_EFORMAT,
+                                  "%s: \"model_type\" \"%s\" does not match \"architectures\" %s", path,
+                                  model_types[t], arch_names[arch]);
+        arch = t;
+    }
+    if (arch < 0)
+        return fsdp_set_error(FSDP_EFORMAT, "%s: neither \"architectures\" nor \"model_type\" is set", path);
+
+    fsdp_model_config r = {.version = FSDP_MODEL_CONFIG_VERSION, .family = &fsdp_llama_family};
+    fsdp_status s;
+    int C, NH;
+    if ((s = get_int(j, path, "num_hidden_layers", 1, 100000, &r.n_layer)) ||
+        (s = get_int(j, path, "hidden_size", 1, 1 << 20, &C)) ||
+        (s = get_int(j, path, "num_attention_heads", 1, 4096, &NH)) ||
+        (s = get_int(j, path, "intermediate_size", 1, 1 << 22, &r.intermediate)) ||
+        (s = get_int(j, path, "vocab_size", 1, 1 << 30, &r.vocab_size)) ||
+        (s = get_int(j, path, "max_position_embeddings", 1, 1 << 24, &r.max_seq_len)))
+        return s;
+    r.n_embd = C, r.n_head = NH, r.n_kv_head = NH;
+    if ((s = opt_int(j, path, "num_key_value_heads", 1, NH, &r.n_kv_head))) return s;
+    if (NH % r.n_kv_head)
+        return fsdp_set_error(FSDP_EFORMAT,
+                              "%s: \"num_key_value_heads\" %d does not divide \"num_attention_heads\" %d",
+                              path, r.n_kv_head, NH);
+    r.head_dim = C % NH == 0 ? C / NH : 0;
+    if ((s = opt_int(j, path, "head_dim", 2, FSDP_ROPE_MAX_HD, &r.head_dim))) return s;
+    if (r.head_dim == 0)
+        return fsdp_set_error(FSDP_EFORMAT,
+                              "%s: \"hidden_size\" %d is not divisible by \"num_attention_heads\" %d "
+                              "and \"head_dim\" is not given",
+                              path, C, NH);
+    if (arch == ARCH_QWEN2 && r.head_dim * NH != C)
+        return fsdp_set_error(FSDP_EUNSUPPORTED,
+                              "%s: \"head_dim\" %d: Qwen2's head size is hidden_size / "
+                              "num_attention_heads (%d)",
+                              path, r.head_dim, C / NH);
+    r.padded_vocab_size = r.vocab_size;
+    r.norm_eps = 1e-6;
+    r.rope_theta = 10000.0;
+    if ((s = opt_num(j, path, "rms_norm_eps", &r.norm_eps)) ||
+        (s = opt_num(j, path, "rope_theta", &r.rope_theta)) ||
+        (s = opt_bool(j, path, "tie_word_embeddings", &r.tie_embeddings)))
+        return s;
+    const cJSON *act = item(j, "hidden_act");
+    if (!is_null(act) && !(cJSON_IsString(act) && !strcmp(act->valuestring, "silu")))
+        return fsdp_set_error(
+            FSDP_EUNSUPPORTED, "%s: \"hidden_act\" is %s%.40s%s: this model's MLP is SwiGLU (silu)", path,
+            cJSON_IsString(act) ? "\"" : "", cJSON_IsString(act) ? act->valuestring : "not a string",
+            cJSON_IsString(act) ? "\"" : "");
+    r.qkv_bias = arch == ARCH_QWEN2;
+    r.qk_norm = arch == ARCH_QWEN3;
+    if (arch != ARCH_QWEN2 &&
+        (s = refuse_set(j, path, "attention_bias",
+                        arch == ARCH_QWEN3
+                            ? "Qwen3's attention_bias also biases o_proj, which this model does not have"
+                            : "it biases q, k, v and o_proj; only Qwen2's q/k/v biases are represented")))
+        return s;
+    if ((s = refuse_set(j, path, "mlp_bias", "the MLP has no biases")) ||
+        (s = refuse_set(j, path, "num_experts", "mixture-of-experts layers are not represented")) ||
+        (s = refuse_set(j, path, "num_local_experts", "mixture-of-experts layers are not represented")) ||
+        (s = refuse_set(j, path, "num_experts_per_tok", "mixture-of-experts layers are not represented")) ||
+        (s = refuse_set(j, path, "moe_intermediate_size", "mixture-of-experts layers are not represented")) ||
+        (s = refuse_set(j, path, "n_routed_experts", "mixture-of-experts layers are not represented")) ||
+        (s = refuse_set(j, path, "use_sliding_window", "sliding-window attention is not represented")))
+        return s;
+    /* Qwen2/Qwen3 keep a sliding_window value that applies only with use_sliding_window (refused above). */
+    if (arch != ARCH_QWEN2 && arch != ARCH_QWEN3 &&
+        (s = refuse_set(j, path, "sliding_window",
+                        "sliding-window attention is not represented (null only)")))
+        return s;
+    const cJSON *rs = item(j, "rope_scaling");
+    if (!is_null(rs)) {
+        if (!cJSON_IsObject(rs))
+            return fsdp_set_error(FSDP_EFORMAT, "%s: \"rope_scaling\" is not an object or null", path);
+        const cJSON *t = item(rs, "rope_type");
+        if (is_null(t)) t = item(rs, "type");
+        if (!cJSON_IsString(t))
+            return fsdp_set_error(FSDP_EFORMAT, "%s: \"rope_scaling\" has no \"rope_type\" string", path);
+        if (!strcmp(t->valuestring, "llama3")) {
+            r.rope_scaling = FSDP_ROPE_SCALING_LLAMA3;
+            if ((s = opt_num(rs, path, "factor", &r.rope_factor)) ||
+                (s = opt_num(rs, path, "low_freq_factor", &r.rope_low_freq_factor)) ||
+                (s = opt_num(rs, path, "high_freq_factor", &r.rope_high_freq_factor)) ||
+                (s = get_int(rs, path, "original_max_position_embeddings", 1, 1 << 24,
+                             &r.rope_original_max_pos)))
+                return s;
+        } else if (strcmp(t->valuestring, "default") != 0) {
+            return fsdp_set_error(
+                FSDP_EUNSUPPORTED,
+                "%s: \"rope_scaling\" type \"%.40s\" is not represented (only llama3, or none)", path,
+                t->valuestring);
+        }
+    }
+    snprintf(r.hf_architecture, sizeof r.hf_architecture, "%s", arch_names[arch]);
+    s = fsdp_llama_family.validate(&r);
+    if (s != FSDP_OK) return FSDP_WRAP(FSDP_EFORMAT, "%s", path);
+    *c = r;
+    return FSDP_OK;
+}
+
+fsdp_status llama_hf_write_config(const fsdp_model_config *cfg, cJSON *j) {
+    if (cfg == NULL || j == NULL) return FSDP_ERR(FSDP_EINVAL, "config and JSON must not be NULL");
+    FSDP_TRY(fsdp_llama_family.validate(cfg));
+    const fsdp_model_config c = llama_resolve(cfg);
+    int arch = 0;
+    for (int i = 0; i < 4; i++)
+        if (!strcmp(c.hf_architecture, arch_names[i])) arch = i;
+    cJSON *archs = cJSON_CreateArray();
+    int ok = archs != NULL && cJSON_AddItemToArray(archs, cJSON_CreateString(arch_names[arch])) &&
+             cJSON_AddItemToObject(j, "architectures", archs);
+    if (!ok) cJSON_Delete(archs);
+    ok = ok && cJSON_AddStringToObject(j, "model_type", model_types[arch]) &&
+         cJSON_AddNumberToObject(j, "hidden_size", c.n_embd) &&
+         cJSON_AddNumberToObject(j, "intermediate_size", c.intermediate) &&
+         cJSON_AddNumberToObject(j, "num_hidden_layers", c.n_layer) &&
+         cJSON_AddNumberToObject(j, "num_attention_heads", c.n_head) &&
+         cJSON_AddNumberToObject(j, "num_key_value_heads", c.n_kv_head) &&
+         cJSON_AddNumberToObject(j, "vocab_size", c.vocab_size) &&
+         cJSON_AddNumberToObject(j, "max_position_embeddings", c.max_seq_len) &&
+         cJSON_AddNumberToObject(j, "rms_norm_eps", c.norm_eps) &&
+         cJSON_AddNumberToObject(j, "rope_theta", c.rope_theta) &&
+         cJSON_AddBoolToObject(j, "tie_word_embeddings", c.tie_embeddings) &&
+         cJSON_AddStringToObject(j, "hidden_act", "silu") &&
+         cJSON_AddNumberToObject(j, "attention_dropout", 0) &&
+         cJSON_AddNumberToObject(j, "initializer_range", 0.02);
+    if (ok && arch != ARCH_QWEN2) ok = cJSON_AddNumberToObject(j, "head_dim", c.head_dim) != NULL;
+    if (ok && (arch == ARCH_LLAMA || arch == ARCH_QWEN3))
+        ok = cJSON_AddFalseToObject(j, "attention_bias") != NULL;
+    if (ok && arch == ARCH_LLAMA) ok = cJSON_AddFalseToObject(j, "mlp_bias") != NULL;
+    if (ok && arch == ARCH_MISTRAL) ok = cJSON_AddNullToObject(j, "sliding_window") != NULL;
+    if (ok && (arch == ARCH_QWEN2 || arch == ARCH_QWEN3))
+        ok = cJSON_AddFalseToObject(j, "use_sliding_window") != NULL;
+    if (ok && c.rope_scaling == FSDP_ROPE_SCALING_LLAMA3) {
+        cJSON *rs = cJSON_AddObjectToObject(j, "rope_scaling");
+        ok = rs && cJSON_AddStringToObject(rs, "rope_type", "llama3") &&
+             cJSON_AddNumberToObject(rs, "factor", c.rope_factor) &&
+             cJSON_AddNumberToObject(rs, "low_freq_factor", c.rope_low_freq_factor) &&
+             cJSON_AddNumberToObject(rs, "high_freq_factor", c.rope_high_freq_factor) &&
+             cJSON_AddNumberToObject(rs, "original_max_position_embeddings", c.rope_original_max_pos);
+    } else if (ok) {
+        ok = cJSON_AddNullToObject(j, "rope_scaling") != NULL;
+    }
+    return ok ? FSDP_OK : FSDP_ERR(FSDP_ENOMEM, "cannot build config.json");
+}
+
+static const char *const llama_skip[] = {"rotary_emb.inv_freq", NULL};
+
+fsdp_status llama_hf_map(const fsdp_model_config *cfg, fsdp_hf_map *out) {
+    if (out == NULL) return FSDP_ERR(FSDP_EINVAL, "out must not be NULL");
+    memset(out, 0, sizeof *out);
+    FSDP_TRY(fsdp_llama_family.validate(cfg));
+    const fsdp_model_config c = llama_resolve(cfg);
+    const int64_t C = c.n_embd, hd = c.head_dim, A = (int64_t)c.n_head * hd, KV = (int64_t)c.n_kv_head * hd,
+                  I = c.intermediate, V = c.vocab_size;
+    const int per_layer = 9 + (c.qkv_bias ? 3 : 0) + (c.qk_norm ? 2 : 0);
+    const int n = 3 + c.n_layer * per_layer;
+    fsdp_hf_tensor *t = calloc((size_t)n, sizeof *t);
+    if (!t) return FSDP_ERR(FSDP_ENOMEM, "cannot allocate the tensor map (%d entries)", n);
+    int k = 0;
+#define ADD(unit_, tensor_, r0, nr, nc, ...)                                                                 \
+    do {                                                                                                     \
+        fsdp_hf_tensor *e_ = &t[k++];                                                                        \
+        snprintf(e_->hf_name, sizeof e_->hf_name, __VA_ARGS__);                                              \
+        snprintf(e_->unit, sizeof e_->unit, "%s", unit_);                                                    \
+        snprintf(e_->tensor, sizeof e_->tensor, "%s", tensor_);                                              \
+        e_->row0 = (r0), e_->rows = (nr), e_->cols = (nc);                                                   \
+    } while (0)
+    ADD("root", "embed_tokens", 0, V, C, "model.embed_tokens.weight");
+    ADD("root", "norm", 0, C, 0, "model.norm.weight");
+    ADD("root", "lm_head", 0, V, C, "lm_head.weight");
+    if (c.tie_embeddings) t[k - 1].optional = t[k - 1].tied = 1;
+    for (int l = 0; l < c.n_layer; l++) {
+        char u[16];
+        snprintf(u, sizeof u, "h%d", l);
+        const char *p = "model.layers";
+        ADD(u, "input_layernorm", 0, C, 0, "%s.%d.input_layernorm.weight", p, l);
+        ADD(u, "qkv_w", 0, A, C, "%s.%d.self_attn.q_proj.weight", p, l);
+        ADD(u, "qkv_w", A, KV, C, "%s.%d.self_attn.k_proj.weight", p, l);
+        ADD(u, "qkv_w", A + KV, KV, C, "%s.%d.self_attn.v_proj.weight", p, l);
+        if (c.qkv_bias) {
+            ADD(u, "qkv_b", 0, A, 0, "%s.%d.self_attn.q_proj.bias", p, l);
+            ADD(u, "qkv_b", A, KV, 0, "%s.%d.self_attn.k_proj.bias", p, l);
+            ADD(u, "qkv_b", A + KV, KV, 0, "%s.%d.self_attn.v_proj.bias", p, l);
+        }
+        if (c.qk_norm) {
+            ADD(u, "q_norm", 0, hd, 0, "%s.%d.self_attn.q_norm.weight", p, l);
+            ADD(u, "k_norm", 0, hd, 0, "%s.%d.self_attn.k_norm.weight", p, l);
+        }
+        ADD(u, "o_w", 0, C, A, "%s.%d.self_attn.o_proj.weight", p, l);
+        ADD(u, "post_attn_layernorm", 0, C, 0, "%s.%d.post_attention_layernorm.weight", p, l);
+        ADD(u, "gate_up_w", 0, I, C, "%s.%d.mlp.gate_proj.weight", p, l);
+        ADD(u, "gate_up_w", I, I, C, "%s.%d.mlp.up_proj.weight", p, l);
+        ADD(u, "down_w", 0, C, I, "%s.%d.mlp.down_proj.weight", p, l);
+    }
+#undef ADD
+    FSDP_INVARIANT(k == n);
+    out->n = n;
+    out->t = t;
+    out->skip = llama_skip;
+    out->alt_prefix = NULL;
+    return FSDP_OK;
+}

@@ -1,0 +1,61 @@
+/* llama_test_util.h — helpers of the Llama-family tests: the config a tools/llama_reference.py fixture
+ * describes, loading its "w.<unit>.<tensor>" weights into the engine's units, and the model through
+ * the family table (src/model/llama/llama.h). */
+#ifndef FSDP_TEST_MODEL_LLAMA_TEST_UTIL_H
+#define FSDP_TEST_MODEL_LLAMA_TEST_UTIL_H
+
+#include "fixture.h"
+#include "model/llama/llama.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The model config of a fixture (header slots plus its "config" / "configf" records). */
+static inline fsdp_status lt_fixture_config(const gpt_fixture *fx, fsdp_model_config *c) {
+    fsdp_status s = fsdp_llama_family.config_default(c);
+    if (s != FSDP_OK) return s;
+    int ci[8];
+    double cf[5];
+    if ((s = gpt_fixture_get_i32(fx, "config", 8, ci)) != FSDP_OK) return s;
+    if ((s = gpt_fixture_get_f64(fx, "configf", 5, cf)) != FSDP_OK) return s;
+    c->n_layer = fx->L, c->n_embd = fx->C, c->n_head = fx->NH, c->vocab_size = fx->V;
+    c->padded_vocab_size = fx->Vp, c->max_seq_len = fx->T_max;
+    c->n_kv_head = ci[0], c->head_dim = ci[1], c->intermediate = ci[2], c->tie_embeddings = ci[3];
+    c->qkv_bias = ci[4], c->qk_norm = ci[5], c->rope_scaling = ci[6], c->rope_original_max_pos = ci[7];
+    c->norm_eps = cf[0], c->rope_theta = cf[1], c->rope_factor = cf[2], c->rope_low_freq_factor = cf[3];
+    c->rope_high_freq_factor = cf[4];
+    return fsdp_llama_family.validate(c);
+}
+
+/* Loads every non-alias tensor of every unit of e from the fixture's "w.<unit>.<tensor>" records. */
+static inline fsdp_status lt_load_weights(fsdp_engine_t *e, const gpt_fixture *fx) {
+    for (int ui = 0; ui < fsdp_engine_num_units(e); ui++) {
+        fsdp_unit_t *u = fsdp_engine_unit(e, ui);
+        for (int t = 0; t < fsdp_unit_num_tensors(u); t++) {
+            fsdp_tensor_info ti;
+            fsdp_status s = fsdp_unit_tensor_info(u, t, &ti);
+            if (s != FSDP_OK) return s;
+            if (ti.alias_of >= 0) continue;
+            char name[64];
+            snprintf(name, sizeof name, "w.%s.%s", fsdp_unit_name(u), ti.name);
+            float *buf = malloc(ti.numel * sizeof(float));
+            if (!buf) return fsdp_set_error(FSDP_ENOMEM, "lt_load_weights: %zu floats", ti.numel);
+            s = gpt_fixture_get_f32(fx, name, ti.numel, buf);
+            if (s == FSDP_OK) s = fsdp_unit_load_tensor(u, t, buf, -1);
+            free(buf);
+            if (s != FSDP_OK) return s;
+        }
+    }
+    return FSDP_OK;
+}
+
+/* Counted targets (not FSDP_IGNORE_INDEX) among n. */
+static inline int lt_counted(const int *targets, size_t n) {
+    int k = 0;
+    for (size_t i = 0; i < n; i++)
+        k += targets[i] != FSDP_IGNORE_INDEX;
+    return k;
+}
+
+#endif
