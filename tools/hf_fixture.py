@@ -268,7 +268,7 @@ def cmd_damage(a):
     case("epsilon", ["config.json", "layer_norm_epsilon"], cfg={"layer_norm_epsilon": 1e-6})
     case("model_type", ["config.json", "model_type"], cfg={"model_type": "llama"})
     case("missing_field", ["config.json", "n_layer"], cfg={"n_layer": "two"})
-    case("vocab_too_big", ["config.json", "vocab_size", "16-bit ids"], cfg={"vocab_size": 70000})
+    case("vocab_too_small", ["config.json", "vocab_size", "whole number"], cfg={"vocab_size": 1})
 
     def lm_head_differs(p):
         h = json.loads(json.dumps(header))

@@ -71,11 +71,6 @@ fsdp_status fsdp_hf_model_config(const char *dir, fsdp_model_config *mc) {
     s = f->hf_read_config(j, path, mc);
     if (s == FSDP_OK && arch && !mc->hf_architecture[0])
         snprintf(mc->hf_architecture, sizeof mc->hf_architecture, "%s", arch);
-    if (s == FSDP_OK && mc->vocab_size > 65536)
-        s = fsdp_set_error(
-            FSDP_EFORMAT,
-            "%s: \"vocab_size\" %d is over 65536 (token files hold 16-bit ids, so at most 65536)", path,
-            mc->vocab_size);
     if (s == FSDP_OK) s = fsdp_model_config_validate(mc);
 done:
     cJSON_Delete(j);
