@@ -281,7 +281,7 @@ exitcodes)
     # the small ones: meta.json's vocab named as the file's; non-integers refused; 1e-310 is "too small"
     for v in 1 300.9; do
         rm -rf dv && cp -r data dv && echo "{\"vocab\": $v}" >dv/meta.json
-        fails_with "meta_vocab_$v" 'dv/meta.json: "vocab" must be a whole number from 2 to 65536' "$BIN" "${TINY[@]}" --vocab 0 --data dv --steps 2 --checkpoint-dir ck_v
+        fails_with "meta_vocab_$v" 'dv/meta.json: "vocab" must be a whole number from 2 to 2147483647' "$BIN" "${TINY[@]}" --vocab 0 --data dv --steps 2 --checkpoint-dir ck_v
         ! grep -q -- "--vocab 1" "meta_vocab_$v.log" && ok || bad "meta_vocab_$v blames --vocab"
     done
     run_ck lr_tiny "$BIN" "${TINY[@]}" --lr 1e-310

@@ -18,3 +18,11 @@ foreach(v llama qwen2 qwen3 smollm mistral)
       FIXTURES_REQUIRED llama_fx)
   endforeach()
 endforeach()
+# --init-from on the same folders: logits at 1 and 2 ranks against the reference (tests/model/llama_hf.sh).
+foreach(np 1 2)
+  add_test(NAME model/llama_hf/np${np}
+    COMMAND ${PROJECT_SOURCE_DIR}/tests/model/llama_hf.sh $<TARGET_FILE:fsdp-train> ${FSDP_TEST_PYTHON}
+            ${PROJECT_SOURCE_DIR}/tools/llama_reference.py ${FSDP_LLAMA_FX} ${np})
+  set_tests_properties(model/llama_hf/np${np} PROPERTIES LABELS "script;model;hf" TIMEOUT 600
+    FIXTURES_REQUIRED llama_fx)
+endforeach()

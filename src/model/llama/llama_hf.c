@@ -127,7 +127,7 @@ fsdp_status llama_hf_read_config(const cJSON *j, const char *path, fsdp_model_co
                               "%s: \"head_dim\" %d: Qwen2's head size is hidden_size / "
                               "num_attention_heads (%d)",
                               path, r.head_dim, C / NH);
-    r.padded_vocab_size = r.vocab_size;
+    r.padded_vocab_size = 0; /* the trainer's: V rounded up to 128 (padded rows are 0 and never sampled) */
     r.norm_eps = 1e-6;
     r.rope_theta = 10000.0;
     if ((s = opt_num(j, path, "rms_norm_eps", &r.norm_eps)) ||
