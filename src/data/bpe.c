@@ -14,8 +14,8 @@
 #include <string.h>
 
 #define MAX_ID     (1 << 24) /* ids beyond any real vocabulary (Qwen2: 151936) are a damaged file */
-#define CACHE_SIZE 16384 /* direct-mapped word cache slots */
-#define CACHE_WORD 48    /* words up to this many bytes are cached */
+#define CACHE_SIZE 16384     /* direct-mapped word cache slots */
+#define CACHE_WORD 48        /* words up to this many bytes are cached */
 
 typedef struct {
     uint64_t key; /* (left id << 32) | right id, + 1 so 0 marks an empty slot */
@@ -236,8 +236,7 @@ static fsdp_status check_ids(const cJSON *vocab, const cJSON *added, const char 
     for (const cJSON *e = vocab->child; e; e = e->next) {
         if (!cJSON_IsNumber(e) || e->valuedouble < 0 || e->valuedouble >= MAX_ID ||
             e->valuedouble != (int)e->valuedouble)
-            return fsdp_set_error(FSDP_EFORMAT,
-                                  "%s: \"model\".\"vocab\".\"%.40s\" is not an id in 0..%d",
+            return fsdp_set_error(FSDP_EFORMAT, "%s: \"model\".\"vocab\".\"%.40s\" is not an id in 0..%d",
                                   path, e->string, MAX_ID - 1);
         if (e->valueint > *maxid) *maxid = e->valueint;
     }

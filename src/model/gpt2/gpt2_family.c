@@ -293,7 +293,8 @@ static fsdp_status hf_map(const fsdp_model_config *c, fsdp_hf_map *out) {
     return FSDP_OK;
 }
 
-static const char *const gpt2_archs[] = {"GPT2LMHeadModel", "GPT2Model", NULL}; /* GPT2Model: no head (tied) */
+static const char *const gpt2_archs[] = {"GPT2LMHeadModel", "GPT2Model",
+                                         NULL}; /* GPT2Model: no head (tied) */
 
 const fsdp_model_family fsdp_gpt2_family = {
     .name = "gpt2",
