@@ -39,6 +39,7 @@
 #include "fsdp.h"
 
 #include <stddef.h>
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -215,6 +216,35 @@ fsdp_att_impl fsdp_attention_impl_for(int T, int hs);
 /* Tests and benchmarks: force one implementation for every later call (process-wide), or AUTO. */
 fsdp_status fsdp_attention_force_impl(fsdp_att_impl impl);
 const char *fsdp_attention_impl_name(fsdp_att_impl impl); /* "auto", "blocked", "gemm" */
+
+/* ---------------------------------------------------------------- grouped-query attention (attention_gqa.c)
+ * Causal attention of H query heads over KV key/value heads (H % KV == 0; query head h reads KV head
+ * h / (H / KV)) with an explicit head size hd, on the fused layout of one q|k|v GEMM:
+ *   qkv float [B,T,(H + 2 KV) hd]: per row q heads at [h hd, (h+1) hd), then k heads at H hd + g hd,
+ *   then v heads at (H + KV) hd + g hd.
+ * doc int32 [B,T] or NULL: query t attends to key s only when s <= t and doc[b,s] == doc[b,t] (packed
+ * documents; ids need not be contiguous). Scores q.k / sqrt(hd), softmax with the row max subtracted.
+ * The T x T probabilities are not kept: the forward saves lse float [B,H,T] (log of the softmax
+ * denominator, max included) and the backward recomputes the probabilities from it, in blocks of 64
+ * query rows over the keys they can see (oneDNN sgemm on the calling thread; row passes on the scalar,
+ * AVX2 or AVX-512 path of fsdp_simd_active()).
+ *   forward:  out float [B,T,H hd] (overwritten), lse (overwritten).
+ *   backward: dqkv float [B,T,(H + 2 KV) hd] (overwritten): dq per query head, dk and dv of each KV
+ *             head summed over its group's query heads; dout float [B,T,H hd]; qkv, lse, doc as given
+ *             to the forward.
+ * Scratch (fsdp_mem_alloc, category activation, freed before returning) on nthr = omp_get_max_threads()
+ * threads: the *_scratch_bytes functions, exactly. Deterministic for a fixed thread count. */
+fsdp_status fsdp_attention_gqa_forward(float *out, float *lse, const float *qkv, const int32_t *doc, int B,
+                                       int T, int H, int KV, int hd);
+fsdp_status fsdp_attention_gqa_backward(float *dqkv, const float *dout, const float *qkv, const float *lse,
+                                        const int32_t *doc, int B, int T, int H, int KV, int hd);
+/* Floats of lse (B*H*T); 0 for non-positive arguments. */
+size_t fsdp_attention_gqa_lse_floats(int B, int T, int H);
+/* Forward: nthr * min(T,64) * T floats. Backward: nthr * 2 min(T,64) T floats, plus nthr * 2 T hd
+ * (per-thread partial dk, dv) when B*KV is too few (b, KV head) pairs to keep the threads busy (fewer
+ * than nthr, or under 80% of them busy in the last round). In bytes; 0 for non-positive arguments. */
+size_t fsdp_attention_gqa_forward_scratch_bytes(int T, int hd, int nthr);
+size_t fsdp_attention_gqa_backward_scratch_bytes(int B, int T, int KV, int hd, int nthr);
 
 /* ---------------------------------------------------------------- Llama family: RMSNorm, RoPE, SwiGLU
  * (llama_ops.c). Rows may be strided (ld = elements from one row start to the next, >= the row width),

@@ -3,8 +3,8 @@
  * read back, the Hugging Face tensor map covering every parameter row once, num_params against the
  * units, activation_bytes == the measured activation peak of a training step (with and without
  * recompute and q/k norm, fp32 and bf16), recompute bit-identical (loss, logits, every gradient), the
- * KV-cache decode equal to the full forward, ignored targets, document ids refused (until the
- * grouped-query kernel with document masks is in), and bad calls refused. */
+ * KV-cache decode equal to the full forward, ignored targets, packed documents (each one's logits as
+ * run alone; the gradients are tests/model/pack_equiv.c's), and bad calls refused. */
 #include "kernels/kernels.h"
 #include "model/llama/llama.h"
 #include "test_util.h"
@@ -355,10 +355,21 @@ static void test_docs_decode_ignore(void) {
     for (int d = 0; d < 3; d++)
         for (int t = start[d]; t < start[d + 1]; t++)
             doc[t] = 100 + d;
-    /* packed documents need the grouped-query kernel with document masks: refused until it is in */
+    /* packed: each document's logits are those of the document run alone (positions from 0) */
     fsdp_model_batch b = {tok, NULL, doc, 1, T};
-    CHECK_ERR(fsdp_llama_family.forward(r.m, &b, NULL), FSDP_EUNSUPPORTED, "document");
+    CHECK_OK(fsdp_llama_family.forward(r.m, &b, NULL));
     const float *lg;
+    CHECK_OK(fsdp_llama_family.logits(r.m, &lg, NULL, NULL, NULL));
+    float *packed = malloc((size_t)T * Vp * sizeof(float));
+    memcpy(packed, lg, (size_t)T * Vp * sizeof(float));
+    for (int d = 0; d < 3; d++) {
+        fsdp_model_batch one = {tok + start[d], NULL, NULL, 1, start[d + 1] - start[d]};
+        CHECK_OK(fsdp_llama_family.forward(r.m, &one, NULL));
+        CHECK_OK(fsdp_llama_family.logits(r.m, &lg, NULL, NULL, NULL));
+        double e = rel(packed + (size_t)start[d] * Vp, lg, (size_t)one.T * Vp);
+        CHECKF(e <= 1e-5, "document %d alone vs packed: rel err %.3g", d, e);
+    }
+    free(packed);
     /* decode: the whole sequence at once, then token by token, against the full forward */
     fsdp_model_batch full = {tok, NULL, NULL, 1, T};
     CHECK_OK(fsdp_llama_family.forward(r.m, &full, NULL));
@@ -435,7 +446,8 @@ int main(void) {
     test_hf_config();
     test_hf_map();
     for (int q = 0; q < 2; q++)
-        test_recompute_and_memory(q, 0, FSDP_F32);
+        for (int doc = 0; doc < 2; doc++)
+            test_recompute_and_memory(q, doc, FSDP_F32);
     test_recompute_and_memory(1, 0, FSDP_BF16);
     test_docs_decode_ignore();
     return TEST_MAIN_END();

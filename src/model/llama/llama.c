@@ -223,8 +223,7 @@ typedef struct {
     float *qkv_pre; /* (N, QKV) the qkv GEMM's output before the q/k norm (qk_norm only) */
     float *qk_rstd; /* (N, NH + NKV) q_norm's then k_norm's 1/rms per token and head (qk_norm only) */
     float *qkv;     /* (N, QKV) q, k after norm and RoPE, v: attention's input */
-    float *qkv3;    /* (N, 3A) q, and k, v repeated to every query head: the attention kernel's input */
-    float *att;     /* (B, NH, T, T) softmax probabilities */
+    float *lse;     /* (B, NH, T) attention's log-sum-exp per query row and head (fsdp_attention_gqa_*) */
     float *atty;    /* (N, A) attention output, the o GEMM's input */
     float *res2;    /* (N, C) residual after attention */
     float *rstd2;   /* (N) */
@@ -237,7 +236,8 @@ static size_t block_acts_floats(const fsdp_model_config *r, size_t B, size_t T) 
     const dims d = dims_of(r);
     const size_t N = B * T;
     size_t n = align_f(N) * 2 + align_f(N * d.C) * 3 + align_f(N * d.QKV) + align_f(N * d.A) +
-               align_f(3 * N * d.A) + align_f(B * d.NH * T * T) + align_f(2 * N * d.I) + align_f(N * d.I);
+               align_f(fsdp_attention_gqa_lse_floats((int)B, (int)T, (int)d.NH)) + align_f(2 * N * d.I) +
+               align_f(N * d.I);
     if (r->qk_norm) n += align_f(N * d.QKV) + align_f(N * (d.NH + d.NKV));
     return n;
 }
@@ -246,25 +246,27 @@ static size_t arena_floats(const fsdp_model_config *r, int B, int T, int recompu
     const dims d = dims_of(r);
     const size_t N = (size_t)B * (size_t)T;
     size_t n = (recompute ? 1 : d.L) * block_acts_floats(r, (size_t)B, (size_t)T);
-    n += (d.L + 1) * align_f(N * d.C);                                 /* res */
-    n += align_f(N * d.C) + align_f(N);                                /* final norm's output, rstd */
-    n += align_f(N * d.Vp);                                            /* logits */
-    n += 3 * align_f(N * d.C);                                         /* tmpC dres dtmpC */
-    n += align_f(N * d.A) + align_f(N * d.QKV) + align_f(3 * N * d.A); /* datty dqkv dqkv3 */
-    n += align_f(2 * N * d.I) + align_f(N * d.I);                      /* dgu dact */
-    n += 4 * align_f(N);                                               /* tokens, targets, pos, doc (int32) */
+    n += (d.L + 1) * align_f(N * d.C);            /* res */
+    n += align_f(N * d.C) + align_f(N);           /* final norm's output, rstd */
+    n += align_f(N * d.Vp);                       /* logits */
+    n += 3 * align_f(N * d.C);                    /* tmpC dres dtmpC */
+    n += align_f(N * d.A) + align_f(N * d.QKV);   /* datty dqkv */
+    n += align_f(2 * N * d.I) + align_f(N * d.I); /* dgu dact */
+    n += 4 * align_f(N);                          /* tokens, targets, pos, doc (int32) */
     return n;
 }
 
 /* Category activation at its peak in a training step: the arena plus the largest buffer a kernel
- * allocates for one call (attention's backward scratch, RMSNorm backward's partial sums). */
+ * allocates for one call (attention's forward or backward scratch, RMSNorm backward's partial sums). */
 static size_t llama_activation_bytes(const fsdp_model_config *cfg, int B, int T, int threads) {
     if (llama_validate(cfg) != FSDP_OK || B < 1 || T < 1 || threads < 1) return 0;
     const fsdp_model_config r = llama_resolve(cfg);
     const dims d = dims_of(&r);
     const int N = B * T;
-    size_t scratch = fsdp_attention_backward_scratch_bytes(T, (int)d.hd, threads);
-    size_t s = fsdp_rmsnorm_backward_scratch_bytes(N, (int)d.C);
+    size_t scratch = fsdp_attention_gqa_backward_scratch_bytes(B, T, (int)d.NKV, (int)d.hd, threads);
+    size_t s = fsdp_attention_gqa_forward_scratch_bytes(T, (int)d.hd, threads);
+    if (s > scratch) scratch = s;
+    s = fsdp_rmsnorm_backward_scratch_bytes(N, (int)d.C);
     if (s > scratch) scratch = s;
     if (r.qk_norm) {
         s = fsdp_rmsnorm_backward_scratch_bytes(N * (int)d.NH, (int)d.hd);
@@ -418,7 +420,6 @@ typedef struct {
     float *tmpC, *dres, *dtmpC;        /* (N, C) */
     float *datty;                      /* (N, A) */
     float *dqkv;                       /* (N, QKV) */
-    float *dqkv3;                      /* (N, 3A) the attention kernel's gradient, before the KV-group sums */
     float *dgu;                        /* (N, 2I) */
     float *dact;                       /* (N, I) */
     int *tokens, *targets, *pos, *doc; /* (N) copies of the batch; pos: RoPE positions */
@@ -459,8 +460,7 @@ static fsdp_status ensure_arena(llama_model *m, int B, int T) {
         a->qkv_pre = c->qk_norm ? TAKE(N * d.QKV) : NULL;
         a->qk_rstd = c->qk_norm ? TAKE(N * (d.NH + d.NKV)) : NULL;
         a->qkv = TAKE(N * d.QKV);
-        a->qkv3 = TAKE(3 * N * d.A);
-        a->att = TAKE((size_t)B * d.NH * T * T);
+        a->lse = TAKE(fsdp_attention_gqa_lse_floats(B, T, (int)d.NH));
         a->atty = TAKE(N * d.A);
         a->res2 = TAKE(N * d.C);
         a->rstd2 = TAKE(N);
@@ -480,7 +480,6 @@ static fsdp_status ensure_arena(llama_model *m, int B, int T) {
     m->dtmpC = TAKE(N * d.C);
     m->datty = TAKE(N * d.A);
     m->dqkv = TAKE(N * d.QKV);
-    m->dqkv3 = TAKE(3 * N * d.A);
     m->dgu = TAKE(2 * N * d.I);
     m->dact = TAKE(N * d.I);
     m->tokens = (int *)TAKE(N);
@@ -639,20 +638,9 @@ static fsdp_status block_forward(llama_model *m, int l, const float *x, block_ac
     FSDP_TRY(fsdp_matmul_forward(g, a->xn1, w[LLAMA_QKV_W], w[LLAMA_QKV_B], pdt, N, C, (int)d.QKV));
     progress(m);
     FSDP_TRY(qk_transform(m, w, a->qkv, m->cfg.qk_norm ? a->qkv_pre : NULL, a->qk_rstd, m->pos, N));
-    /* Causal multi-head attention (kernels.h) over k and v repeated to each query head of their group.
-     * The grouped-query kernel with document masks (issue 26) replaces this once it is in the build. */
-    const size_t group = d.NH / d.NKV;
-#pragma omp parallel for schedule(static)
-    for (int i = 0; i < N; i++) {
-        const float *src = a->qkv + (size_t)i * d.QKV;
-        float *dst = a->qkv3 + (size_t)i * 3 * d.A;
-        memcpy(dst, src, d.A * sizeof(float));
-        for (size_t h = 0; h < d.NH; h++) {
-            memcpy(dst + d.A + h * d.hd, src + d.A + (h / group) * d.hd, d.hd * sizeof(float));
-            memcpy(dst + 2 * d.A + h * d.hd, src + d.A + d.KV + (h / group) * d.hd, d.hd * sizeof(float));
-        }
-    }
-    FSDP_TRY(fsdp_attention_forward(a->atty, NULL, a->att, a->qkv3, B, T, (int)d.A, (int)d.NH));
+    /* Grouped-query causal attention, confined to each document when the batch has document ids */
+    FSDP_TRY(fsdp_attention_gqa_forward(a->atty, a->lse, a->qkv, m->has_doc ? m->doc : NULL, B, T, (int)d.NH,
+                                        (int)d.NKV, (int)d.hd));
     progress(m);
     FSDP_TRY(fsdp_matmul_forward(m->tmpC, a->atty, w[LLAMA_O_W], NULL, pdt, N, (int)d.A, C));
     progress(m);
@@ -699,25 +687,9 @@ static fsdp_status block_backward(llama_model *m, int l, const float *x, const b
         fsdp_matmul_backward(m->datty, 0, gw, aw, NULL, 0, m->dres, a->atty, w[LLAMA_O_W], pdt, N, A, C));
     progress(m);
     float *dq = m->dqkv, *dk = m->dqkv + d.A;
-    FSDP_TRY(fsdp_attention_backward(m->dqkv3, m->datty, a->qkv3, a->att, B, T, A, NH));
-    /* dq as it is; dk, dv of a KV head: the sum over its group's query heads, in head order */
-    const size_t group = d.NH / d.NKV;
-#pragma omp parallel for schedule(static)
-    for (int i = 0; i < N; i++) {
-        const float *src = m->dqkv3 + (size_t)i * 3 * d.A;
-        float *dst = m->dqkv + (size_t)i * d.QKV;
-        memcpy(dst, src, d.A * sizeof(float));
-        for (size_t g = 0; g < d.NKV; g++)
-            for (size_t e = 0; e < d.hd; e++) {
-                float sk = 0.0f, sv = 0.0f;
-                for (size_t h = g * group; h < (g + 1) * group; h++) {
-                    sk += src[d.A + h * d.hd + e];
-                    sv += src[2 * d.A + h * d.hd + e];
-                }
-                dst[d.A + g * d.hd + e] = sk;
-                dst[d.A + d.KV + g * d.hd + e] = sv;
-            }
-    }
+    /* dq per query head; dk, dv of each KV head summed over its group */
+    FSDP_TRY(fsdp_attention_gqa_backward(m->dqkv, m->datty, a->qkv, a->lse, m->has_doc ? m->doc : NULL, B, T,
+                                         NH, NKV, hd));
     progress(m);
     FSDP_TRY(fsdp_rope_backward(dq, QKV, m->pos, m->inv_freq, N, NH, hd));
     FSDP_TRY(fsdp_rope_backward(dk, QKV, m->pos, m->inv_freq, N, NKV, hd));
@@ -764,10 +736,6 @@ static fsdp_status forward(llama_model *m, const fsdp_model_batch *b, float *los
     if (B < 1 || T < 1 || T > c->max_seq_len)
         return FSDP_ERR(FSDP_EINVAL, "batch B=%d T=%d: need B >= 1 and 1 <= T <= max_seq_len (%d)", B, T,
                         c->max_seq_len);
-    if (b->doc)
-        return FSDP_ERR(FSDP_EUNSUPPORTED,
-                        "document ids (packed sequences) need the grouped-query attention kernel "
-                        "with document masks, which this build does not have yet");
     if ((size_t)B * (size_t)T > (size_t)1 << 30)
         return FSDP_ERR(FSDP_EINVAL, "batch B=%d T=%d: more than 2^30 positions", B, T);
     const int N = B * T, C = (int)m->d.C, L = c->n_layer, V = c->vocab_size, Vp = c->padded_vocab_size;
