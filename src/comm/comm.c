@@ -46,7 +46,7 @@ static int launched_by_mpi(void) {
  * collective never returns from its first progress call, holding the MPI lock as if MPI itself did
  * not return (the stuck_exit watchdog's test). Malformed values are an error rather than silently
  * ignored. */
-static fsdp_status parse_skip(fsdp_comm_t *c) {
+static fsdp_status parse_skip(comm_fault *c) {
     c->skip_rank = -1;
     const char *v = getenv("FSDP_TEST_SKIP_COLLECTIVE");
     if (v == NULL || v[0] == '\0') return FSDP_OK;
@@ -122,15 +122,24 @@ fsdp_status fsdp_comm_init(fsdp_comm_t **out, const fsdp_comm_config *cfg, int *
     c->rank = 0;
     c->size = 1;
     c->local_size = 1;
-    fsdp_status s = parse_skip(c);
+    fsdp_status s = FSDP_OK;
+    c->fault = calloc(1, sizeof *c->fault);
+    if (c->fault == NULL) {
+        s = FSDP_ERR(FSDP_ENOMEM, "cannot allocate the communicator's fault state");
+        goto fail;
+    }
+    c->fault->refs = 1;
+    s = parse_skip(c->fault);
     if (s != FSDP_OK) goto fail;
     if (c->backend == FSDP_COMM_MPI) {
         s = comm_mpi_init(c, argc, argv);
         if (s != FSDP_OK) goto fail;
     }
+    c->fault->world_rank = c->rank;
     *out = c;
     return FSDP_OK;
 fail:
+    free(c->fault);
     free(c);
     return s;
 }
@@ -151,7 +160,6 @@ fsdp_status fsdp_comm_split(fsdp_comm_t *c, int color, int key, fsdp_comm_t **ou
     n->rank = 0;
     n->size = 1;
     n->local_size = 1;
-    n->skip_rank = -1; /* test faults stay on the parent */
     if (c->backend == FSDP_COMM_MPI) {
         fsdp_status s = comm_mpi_split(c, color, key, n);
         if (s != FSDP_OK) {
@@ -159,6 +167,8 @@ fsdp_status fsdp_comm_split(fsdp_comm_t *c, int color, int key, fsdp_comm_t **ou
             return s;
         }
     }
+    n->fault = c->fault; /* test faults reach the split communicator (counted with the parent's) */
+    n->fault->refs++;
     *out = n;
     return FSDP_OK;
 }
@@ -166,6 +176,7 @@ fsdp_status fsdp_comm_split(fsdp_comm_t *c, int color, int key, fsdp_comm_t **ou
 void fsdp_comm_free(fsdp_comm_t *c) {
     if (c == NULL) return;
     if (c->backend == FSDP_COMM_MPI) comm_mpi_free(c);
+    if (c->fault != NULL && --c->fault->refs == 0) free(c->fault);
     free(c);
 }
 
@@ -560,15 +571,16 @@ static fsdp_status start_req(fsdp_comm_req_t *tmp, fsdp_comm_req_t **out) {
         self_run(r);
         r->done = 1;
     } else {
-        uint64_t seq = c->seq++;
-        if (c->skip_rank == c->rank && c->skip_label[0] && c->skip_seq == UINT64_MAX &&
-            strstr(c->label, c->skip_label) != NULL)
-            c->skip_seq = seq;
-        if (c->skip_rank == c->rank && c->skip_seq == seq && !c->skip_hang) {
+        comm_fault *f = c->fault;
+        uint64_t seq = f->seq++;
+        int me = f->skip_rank == f->world_rank;
+        if (me && f->skip_label[0] && f->skip_seq == UINT64_MAX && strstr(c->label, f->skip_label) != NULL)
+            f->skip_seq = seq;
+        if (me && f->skip_seq == seq && !f->skip_hang) {
             r->done = 1; /* test fault: this rank pretends the collective happened */
-        } else if (c->skip_rank == c->rank && c->skip_stall && seq > c->skip_seq) {
+        } else if (me && f->skip_stall && seq > f->skip_seq) {
             r->stalled = 1; /* test fault: never posted, so it can only time out */
-        } else if (c->skip_rank == c->rank && c->skip_hang && seq == c->skip_seq) {
+        } else if (me && f->skip_hang && seq == f->skip_seq) {
             r->hang = 1; /* test fault: its first progress call never returns */
         } else if (comm_shm_eligible(r)) {
             comm_shm_start(r);
@@ -769,7 +781,9 @@ fsdp_status fsdp_comm_test(fsdp_comm_req_t *req, int *done) {
 void comm_mpi_progress_all(fsdp_comm_t *c) { mpi_advance(c, NULL); }
 
 void fsdp_comm_progress(fsdp_comm_t *c) {
-    if (c == NULL || c->inflight == NULL) return;
+    if (c == NULL) return;
+    c->progress_calls++;
+    if (c->inflight == NULL) return;
     FSDP_PROF_SCOPE(FSDP_PROF_COMM);
     comm_lock(c);
     if (c->inflight != NULL) {

@@ -37,14 +37,10 @@ struct fsdp_comm {
     double timeout_s;               /* <= 0: wait forever */
     char label[128];                /* fsdp_comm_set_label; "" if none */
     int broken;                     /* a collective timed out: later collectives are refused */
-    uint64_t seq;                   /* collectives started on this communicator (for fault injection) */
-    int skip_rank;                  /* FSDP_TEST_SKIP_COLLECTIVE=<rank>:<n>; -1 when unset */
-    uint64_t skip_seq;              /* that rank skips its collective number skip_seq (0-based) */
-    int skip_stall;                 /* ":stall": after the skip, post nothing more (a rank stuck elsewhere) */
-    int skip_hang;                  /* ":hang": collective skip_seq never returns from progress (no skip) */
+    struct comm_fault *fault;       /* test faults: shared with every communicator split from this one */
+    uint64_t progress_calls;        /* fsdp_comm_progress calls (tests count them per communicator) */
     int stuck_exit;                 /* fsdp_comm_config.stuck_exit */
     int stuck_watch;                /* this communicator holds a reference on the stuck watchdog */
-    char skip_label[64];            /* "<rank>:@TEXT": skip the first collective whose label contains TEXT */
     size_t int_limit;               /* largest count handed to MPI as an int (INT_MAX; tests lower it) */
     struct fsdp_comm_req *stale;    /* timed-out requests MPI still owns (list via next_stale) */
     int mpi_inited_here;            /* fsdp_comm_init called MPI_Init_thread: free finalises */
@@ -74,6 +70,21 @@ struct fsdp_comm {
     const char **shm_heap_peer; /* (size) each rank's heap as mapped here (read-only for peers) */
     size_t *shm_heap_size;      /* (size) its size */
 };
+
+/* Test faults (FSDP_TEST_SKIP_COLLECTIVE, comm.c), parsed once by fsdp_comm_init and shared by every
+ * communicator split from that one (fsdp_comm_split takes a reference): the rank and the collective
+ * number are the world's, counted over every communicator of the family in the order this process
+ * starts them, so a fault reaches the shard and replica groups of a hybrid engine too. */
+typedef struct comm_fault {
+    int refs;            /* communicators holding it */
+    int world_rank;      /* this process's rank in the communicator fsdp_comm_init made */
+    uint64_t seq;        /* collectives started on any communicator of the family */
+    int skip_rank;       /* FSDP_TEST_SKIP_COLLECTIVE=<rank>:<n>; -1 when unset */
+    uint64_t skip_seq;   /* that rank skips its collective number skip_seq (0-based) */
+    int skip_stall;      /* ":stall": after the skip, post nothing more (a rank stuck elsewhere) */
+    int skip_hang;       /* ":hang": collective skip_seq never returns from progress (no skip) */
+    char skip_label[64]; /* "<rank>:@TEXT": skip the first collective whose label contains TEXT */
+} comm_fault;
 
 struct fsdp_comm_req {
     fsdp_comm_t *c;

@@ -202,13 +202,13 @@ fsdp_status shard_reduce_start(fsdp_unit_t *u) {
     return st;
 }
 
-/* After a failed reduction: main_grad (fp32: the buffer reduced in place) and the wire may still be
- * written by the collective, so they are given up (shard_drop), never freed into reuse. */
-static fsdp_status give_up_buffers(fsdp_unit_t *u, fsdp_status st) {
+/* After a failed reduction on c: main_grad (fp32: the buffer reduced in place) and the wire may still
+ * be written by the collective, so they are given up to c (shard_drop), never freed into reuse. */
+static fsdp_status give_up_buffers(fsdp_unit_t *u, fsdp_comm_t *c, fsdp_status st) {
     for (int t = 0; t < u->n_tensors; t++)
         u->tensors[t].grad_view = NULL;
-    shard_drop(u->eng, st, u->wire);
-    shard_drop(u->eng, st, u->main_grad);
+    shard_drop(c, st, u->wire);
+    shard_drop(c, st, u->main_grad);
     u->wire = NULL;
     u->main_grad = NULL;
     clear_bits(u);
@@ -229,7 +229,7 @@ fsdp_status shard_reduce_finish(fsdp_unit_t *u) {
     float *mg = u->main_grad;
     int added = u->reduce_acc;
     u->reduce_acc = 0;
-    if (st != FSDP_OK) return give_up_buffers(u, st);
+    if (st != FSDP_OK) return give_up_buffers(u, no_shard ? e->comm : e->shard_comm, st);
     if (added) { /* the reduction already added into grad */
         shard_main_grad_release(u);
         return FSDP_OK;
@@ -247,7 +247,7 @@ fsdp_status shard_reduce_finish(fsdp_unit_t *u) {
         fsdp_trace_unit_begin(u->name, "all-reduce");
         st = fsdp_comm_all_reduce(e->rep_comm, mg, mg, n_out, FSDP_F32, FSDP_SUM);
         fsdp_trace_unit_end(u->name, "all-reduce");
-        if (st != FSDP_OK) return give_up_buffers(u, st);
+        if (st != FSDP_OK) return give_up_buffers(u, e->rep_comm, st);
     }
     const float scale = shard_grad_scale(e);
     float *g = u->grad;

@@ -139,7 +139,7 @@ fsdp_status fsdp_engine_clip_grad_norm(fsdp_engine_t *e, float max_norm, float *
     for (int i = 0; i < e->n_units; i++) {
         if (e->units[i]->life.reducing) continue;
         us[i] = unit_sumsq(e, e->units[i], path);
-        fsdp_comm_progress(e->comm);
+        shard_progress(e);
     }
     const int pending = e->sched.pending;
     fsdp_status st = shard_drain(e, 1); /* every pending reduction is in the gradient shards */
@@ -347,8 +347,7 @@ fsdp_status fsdp_engine_adamw_step(fsdp_engine_t *e, const fsdp_adamw_config *cf
         fsdp_trace_unit_end(u->name, "optimizer");
         /* the next step's first units: their gathers run while the others are updated */
         FSDP_TRY(life_after_update(&e->sched, i));
-        fsdp_comm_progress(e->comm);
-        if (e->shard_comm != e->comm) fsdp_comm_progress(e->shard_comm);
+        shard_progress(e);
     }
     return FSDP_OK;
 }

@@ -184,11 +184,19 @@ fsdp_status shard_reduce_start(fsdp_unit_t *u);    /* zero-fill untouched slices
 fsdp_status shard_reduce_finish(fsdp_unit_t *u);   /* wait, add into the grad shard, free main_grad */
 int shard_touched_any(const fsdp_unit_t *u);
 
+/* comms.c: the engine's communicators (world; HYBRID: shard and replica groups), one owner.
+ * init: e->cfg set; splits the groups (freed again on failure). */
+fsdp_status shard_comms_init(fsdp_engine_t *e, fsdp_comm_t *world);
+void shard_comms_free(fsdp_engine_t *e);
+/* A turn of progress on every communicator of the engine (what fsdp_engine_progress runs). */
+void shard_progress(fsdp_engine_t *e);
+void shard_comms_set_label(fsdp_engine_t *e, const char *label);
+/* Gives up a buffer after its collective on c failed: adopted by c after a timeout (the collective
+ * may still write it), else freed. c must be the communicator the collective ran on. */
+void shard_drop(fsdp_comm_t *c, fsdp_status st, void *buf);
+
 /* unit.c */
 void shard_set_label(fsdp_unit_t *u, const char *phase);
-/* Gives up a buffer after its collective failed: adopted by the communicator after a timeout (the
- * collective may still write it), else freed. */
-void shard_drop(fsdp_engine_t *e, fsdp_status st, void *buf);
 /* life_drain on the engine's units (every call that reads or writes shards starts with it);
  * keep_next 1 for calls that change no master. */
 fsdp_status shard_drain(fsdp_engine_t *e, int keep_next);

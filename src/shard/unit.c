@@ -32,10 +32,7 @@ const char *shard_state_name(unit_state s) {
 void shard_set_label(fsdp_unit_t *u, const char *phase) {
     char label[256];
     snprintf(label, sizeof label, "unit %s / %s", u->name, phase);
-    fsdp_engine_t *e = u->eng;
-    fsdp_comm_set_label(e->comm, label);
-    if (e->shard_comm != e->comm) fsdp_comm_set_label(e->shard_comm, label);
-    if (e->rep_comm) fsdp_comm_set_label(e->rep_comm, label);
+    shard_comms_set_label(u->eng, label);
 }
 
 static char *dup_str(const char *s) {
@@ -99,37 +96,12 @@ fsdp_status fsdp_engine_init(fsdp_engine_t **out, fsdp_comm_t *comm, const fsdp_
 
     fsdp_engine_t *e = calloc(1, sizeof *e);
     if (e == NULL) return FSDP_ERR(FSDP_ENOMEM, "engine struct");
-    e->comm = comm;
     e->cfg = c;
-    e->rank = fsdp_comm_rank(comm);
-    e->world = fsdp_comm_size(comm);
     e->n_micro = 1;
-    e->shard_comm = comm;
-    e->srank = e->rank;
-    e->sworld = e->world;
-    e->ngrp = 1;
-    if (c.strategy == FSDP_HYBRID_SHARD) {
-        int g = c.shard_group > 0 ? c.shard_group : fsdp_comm_local_size(comm);
-        if (g < 1 || e->world % g != 0) {
-            int w = e->world;
-            free(e);
-            return FSDP_ERR(FSDP_EINVAL,
-                            "HYBRID_SHARD: shard_group %d (%s) does not divide the world size %d; choose a "
-                            "divisor (the ranks of one host are the usual group)",
-                            g, c.shard_group > 0 ? "given" : "the ranks of this host", w);
-        }
-        e->sworld = g;
-        e->srank = e->rank % g;
-        e->grp = e->rank / g;
-        e->ngrp = e->world / g;
-        fsdp_status st = FSDP_OK;
-        if (g < e->world) st = fsdp_comm_split(comm, e->grp, e->rank, &e->shard_comm);
-        if (st == FSDP_OK && e->ngrp > 1) st = fsdp_comm_split(comm, e->srank, e->rank, &e->rep_comm);
-        if (st != FSDP_OK) {
-            if (e->shard_comm != comm) fsdp_comm_free(e->shard_comm);
-            free(e);
-            return st;
-        }
+    fsdp_status st = shard_comms_init(e, comm);
+    if (st != FSDP_OK) {
+        free(e);
+        return st;
     }
     life_init(&e->sched, &engine_ops, e, NULL, 0, c.max_inflight);
     e->sched.policy = c.main_grad;
@@ -162,8 +134,7 @@ void fsdp_engine_free(fsdp_engine_t *e) {
     for (int i = e->n_units - 1; i >= 0; i--)
         unit_free(e->units[i]);
     life_free(&e->sched);
-    if (e->rep_comm) fsdp_comm_free(e->rep_comm);
-    if (e->shard_comm != e->comm) fsdp_comm_free(e->shard_comm);
+    shard_comms_free(e);
     free(e->lives);
     free(e->units);
     free(e);
@@ -417,13 +388,6 @@ fsdp_status fsdp_unit_shard(fsdp_unit_t *u, fsdp_shard_view *out) {
 
 /* ---------------------------------------------------------------- unshard / reshard */
 
-void shard_drop(fsdp_engine_t *e, fsdp_status st, void *buf) {
-    if (st == FSDP_ETIMEOUT)
-        fsdp_comm_adopt_buffer(e->comm, buf);
-    else
-        fsdp_mem_free(buf);
-}
-
 /* Cast the fp32 shard to the compute dtype straight into this rank's slot of the full buffer, then
  * start the in-place all-gather. NO_SHARD: every rank has everything, so the cast is the whole
  * unshard. */
@@ -467,7 +431,7 @@ static fsdp_status op_unshard_wait(void *ctx, int i) {
         fsdp_trace_unit_end(u->name, "all-gather");
         u->gather = NULL;
         if (st != FSDP_OK) {
-            shard_drop(e, st, u->full);
+            shard_drop(e->shard_comm, st, u->full); /* the gather's communicator */
             u->full = NULL;
             return st;
         }
@@ -524,7 +488,7 @@ fsdp_status fsdp_unit_pre_forward(fsdp_unit_t *u) {
     if (st != UNIT_IDLE && st != UNIT_FORWARD_DONE && st != UNIT_BACKWARD)
         return bad_state(u, "fsdp_unit_pre_forward", "call post_forward before the next pre_forward");
     /* FORWARD_DONE: evaluation, the earlier forward is abandoned; BACKWARD: activation recompute */
-    fsdp_comm_progress(u->eng->comm);
+    shard_progress(u->eng);
     FSDP_TRY(life_pre_forward(&u->eng->sched, &u->life));
     fsdp_trace_unit_begin(u->name, "forward");
     return FSDP_OK;
@@ -535,7 +499,7 @@ fsdp_status fsdp_unit_post_forward(fsdp_unit_t *u) {
     if (u->life.state != UNIT_FORWARD && u->life.state != UNIT_RECOMPUTE)
         return bad_state(u, "fsdp_unit_post_forward", "post_forward must follow pre_forward");
     fsdp_trace_unit_end(u->name, "forward");
-    fsdp_comm_progress(u->eng->comm);
+    shard_progress(u->eng);
     return life_post_forward(&u->eng->sched, &u->life);
 }
 
@@ -544,7 +508,7 @@ fsdp_status fsdp_unit_pre_backward(fsdp_unit_t *u) {
     if (u->life.state != UNIT_FORWARD_DONE)
         return bad_state(u, "fsdp_unit_pre_backward",
                          "pre_backward must follow post_forward (and come once per backward)");
-    fsdp_comm_progress(u->eng->comm);
+    shard_progress(u->eng);
     if (u->eng->sched.no_backward)
         return bad_state(u, "fsdp_unit_pre_backward",
                          "the engine runs forwards without backward (fsdp_engine_set_no_backward)");
@@ -594,7 +558,7 @@ fsdp_status fsdp_engine_reshard_all(fsdp_engine_t *e) {
 }
 
 void fsdp_engine_progress(fsdp_engine_t *e) {
-    if (e != NULL) fsdp_comm_progress(e->comm);
+    if (e != NULL) shard_progress(e); /* every communicator: HYBRID's groups move during compute too */
 }
 
 fsdp_status fsdp_unit_param(fsdp_unit_t *u, int t, void **view) {
@@ -646,7 +610,7 @@ fsdp_status fsdp_unit_gather_tensor(fsdp_unit_t *u, int t, float *out, int root)
     shard_set_label(u, "gather tensor");
     fsdp_status st = fsdp_comm_all_gather(e->shard_comm, flat + u->shard_off, flat, u->shard_len, FSDP_F32);
     if (st == FSDP_OK && want) memcpy(out, flat + ts->offset, ts->numel * sizeof(float));
-    shard_drop(e, st, flat);
+    shard_drop(e->shard_comm, st, flat);
     return st;
 }
 
@@ -669,7 +633,7 @@ fsdp_status fsdp_unit_load_tensor(fsdp_unit_t *u, int t, const float *full, int 
         shard_set_label(u, "load tensor broadcast");
         fsdp_status st = fsdp_comm_broadcast(e->comm, tmp, ts->numel, FSDP_F32, root);
         if (st != FSDP_OK) {
-            shard_drop(e, st, tmp);
+            shard_drop(e->comm, st, tmp);
             return st;
         }
         src = tmp;

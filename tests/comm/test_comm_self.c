@@ -246,7 +246,7 @@ int main(void) {
     CHECK_ERR(fsdp_comm_init(&c, &cfg, NULL, NULL), FSDP_EINVAL, "malformed");
     setenv("FSDP_TEST_SKIP_COLLECTIVE", "0:3:hang", 1);
     CHECK_OK(fsdp_comm_init(&c, &cfg, NULL, NULL));
-    CHECK(c->skip_hang == 1 && c->skip_stall == 0 && c->skip_seq == 3);
+    CHECK(c->fault->skip_hang == 1 && c->fault->skip_stall == 0 && c->fault->skip_seq == 3);
     fsdp_comm_free(c);
     setenv("FSDP_TEST_SKIP_COLLECTIVE", "0:3:hung", 1);
     CHECK_ERR(fsdp_comm_init(&c, &cfg, NULL, NULL), FSDP_EINVAL, "malformed");
