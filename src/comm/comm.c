@@ -1,8 +1,12 @@
-/* comm.c — the communicator front end: backend choice, argument checks shared by every backend, the
- * `self` backend (world size 1, never calls MPI), and waiting on requests with a timeout.
+/* comm.c — the communicator front end: backend choice, argument checks shared by every transport,
+ * requests (start order, posting order, progress), labels, test faults, and waiting with a timeout.
+ * The bytes move in the transports, one row each of comm_transport (comm_impl.h): self, shm, mpi.
  * Every collective, blocking ones too, runs as a request that is polled until done, so a collective
  * that never completes (a rank died, skipped or mis-ordered one) ends in FSDP_ETIMEOUT, not a hang. */
-#include "comm/comm_impl.h"
+#include "comm/comm_mpi.h"
+#include "comm/comm_self.h"
+#include "comm/comm_shm.h"
+#include "comm/comm_watch.h"
 #include "core/prof.h"
 
 #include <limits.h>
@@ -18,17 +22,6 @@
 fsdp_comm_config fsdp_comm_config_default(void) {
     fsdp_comm_config c = {.version = 1, .backend = FSDP_COMM_AUTO, .timeout_s = 0.0, .shm = 1};
     return c;
-}
-
-const char *comm_coll_name(comm_coll k) {
-    switch (k) {
-    case COLL_ALL_GATHER: return "all-gather";
-    case COLL_REDUCE_SCATTER: return "reduce-scatter";
-    case COLL_ALL_REDUCE: return "all-reduce";
-    case COLL_BROADCAST: return "broadcast";
-    case COLL_BARRIER: return "barrier";
-    }
-    return "collective";
 }
 
 /* A launcher (mpirun, srun with PMIx/PMI) leaves one of these in the environment. */
@@ -92,6 +85,9 @@ static fsdp_status parse_skip(comm_fault *c) {
     return FSDP_OK;
 }
 
+static void poll_backend(fsdp_comm_t *c);
+static int drain_stale(fsdp_comm_t *c, double grace);
+
 fsdp_status fsdp_comm_init(fsdp_comm_t **out, const fsdp_comm_config *cfg, int *argc, char ***argv) {
     if (out == NULL) return FSDP_ERR(FSDP_EINVAL, "out is NULL; pass the address of an fsdp_comm_t *");
     *out = NULL;
@@ -131,8 +127,10 @@ fsdp_status fsdp_comm_init(fsdp_comm_t **out, const fsdp_comm_config *cfg, int *
     c->fault->refs = 1;
     s = parse_skip(c->fault);
     if (s != FSDP_OK) goto fail;
-    if (c->backend == FSDP_COMM_MPI) {
-        s = comm_mpi_init(c, argc, argv);
+    c->be = c->backend == FSDP_COMM_MPI ? &comm_transport_mpi : &comm_transport_self;
+    c->poll = poll_backend;
+    if (c->be->init != NULL) {
+        s = c->be->init(c, argc, argv);
         if (s != FSDP_OK) goto fail;
     }
     c->fault->world_rank = c->rank;
@@ -160,8 +158,10 @@ fsdp_status fsdp_comm_split(fsdp_comm_t *c, int color, int key, fsdp_comm_t **ou
     n->rank = 0;
     n->size = 1;
     n->local_size = 1;
-    if (c->backend == FSDP_COMM_MPI) {
-        fsdp_status s = comm_mpi_split(c, color, key, n);
+    n->be = c->be;
+    n->poll = poll_backend;
+    if (n->be->split != NULL) {
+        fsdp_status s = n->be->split(c, color, key, n);
         if (s != FSDP_OK) {
             free(n);
             return s;
@@ -175,7 +175,12 @@ fsdp_status fsdp_comm_split(fsdp_comm_t *c, int color, int key, fsdp_comm_t **ou
 
 void fsdp_comm_free(fsdp_comm_t *c) {
     if (c == NULL) return;
-    if (c->backend == FSDP_COMM_MPI) comm_mpi_free(c);
+    if (c->be->stop != NULL) c->be->stop(c); /* no thread moves requests from here */
+    /* A timed-out collective a transport still owns would make its shut-down wait forever: give it a
+     * grace period (the other ranks may still join). */
+    double grace = c->timeout_s > 1.0 ? 2.0 * c->timeout_s : 2.0;
+    int drained = c->stale == NULL || drain_stale(c, grace);
+    if (c->be->free != NULL) c->be->free(c, drained, grace);
     if (c->fault != NULL && --c->fault->refs == 0) free(c->fault);
     free(c);
 }
@@ -195,7 +200,7 @@ void fsdp_comm_set_label(fsdp_comm_t *c, const char *label) {
 }
 
 void fsdp_comm_abort(fsdp_comm_t *c, int code) {
-    if (c != NULL && c->backend == FSDP_COMM_MPI) comm_mpi_abort(c, code);
+    if (c != NULL && c->be->abort != NULL) c->be->abort(c, code);
     fflush(stdout);
     fflush(stderr);
     exit(code);
@@ -311,177 +316,6 @@ static fsdp_status check_args(fsdp_comm_t *c, comm_coll k, const void *send, voi
     return FSDP_OK;
 }
 
-/* ------------------------------------------------------------------------------------ self backend */
-
-/* World size 1: every collective is a copy (or nothing, in place). SUM, AVG (divide by 1) and MAX of
- * one contribution are that contribution exactly, in both dtypes. */
-static void self_run(fsdp_comm_req_t *r) {
-    size_t n = r->count * fsdp_dtype_size(r->t);
-    switch (r->coll) {
-    case COLL_REDUCE_SCATTER:
-        if (r->acc) {
-            const void *one[1] = {r->send};
-            comm_req_reduce(r, r->recv, one, r->count);
-            break;
-        }
-        /* fall through */
-    case COLL_ALL_GATHER:
-    case COLL_ALL_REDUCE:
-        if (!r->in_place) memcpy(r->recv, r->send, n);
-        break;
-    case COLL_BROADCAST:
-    case COLL_BARRIER: break;
-    }
-}
-
-/* --------------------------------------------------------------------------------- reduction helper */
-
-/* Integer SUM/MAX: exact, so the order does not matter; sums wrap in unsigned arithmetic rather than
- * overflow (the documented contract is that they fit). Contribution s as in reduce_impl. */
-#define REDUCE_INT(T, UT)                                                                                    \
-    do {                                                                                                     \
-        T *d = dst;                                                                                          \
-        for (int s = 0; s < world; s++) {                                                                    \
-            const T *p = src ? (const T *)src[s] : (const T *)base + (size_t)s * stride;                     \
-            if (s == 0)                                                                                      \
-                memmove(d, p, n * sizeof(T));                                                                \
-            else if (op == FSDP_MAX)                                                                         \
-                for (size_t i = 0; i < n; i++)                                                               \
-                    d[i] = p[i] > d[i] ? p[i] : d[i];                                                        \
-            else                                                                                             \
-                for (size_t i = 0; i < n; i++)                                                               \
-                    d[i] = (T)((UT)d[i] + (UT)p[i]);                                                         \
-        }                                                                                                    \
-    } while (0)
-
-static void reduce_int(void *dst, const void *const *src, const void *base, size_t stride, int world,
-                       size_t n, fsdp_dtype t, fsdp_reduce_op op) {
-    if (t == FSDP_I32)
-        REDUCE_INT(int32_t, uint32_t);
-    else
-        REDUCE_INT(int64_t, uint64_t);
-}
-
-/* F32 rank-order sum of world contributions (src[s], or base + s*stride elements) into dst, or, with
- * scale, added into the accumulator dst as fsdp_f32_sum_axpy_n does. One pass through the vector
- * kernels with up to PMAX contributions at a time; beyond, tile by tile through an fp32 partial sum
- * (stored fp32 between groups, as the kernels keep it: the same bits). */
-static void f32_sum(void *dst, const void *const *src, const void *base, size_t stride, int world, size_t n,
-                    const float *scale) {
-    enum { PMAX = 64, TILE = 2048 };
-    const float *p[PMAX];
-    for (int s = 0; s < world && s < PMAX; s++)
-        p[s] = src ? (const float *)src[s] : (const float *)base + (size_t)s * stride;
-    if (world <= PMAX) {
-        if (scale)
-            fsdp_f32_sum_axpy_n(dst, p, world, n, *scale);
-        else
-            fsdp_f32_sum_n(dst, p, world, n);
-        return;
-    }
-    float part[TILE];
-    const float *one[1] = {part};
-    for (size_t i0 = 0; i0 < n; i0 += TILE) {
-        size_t m = n - i0 < TILE ? n - i0 : TILE;
-        for (int s0 = 0; s0 < world; s0 += s0 == 0 ? PMAX : PMAX - 1) {
-            int k = 0;
-            if (s0 > 0) p[k++] = part;
-            for (int s = s0; s < world && k < PMAX; s++)
-                p[k++] = (src ? (const float *)src[s] : (const float *)base + (size_t)s * stride) + i0;
-            fsdp_f32_sum_n(part, p, k, m);
-        }
-        if (scale)
-            fsdp_f32_sum_axpy_n((float *)dst + i0, one, 1, m, *scale);
-        else
-            memcpy((float *)dst + i0, part, m * sizeof(float));
-    }
-}
-
-/* Contribution s is src[s] when src != NULL, else base + s*stride (elements). */
-static void reduce_impl(void *dst, const void *const *src, const void *base, size_t stride, int world,
-                        size_t n, fsdp_dtype t, fsdp_reduce_op op) {
-    /* Tiles keep the fp32 accumulator in L1 while the contributions stream past in rank order. The
-     * bulk bf16 helpers are bit-identical to the scalar conversions (one fp32 add per element). */
-    if (t == FSDP_I32 || t == FSDP_I64) {
-        reduce_int(dst, src, base, stride, world, n, t, op);
-        return;
-    }
-    if (t == FSDP_F32 && op != FSDP_MAX) {
-        f32_sum(dst, src, base, stride, world, n, NULL);
-        if (op == FSDP_AVG) {
-            float *d = dst;
-            for (size_t i = 0; i < n; i++)
-                d[i] /= (float)world;
-        }
-        return;
-    }
-    if (t == FSDP_BF16 && op == FSDP_SUM && world <= 64) { /* one fused pass, the same bits */
-        const fsdp_bf16 *p[64];
-        for (int s = 0; s < world; s++)
-            p[s] = src ? (const fsdp_bf16 *)src[s] : (const fsdp_bf16 *)base + (size_t)s * stride;
-        fsdp_bf16_sum_n(dst, p, world, n);
-        return;
-    }
-    enum { TILE = 2048 };
-    float acc[TILE]; /* fp32 partial results of one tile */
-    size_t es = fsdp_dtype_size(t);
-    for (size_t i0 = 0; i0 < n; i0 += TILE) {
-        size_t m = n - i0 < TILE ? n - i0 : TILE;
-        for (int s = 0; s < world; s++) {
-            const char *p = src ? (const char *)src[s] : (const char *)base + (size_t)s * stride * es;
-            const float *sf = (const float *)p + i0;
-            const fsdp_bf16 *sb = (const fsdp_bf16 *)p + i0;
-            if (s == 0) { /* start from rank 0's value: keeps -0.0 and adds nothing to it */
-                if (t == FSDP_BF16)
-                    fsdp_bf16_to_f32_n(acc, sb, m);
-                else
-                    memcpy(acc, sf, m * sizeof(float));
-            } else if (op != FSDP_MAX && t == FSDP_BF16) {
-                fsdp_bf16_add_f32_n(acc, sb, m);
-            } else if (op != FSDP_MAX) {
-                for (size_t i = 0; i < m; i++)
-                    acc[i] += sf[i];
-            } else {
-                for (size_t i = 0; i < m; i++) { /* a NaN anywhere makes the result NaN */
-                    float v = t == FSDP_BF16 ? fsdp_bf16_to_f32(sb[i]) : sf[i];
-                    acc[i] = (v > acc[i] || v != v) && acc[i] == acc[i] ? v : acc[i];
-                }
-            }
-        }
-        if (op == FSDP_AVG)
-            for (size_t i = 0; i < m; i++)
-                acc[i] /= (float)world;
-        if (t == FSDP_BF16)
-            fsdp_f32_to_bf16_n((fsdp_bf16 *)dst + i0, acc, m);
-        else
-            memcpy((float *)dst + i0, acc, m * sizeof(float));
-    }
-}
-
-void comm_reduce_blocks(void *dst, const void *src, size_t stride, int world, size_t n, fsdp_dtype t,
-                        fsdp_reduce_op op) {
-    reduce_impl(dst, NULL, src, stride, world, n, t, op);
-}
-
-void comm_reduce_ptrs(void *dst, const void *const *src, int world, size_t n, fsdp_dtype t,
-                      fsdp_reduce_op op) {
-    reduce_impl(dst, src, NULL, 0, world, n, t, op);
-}
-
-void comm_req_reduce(const fsdp_comm_req_t *r, void *dst, const void *const *src, size_t n) {
-    if (!r->acc)
-        reduce_impl(dst, src, NULL, 0, r->c->size, n, r->t, r->op);
-    else if (!r->acc_discard)
-        f32_sum(dst, src, NULL, 0, r->c->size, n, &r->acc_scale);
-}
-
-void comm_req_reduce_blocks(const fsdp_comm_req_t *r, void *dst, const void *src, size_t stride, size_t n) {
-    if (!r->acc)
-        reduce_impl(dst, NULL, src, stride, r->c->size, n, r->t, r->op);
-    else if (!r->acc_discard)
-        f32_sum(dst, NULL, src, stride, r->c->size, n, &r->acc_scale);
-}
-
 /* ----------------------------------------------------------------------------- requests and waiting */
 
 static void inflight_unlink(fsdp_comm_req_t *r) {
@@ -493,64 +327,36 @@ static void inflight_unlink(fsdp_comm_req_t *r) {
     r->next_inflight = NULL;
 }
 
-/* One lock for every communicator of the process: MPI_THREAD_SERIALIZED is a promise about the whole
- * process, and sub-communicators (fsdp_comm_split) share it with their parent. Taken only while some
- * progress thread exists (the count changes only on the caller's thread, between collectives). */
-pthread_mutex_t comm_mpi_mu = PTHREAD_MUTEX_INITIALIZER;
-int comm_mpi_threads;
-
-void comm_lock(fsdp_comm_t *c) {
-    (void)c;
-    if (comm_mpi_threads > 0) pthread_mutex_lock(&comm_mpi_mu);
-}
-void comm_unlock(fsdp_comm_t *c) {
-    (void)c;
-    if (comm_mpi_threads > 0) pthread_mutex_unlock(&comm_mpi_mu);
-}
-
 static void req_free(fsdp_comm_req_t *r) {
     if (r == NULL) return;
     fsdp_comm_t *c = r->c;
     comm_lock(c);
     inflight_unlink(r);
-    if (c->backend == FSDP_COMM_MPI) comm_mpi_req_release(r);
+    if (c->be->release != NULL) c->be->release(r);
     comm_unlock(c);
     for (int k = 0; k < 2; k++)
         fsdp_mem_free(r->adopted[k]);
     free(r);
 }
 
-/* An MPI request that may still post or complete (not shared-memory, finished or a test fault). */
-static int mpi_live(const fsdp_comm_req_t *q) {
-    return !q->shm && !q->done && !q->stalled && !q->failed && !q->hang;
+/* A request its row still moves (started, not finished, not a test fault). */
+static int live(const fsdp_comm_req_t *q) {
+    return q->tp != NULL && !q->done && !q->stalled && !q->failed && !q->hang;
 }
 
 /* Every rank must post its MPI collectives on a communicator in the same order, or MPI matches one
  * collective's messages with another's (MPI_ERR_TRUNCATE, or silently mixed data when the sizes
  * agree). A request whose later steps are posted as earlier ones complete (the all-reduce: an
  * all-to-all, then an all-gather, per chunk) would post them at a moment that differs from rank to
- * rank, between the starts of later requests. So a request started while an earlier MPI request still
- * has posts to make is deferred, and posted in start order once every earlier one has made all of
- * them: the posting order is then the program's on every rank. Found when a trial put the trainer's
- * loss all-reduce in flight beside the clipping norm's (tests/comm/mpi_comm_order.c). */
-static int mpi_posts_pending(const fsdp_comm_t *c) {
+ * rank, between the starts of later requests. So a request started while an earlier request of the
+ * same row still has posts to make is deferred, and posted in start order once every earlier one has
+ * made all of them: the posting order is then the program's on every rank. Found when a trial put the
+ * trainer's loss all-reduce in flight beside the clipping norm's (tests/comm/mpi_comm_order.c). The
+ * shared-memory row posts everything at its start, so nothing of it is ever deferred. */
+static int posts_pending(const fsdp_comm_t *c, const comm_transport *tp) {
     for (const fsdp_comm_req_t *q = c->inflight; q != NULL; q = q->next_inflight)
-        if (mpi_live(q) && (q->deferred || !comm_mpi_posted_all(q))) return 1;
+        if (q->tp == tp && live(q) && (q->deferred || !tp->posted_all(q))) return 1;
     return 0;
-}
-
-/* Posting and testing an MPI request, each one call into MPI as the stuck watchdog sees it. */
-static fsdp_status mpi_post(fsdp_comm_req_t *q) {
-    comm_mpi_enter(q);
-    fsdp_status s = comm_mpi_start(q);
-    comm_mpi_leave();
-    return s;
-}
-static fsdp_status mpi_test(fsdp_comm_req_t *q, int *done) {
-    comm_mpi_enter(q);
-    fsdp_status s = comm_mpi_progress(q, done);
-    comm_mpi_leave();
-    return s;
 }
 
 /* Validates, then starts the collective. A count-0 call, the self backend and a fault-injected skip
@@ -568,8 +374,8 @@ static fsdp_status start_req(fsdp_comm_req_t *tmp, fsdp_comm_req_t **out) {
     if (count == 0 && k != COLL_BARRIER) {
         r->done = 1;
     } else if (c->backend == FSDP_COMM_SELF) {
-        self_run(r);
-        r->done = 1;
+        r->tp = &comm_transport_self;
+        (void)r->tp->start(r); /* done: a copy */
     } else {
         comm_fault *f = c->fault;
         uint64_t seq = f->seq++;
@@ -582,16 +388,18 @@ static fsdp_status start_req(fsdp_comm_req_t *tmp, fsdp_comm_req_t **out) {
             r->stalled = 1; /* test fault: never posted, so it can only time out */
         } else if (me && f->skip_hang && seq == f->skip_seq) {
             r->hang = 1; /* test fault: its first progress call never returns */
-        } else if (comm_shm_eligible(r)) {
-            comm_shm_start(r);
-        } else if (mpi_posts_pending(c)) {
-            r->deferred = 1; /* posted once every earlier request has made all its posts */
         } else {
-            fsdp_status s = mpi_post(r);
-            if (s != FSDP_OK) {
-                comm_unlock(c);
-                req_free(r);
-                return s;
+            const comm_transport *tp = comm_transport_shm.takes(r) ? &comm_transport_shm : c->be;
+            r->tp = tp;
+            if (posts_pending(c, tp)) {
+                r->deferred = 1; /* posted once every earlier request has made all its posts */
+            } else {
+                fsdp_status s = tp->start(r);
+                if (s != FSDP_OK) {
+                    comm_unlock(c);
+                    req_free(r);
+                    return s;
+                }
             }
         }
     }
@@ -615,59 +423,46 @@ static fsdp_status start(fsdp_comm_t *c, comm_coll k, const void *send, void *re
 
 /* Test fault (":hang"): as if the call into MPI never returned, holding the lock it holds. */
 static void __attribute__((noreturn)) test_hang(const fsdp_comm_req_t *r) {
-    comm_mpi_enter(r);
+    comm_watch_enter(r);
     for (;;) {
         struct timespec ts = {1, 0};
         nanosleep(&ts, NULL);
     }
 }
 
-/* Shared-memory requests advance in start order (their rounds must): every earlier one first; up to
- * and including r, or all of them (r NULL). */
-static void shm_progress_upto(fsdp_comm_t *c, const fsdp_comm_req_t *r) {
-    for (fsdp_comm_req_t *q = c->inflight; q != NULL; q = q->next_inflight) {
-        if (q->hang) test_hang(q);
-        if (q->shm && !q->done && !q->failed) {
-            int d = 0;
-            fsdp_status s = comm_shm_progress(q, &d);
-            if (s != FSDP_OK) { /* reported by the request's own test/wait */
-                q->failed = s;
-                snprintf(q->errmsg, sizeof q->errmsg, "%s", fsdp_last_error());
-            } else if (d) {
-                q->done = 1;
-            }
-        }
-        if (q == r) break;
-    }
-}
-
-/* Advances the in-flight MPI requests in start order, up to and including upto (NULL: all): posts a
- * deferred one once nothing before it has posts left, tests the others. A failure stays with its
- * request, for its owner's test/wait. */
-static void mpi_advance(fsdp_comm_t *c, const fsdp_comm_req_t *upto) {
+/* Advances the in-flight requests of row tp in start order, up to and including upto (NULL: all):
+ * posts a deferred one once nothing before it has posts left, tests the others. A failure stays with
+ * its request, for its owner's test/wait. Shared-memory requests must advance in start order (their
+ * rounds do), MPI requests are posted in it. hang: a ":hang" test fault met on the way hangs (never
+ * on the progress thread). */
+static void advance(fsdp_comm_t *c, const comm_transport *tp, const fsdp_comm_req_t *upto, int hang) {
     int pending = 0; /* an earlier request still has posts to make */
     for (fsdp_comm_req_t *q = c->inflight; q != NULL; q = q->next_inflight) {
-        if (mpi_live(q)) {
+        if (hang && q->hang) test_hang(q);
+        if (q->tp == tp && live(q)) {
             fsdp_status s = FSDP_OK;
             int d = 0;
             if (q->deferred) {
                 if (pending) break; /* and so is every later one */
-                s = mpi_post(q);
+                s = tp->start(q);
                 q->deferred = 0;
             }
-            if (s == FSDP_OK) s = mpi_test(q, &d);
+            if (s == FSDP_OK) s = tp->progress(q, &d);
             if (s != FSDP_OK) {
                 q->failed = s;
                 snprintf(q->errmsg, sizeof q->errmsg, "%s", fsdp_last_error());
             } else if (d) {
                 q->done = 1;
-            } else if (!comm_mpi_posted_all(q)) {
+            } else if (!tp->posted_all(q)) {
                 pending = 1;
             }
         }
         if (q == upto) break;
     }
 }
+
+/* Every in-flight request of the backend's row, once (the MPI progress thread's turn). */
+static void poll_backend(fsdp_comm_t *c) { advance(c, c->be, NULL, 0); }
 
 static fsdp_status progress_locked(fsdp_comm_req_t *r, int *done) {
     if (r->done) {
@@ -679,12 +474,7 @@ static fsdp_status progress_locked(fsdp_comm_req_t *r, int *done) {
         return FSDP_OK;
     }
     if (r->is_stale) { /* off the list: runs alone (the communicator is broken anyway) */
-        fsdp_status s;
-        if (r->shm) {
-            s = comm_shm_progress(r, done);
-        } else {
-            s = mpi_test(r, done);
-        }
+        fsdp_status s = r->tp->progress(r, done);
         if (s == FSDP_OK && *done) r->done = 1;
         return s;
     }
@@ -695,8 +485,8 @@ static fsdp_status progress_locked(fsdp_comm_req_t *r, int *done) {
      * the same). Before this, a rank waiting for an I64 all-reduce (MPI) and a peer waiting for a
      * shared-memory all-reduce started before it waited for each other forever. */
     fsdp_comm_t *c = r->c;
-    shm_progress_upto(c, r->shm ? r : NULL);
-    mpi_advance(c, NULL);
+    advance(c, &comm_transport_shm, r->tp == &comm_transport_shm ? r : NULL, 1);
+    advance(c, c->be, NULL, 0);
     if (r->failed) return fsdp_set_error(r->failed, "%s", r->errmsg);
     *done = r->done;
     return FSDP_OK;
@@ -777,8 +567,7 @@ fsdp_status fsdp_comm_test(fsdp_comm_req_t *req, int *done) {
 }
 
 /* Progress for every in-flight request, without waiting: what a program calls between kernels so
- * that started collectives move while it computes. MPI failures are left for the owner's test/wait. */
-void comm_mpi_progress_all(fsdp_comm_t *c) { mpi_advance(c, NULL); }
+ * that started collectives move while it computes. Failures are left for the owner's test/wait. */
 
 void fsdp_comm_progress(fsdp_comm_t *c) {
     if (c == NULL) return;
@@ -787,8 +576,8 @@ void fsdp_comm_progress(fsdp_comm_t *c) {
     FSDP_PROF_SCOPE(FSDP_PROF_COMM);
     comm_lock(c);
     if (c->inflight != NULL) {
-        shm_progress_upto(c, NULL);
-        if (!c->thr_on) comm_mpi_progress_all(c); /* the thread does it otherwise */
+        advance(c, &comm_transport_shm, NULL, 1);
+        if (!c->thr_on) poll_backend(c); /* the thread does it otherwise */
     }
     comm_unlock(c);
 }
@@ -826,7 +615,7 @@ fsdp_status fsdp_comm_wait(fsdp_comm_req_t *req) {
 
 /* Waits for the requests abandoned by timeouts before the communicator goes away; 0 if some are
  * still pending after `grace` seconds (then MPI must not be shut down: it would wait for them). */
-int comm_drain_stale(fsdp_comm_t *c, double grace) {
+static int drain_stale(fsdp_comm_t *c, double grace) {
     double t0 = fsdp_time_s();
     while (c->stale != NULL) {
         fsdp_comm_req_t *r = c->stale;

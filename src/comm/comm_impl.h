@@ -1,6 +1,10 @@
-/* comm_impl.h — internals of the communicator shared by comm.c (argument checks, self backend,
- * waiting with timeouts) and comm_mpi.c (the Open MPI backend). Tests include it for the test-only
- * knobs at the bottom; nothing here is part of the public API. */
+/* comm_impl.h — the communicator's types, shared by the front end (comm.c: arguments, requests,
+ * labels, timeouts) and the transports it runs collectives over, one row each of the table below
+ * (comm_self.c, comm_shm.c, comm_mpi.c), and the helpers of comm_util.c that all of them use. Tests
+ * include it for white-box checks and the test-only knobs at the bottom; nothing here is part of the
+ * public API. Include order inside comm/ (a DAG, checked by tests/core/check_layers.py):
+ *   comm_util < comm_watch, comm_shm, comm_self ; comm_shm, comm_watch < comm_mpi ; all of them <
+ *   comm.c < comm_agree, comm_peaks, comm_trace (public calls only). */
 #ifndef FSDP_COMM_IMPL_H
 #define FSDP_COMM_IMPL_H
 
@@ -10,9 +14,7 @@
 #include <pthread.h>
 #include <stdint.h>
 
-/* Open MPI's TCP transport flags set at MPI_Init when the user set none: its defaults without RDMA
- * emulation ("put", "hetero-rdma"); comm_mpi.c says why. */
-#define FSDP_TCP_FLAGS "send,inplace,need-ack,need-csum"
+typedef struct comm_transport comm_transport;
 
 typedef enum {
     COLL_ALL_GATHER = 0,
@@ -33,6 +35,10 @@ typedef enum {
 
 struct fsdp_comm {
     fsdp_comm_backend backend; /* SELF or MPI (AUTO resolved at init) */
+    const comm_transport *be;  /* its row: communicator set-up, shut-down, abort (self or mpi) */
+    /* Set by the front end before be->init: advances every in-flight request of the backend's row once
+     * (lock held), in start order; what the MPI progress thread runs. */
+    void (*poll)(fsdp_comm_t *c);
     int rank, size, local_size;
     double timeout_s;               /* <= 0: wait forever */
     char label[128];                /* fsdp_comm_set_label; "" if none */
@@ -88,6 +94,7 @@ typedef struct comm_fault {
 
 struct fsdp_comm_req {
     fsdp_comm_t *c;
+    const comm_transport *tp; /* the row carrying it (self, shm or mpi); NULL while not started */
     comm_coll coll;
     double t0;       /* fsdp_time_s() when started: timeouts are measured from here */
     char label[128]; /* the communicator's label when this request started (named on timeout) */
@@ -132,49 +139,41 @@ struct fsdp_comm_req {
     struct fsdp_comm_req *next_inflight;
 };
 
+/* A transport: one row of the table the front end runs collectives over. The front end checks the
+ * arguments, keeps requests in start order, labels, times out and injects test faults; a row moves
+ * bytes. Communicator-level entries (init .. abort) are used on the backend's row only (c->be: self
+ * or mpi; shm is set up by mpi); NULL entries do nothing. */
+struct comm_transport {
+    const char *name;
+    fsdp_status (*init)(fsdp_comm_t *c, int *argc, char ***argv);
+    /* c: fresh, backend/timeout/shm settings copied from parent; fills in the rest */
+    fsdp_status (*split)(fsdp_comm_t *parent, int color, int key, fsdp_comm_t *c);
+    void (*stop)(fsdp_comm_t *c); /* before shut-down: no thread moves requests after it */
+    /* shut-down; drained 0: a timed-out request is still pending after grace seconds */
+    void (*free)(fsdp_comm_t *c, int drained, double grace);
+    void (*abort)(fsdp_comm_t *c, int code); /* does not return */
+    /* Requests. takes: 1 if this row carries r (asked of shm only; self and mpi take what is left). */
+    int (*takes)(const fsdp_comm_req_t *r);
+    /* Posts r's first step (arguments already checked); may complete it (r->done). */
+    fsdp_status (*start)(fsdp_comm_req_t *r);
+    /* Drives r: tests the posted step and posts the next ones; *done = 1 once all completed. */
+    fsdp_status (*progress)(fsdp_comm_req_t *r, int *done);
+    /* 1 when r has posted every step it will post: a later request of the same row is posted only
+     * then, so every rank posts them in the program's order (comm.c, start_req). */
+    int (*posted_all)(const fsdp_comm_req_t *r);
+    void (*release)(fsdp_comm_req_t *r); /* what r holds (staging, types), once nothing uses it */
+};
+
+/* ---------------------------------------------------------------------------- comm_util.c */
+
+const char *comm_coll_name(comm_coll k);
+
 /* The process's MPI lock: held around MPI calls and the in-flight lists while any progress thread
  * runs (no-ops otherwise). */
 extern pthread_mutex_t comm_mpi_mu;
 extern int comm_mpi_threads;
 void comm_lock(fsdp_comm_t *c);
 void comm_unlock(fsdp_comm_t *c);
-/* Advances every in-flight MPI request once (lock held); used by fsdp_comm_progress and the thread. */
-void comm_mpi_progress_all(fsdp_comm_t *c);
-
-/* The stuck watchdog (comm_mpi.c): enter before a call into MPI for r that should return at once
- * (posting a step, testing one), leave after it. While a watchdog runs, a thread that stays between
- * the two longer than r's communicator's timeout_s has the process ended with its stuck_exit status,
- * after a message naming r. No-ops while no watchdog runs. */
-void comm_mpi_enter(const fsdp_comm_req_t *r);
-void comm_mpi_leave(void);
-
-/* Backend entry points (comm_mpi.c). */
-fsdp_status comm_mpi_init(fsdp_comm_t *c, int *argc, char ***argv);
-/* c: fresh, backend/timeout/shm settings copied from parent; fills the rest from MPI_Comm_split. */
-fsdp_status comm_mpi_split(fsdp_comm_t *parent, int color, int key, fsdp_comm_t *c);
-void comm_mpi_free(fsdp_comm_t *c);
-void comm_mpi_abort(fsdp_comm_t *c, int code) __attribute__((noreturn));
-/* Posts the first step of req (arguments already validated). */
-fsdp_status comm_mpi_start(fsdp_comm_req_t *req);
-/* Drives req: tests the posted step and posts the next ones; *done = 1 once all completed. */
-fsdp_status comm_mpi_progress(fsdp_comm_req_t *req, int *done);
-/* 1 when req has posted every MPI step it will post (its last step is in flight or done). */
-int comm_mpi_posted_all(const fsdp_comm_req_t *req);
-/* Releases what req holds (staging, derived types). Only once MPI no longer uses them. */
-void comm_mpi_req_release(fsdp_comm_req_t *req);
-
-const char *comm_coll_name(comm_coll k);
-
-/* Shared-memory transport (comm_shm.c). init: after the MPI communicator exists; leaves shm_on 0
- * where it does not apply (several hosts, one rank, FSDP_COMM_SHM=0, or the window was refused). */
-fsdp_status comm_shm_init(fsdp_comm_t *c, MPI_Comm node, int node_size);
-void comm_shm_free(fsdp_comm_t *c);
-int comm_shm_eligible(const fsdp_comm_req_t *r);
-void comm_shm_start(fsdp_comm_req_t *r);
-fsdp_status comm_shm_progress(fsdp_comm_req_t *r, int *done);
-
-/* Waits up to grace seconds for requests abandoned by timeouts (comm.c); 1 if none is left. */
-int comm_drain_stale(fsdp_comm_t *c, double grace);
 
 /* Reduces world contributions laid out at src + s*stride (elements, dtype t) for s = 0..world-1 into
  * dst[0..n): fp32 accumulation in rank order, AVG divides once, BF16 rounds once at the end; MAX
@@ -193,7 +192,7 @@ void comm_req_reduce(const fsdp_comm_req_t *r, void *dst, const void *const *src
 /* The same with contribution s at src + s*stride (elements). */
 void comm_req_reduce_blocks(const fsdp_comm_req_t *r, void *dst, const void *src, size_t stride, size_t n);
 
-/* Test-only: lowers the largest count passed to MPI as an int, so the chunked and derived-datatype
+/* Test-only (comm.c): lowers the largest count passed to MPI as an int, so the chunked and derived-datatype
  * paths for counts above INT_MAX run with small buffers. limit 0 restores INT_MAX. */
 void comm_test_set_int_limit(fsdp_comm_t *c, size_t limit);
 

@@ -2,7 +2,9 @@
  * sequence of non-blocking MPI steps that comm.c polls (so every collective can time out).
  * BF16 reductions are done here, deterministically, by moving the bf16 blocks with an all-to-all and
  * summing each element's world contributions in fp32 in rank order, rounding once. */
-#include "comm/comm_impl.h"
+#include "comm/comm_mpi.h"
+#include "comm/comm_shm.h"
+#include "comm/comm_watch.h"
 
 #include <limits.h>
 #include <pthread.h>
@@ -40,7 +42,7 @@ static void *progress_thread(void *arg) {
         pthread_mutex_lock(&comm_mpi_mu);
         for (fsdp_comm_req_t *q = c->inflight; q != NULL && !busy; q = q->next_inflight)
             busy = !q->shm && !q->done && !q->stalled && !q->failed;
-        if (busy) comm_mpi_progress_all(c);
+        if (busy) c->poll(c); /* the front end's turn over the in-flight MPI requests */
         pthread_mutex_unlock(&comm_mpi_mu);
         struct timespec ts = {0, (busy ? c->thr_interval_us : 1000) * 1000L}; /* idle: 1 ms naps */
         nanosleep(&ts, NULL);
@@ -74,111 +76,6 @@ static void thread_stop(fsdp_comm_t *c) {
 }
 
 int fsdp_comm_progress_thread(const fsdp_comm_t *c) { return c ? c->thr_on : 0; }
-
-/* ---------------------------------------------------------------------------- stuck watchdog */
-
-/* A collective's timeout is checked by the waiting thread between its calls into MPI. When one of
- * those calls does not return, nothing is ever reported: seen across namespace hosts with a frozen
- * Open MPI daemon (tests/hosts/hosts_fail.sh, "frozen"), where a rank's MPI_Test met a TCP connection
- * error and waited inside Open MPI's error reporting for that daemon, holding comm_mpi_mu, so the
- * progress thread waited too and the rank never ended. With stuck_exit set, one watchdog thread per
- * process looks every STUCK_POLL_NS at the call in progress (comm_mpi_enter/leave, at most one at a
- * time: they hold comm_mpi_mu whenever a second thread makes MPI calls) and, once a single call has
- * lasted longer than its communicator's timeout_s, writes which collective it was and _exits with
- * stuck_exit: MPI cannot be asked to abort from a thread while another is stuck inside it. It never
- * takes a lock, so it is not held up by the stuck thread. */
-enum { STUCK_POLL_NS = 100 * 1000 * 1000 };
-
-typedef struct {
-    int rank, size, status;
-    double timeout_s;
-    comm_coll coll;
-    size_t count;
-    fsdp_dtype t;
-    char label[128];
-} stuck_info;
-
-static stuck_info stuck_cur;           /* the call in progress; written before stuck_since is set */
-static _Atomic int64_t stuck_since_ns; /* when it began (fsdp_time_s in ns); 0: no call in progress */
-static _Atomic int stuck_refs;         /* communicators that asked for the watchdog */
-static _Atomic int stuck_stop;
-static pthread_t stuck_thr;
-
-void comm_mpi_enter(const fsdp_comm_req_t *r) {
-    if (atomic_load_explicit(&stuck_refs, memory_order_relaxed) == 0) return;
-    const fsdp_comm_t *c = r->c;
-    stuck_cur.rank = c->rank;
-    stuck_cur.size = c->size;
-    stuck_cur.status = c->stuck_exit;
-    stuck_cur.timeout_s = c->timeout_s;
-    stuck_cur.coll = r->coll;
-    stuck_cur.count = r->count;
-    stuck_cur.t = r->t;
-    memcpy(stuck_cur.label, r->label, sizeof stuck_cur.label);
-    int64_t t = (int64_t)(fsdp_time_s() * 1e9);
-    atomic_store_explicit(&stuck_since_ns, t > 0 ? t : 1, memory_order_release);
-}
-
-void comm_mpi_leave(void) {
-    if (atomic_load_explicit(&stuck_refs, memory_order_relaxed) == 0) return;
-    atomic_store_explicit(&stuck_since_ns, 0, memory_order_release);
-}
-
-static void *stuck_watchdog(void *arg) {
-    (void)arg;
-    while (!atomic_load(&stuck_stop)) {
-        struct timespec ts = {0, STUCK_POLL_NS};
-        nanosleep(&ts, NULL);
-        int64_t since = atomic_load_explicit(&stuck_since_ns, memory_order_acquire);
-        if (since == 0) continue;
-        stuck_info in = stuck_cur;
-        /* The same call still in progress: the copy is the one written before it began. */
-        if (atomic_load_explicit(&stuck_since_ns, memory_order_acquire) != since) continue;
-        double el = fsdp_time_s() - (double)since * 1e-9;
-        if (in.status <= 0 || in.timeout_s <= 0 || el <= in.timeout_s) continue;
-        char host[64] = "?", msg[512];
-        gethostname(host, sizeof host - 1);
-        in.label[sizeof in.label - 1] = '\0';
-        int n =
-            snprintf(msg, sizeof msg,
-                     "fsdp_comm: rank %d of %d on host %s: %s (label \"%s\", %zu x %s) has been inside one "
-                     "call into MPI for %.3f s (timeout_s %.3f): MPI does not return (a lost launcher daemon "
-                     "or peer host can hold it there), so no timeout can be reported; ending the process "
-                     "with status %d\n",
-                     in.rank, in.size, host, comm_coll_name(in.coll), in.label, in.count,
-                     fsdp_dtype_name(in.t), el, in.timeout_s, in.status);
-        if (n > 0) (void)!write(STDERR_FILENO, msg, (size_t)n < sizeof msg ? (size_t)n : sizeof msg - 1);
-        _exit(in.status);
-    }
-    return NULL;
-}
-
-/* Called on the caller's thread only (init and free). */
-static void stuck_watch_start(fsdp_comm_t *c) {
-    if (c->stuck_exit <= 0 || c->timeout_s <= 0 || c->size < 2) return;
-    if (atomic_load(&stuck_refs) == 0) {
-        atomic_store(&stuck_stop, 0);
-        if (pthread_create(&stuck_thr, NULL, stuck_watchdog, NULL) != 0) {
-            fprintf(stderr,
-                    "fsdp_comm_init: rank %d: no stuck watchdog thread; a call stuck inside MPI "
-                    "will not end the process\n",
-                    c->rank);
-            return;
-        }
-    }
-    atomic_fetch_add(&stuck_refs, 1);
-    c->stuck_watch = 1;
-}
-
-static void stuck_watch_stop(fsdp_comm_t *c) {
-    if (!c->stuck_watch) return;
-    c->stuck_watch = 0;
-    if (atomic_fetch_sub(&stuck_refs, 1) == 1) {
-        atomic_store(&stuck_stop, 1);
-        pthread_join(stuck_thr, NULL);
-        atomic_store(&stuck_since_ns, 0);
-    }
-}
 
 /* Rank, size, error handler, node size and the shared-memory transport of c->comm (a duplicate of
  * MPI_COMM_WORLD, or a split). */
@@ -216,7 +113,7 @@ static void tcp_defaults(void) {
 #endif
 }
 
-fsdp_status comm_mpi_init(fsdp_comm_t *c, int *argc, char ***argv) {
+static fsdp_status comm_mpi_init(fsdp_comm_t *c, int *argc, char ***argv) {
     int inited = 0, finalized = 0;
     MPI_Initialized(&inited);
     MPI_Finalized(&finalized);
@@ -240,7 +137,7 @@ fsdp_status comm_mpi_init(fsdp_comm_t *c, int *argc, char ***argv) {
         goto fail;
     }
     if ((s = setup(c, "fsdp_comm_init")) != FSDP_OK) goto fail_dup;
-    stuck_watch_start(c);
+    comm_watch_start(c);
     thread_start(c);
     return FSDP_OK;
 fail_dup:
@@ -251,7 +148,7 @@ fail:
     return s;
 }
 
-fsdp_status comm_mpi_split(fsdp_comm_t *parent, int color, int key, fsdp_comm_t *c) {
+static fsdp_status comm_mpi_split(fsdp_comm_t *parent, int color, int key, fsdp_comm_t *c) {
     comm_lock(parent);
     c->comm = MPI_COMM_NULL;
     int rc = MPI_Comm_split(parent->comm, color, key, &c->comm);
@@ -262,14 +159,13 @@ fsdp_status comm_mpi_split(fsdp_comm_t *parent, int color, int key, fsdp_comm_t 
     return s; /* no progress thread of its own: its waits poll it */
 }
 
-void comm_mpi_free(fsdp_comm_t *c) {
-    thread_stop(c);
-    /* A timed-out collective still owned by MPI would make MPI_Finalize wait for it forever: give it a
-     * grace period (the other ranks may still join), else leave MPI alone; the job should be ending
-     * through fsdp_comm_abort anyway. */
-    double grace = c->timeout_s > 1.0 ? 2.0 * c->timeout_s : 2.0;
-    int drained = c->stale == NULL || comm_drain_stale(c, grace); /* watched: it calls into MPI */
-    stuck_watch_stop(c);
+static void mpi_stop(fsdp_comm_t *c) { thread_stop(c); }
+
+/* After the front end's drain (watched: it calls into MPI). A timed-out collective still owned by MPI
+ * would make MPI_Finalize wait for it forever: not drained, MPI is left alone; the job should be
+ * ending through fsdp_comm_abort anyway. */
+static void mpi_free(fsdp_comm_t *c, int drained, double grace) {
+    comm_watch_stop(c);
     if (!drained) {
         fprintf(stderr,
                 "fsdp_comm_free: rank %d: a timed-out collective is still pending after %.1f s; MPI is "
@@ -307,7 +203,7 @@ static void *abort_watchdog(void *arg) {
     _exit(abort_code);
 }
 
-void comm_mpi_abort(fsdp_comm_t *c, int code) {
+static void comm_mpi_abort(fsdp_comm_t *c, int code) {
     fflush(stdout);
     fflush(stderr);
     if (c->thr_on) { /* no MPI call may run beside MPI_Abort: stop the thread, or give it 0.5 s */
@@ -387,7 +283,7 @@ static fsdp_status count_and_type(fsdp_comm_req_t *r, size_t n, int *cnt, MPI_Da
     return FSDP_OK;
 }
 
-void comm_mpi_req_release(fsdp_comm_req_t *r) {
+static void comm_mpi_req_release(fsdp_comm_req_t *r) {
     if (r->blk_type_owned) MPI_Type_free(&r->blk_type);
     r->blk_type_owned = 0;
     fsdp_mem_free(r->stage);
@@ -443,7 +339,7 @@ static fsdp_status post_ar_chunk(fsdp_comm_req_t *r) {
     return FSDP_OK;
 }
 
-fsdp_status comm_mpi_start(fsdp_comm_req_t *r) {
+static fsdp_status comm_mpi_start(fsdp_comm_req_t *r) {
     fsdp_comm_t *c = r->c;
     const char *name = comm_coll_name(r->coll);
     size_t es = r->coll == COLL_BARRIER ? 1 : fsdp_dtype_size(r->t);
@@ -488,13 +384,13 @@ fsdp_status comm_mpi_start(fsdp_comm_req_t *r) {
     return FSDP_ERR(FSDP_EINTERNAL, "unknown collective %d", (int)r->coll);
 }
 
-int comm_mpi_posted_all(const fsdp_comm_req_t *r) {
+static int comm_mpi_posted_all(const fsdp_comm_req_t *r) {
     if (r->phase == PH_AR_BF16_A2A) return 0;                          /* its all-gather follows */
     if (r->phase == PH_AR_BF16_AG) return r->off + r->len >= r->count; /* the last chunk's */
     return 1;
 }
 
-fsdp_status comm_mpi_progress(fsdp_comm_req_t *r, int *done) {
+static fsdp_status comm_mpi_progress(fsdp_comm_req_t *r, int *done) {
     fsdp_comm_t *c = r->c;
     const char *name = comm_coll_name(r->coll);
     size_t es = r->coll == COLL_BARRIER ? 1 : fsdp_dtype_size(r->t);
@@ -543,3 +439,31 @@ fsdp_status comm_mpi_progress(fsdp_comm_req_t *r, int *done) {
         }
     }
 }
+
+/* Posting and testing, each one call into MPI as the stuck watchdog sees it. */
+static fsdp_status mpi_start_watched(fsdp_comm_req_t *r) {
+    comm_watch_enter(r);
+    fsdp_status s = comm_mpi_start(r);
+    comm_watch_leave();
+    return s;
+}
+
+static fsdp_status mpi_progress_watched(fsdp_comm_req_t *r, int *done) {
+    comm_watch_enter(r);
+    fsdp_status s = comm_mpi_progress(r, done);
+    comm_watch_leave();
+    return s;
+}
+
+const comm_transport comm_transport_mpi = {
+    .name = "mpi",
+    .init = comm_mpi_init,
+    .split = comm_mpi_split,
+    .stop = mpi_stop,
+    .free = mpi_free,
+    .abort = comm_mpi_abort,
+    .start = mpi_start_watched,
+    .progress = mpi_progress_watched,
+    .posted_all = comm_mpi_posted_all,
+    .release = comm_mpi_req_release,
+};

@@ -27,7 +27,7 @@
  * rank 0 has read it (cma_reduce). Buffers in the peer's shared heap are read with plain loads instead
  * of process_vm_readv (heap_src). */
 #define _GNU_SOURCE /* process_vm_readv */
-#include "comm/comm_impl.h"
+#include "comm/comm_shm.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -231,14 +231,14 @@ void comm_shm_free(fsdp_comm_t *c) {
 
 /* F32/BF16 only: the integer and byte types are small control values (sizes, ids, texts) that Open
  * MPI's collectives carry well enough, and the transport's reductions are floating-point ones. */
-int comm_shm_eligible(const fsdp_comm_req_t *r) {
+static int comm_shm_eligible(const fsdp_comm_req_t *r) {
     return r->c->shm_on && (r->t == FSDP_F32 || r->t == FSDP_BF16) &&
            (r->coll == COLL_ALL_GATHER || r->coll == COLL_REDUCE_SCATTER || r->coll == COLL_ALL_REDUCE);
 }
 
 /* Splits the request into rounds: all-gather and all-reduce move `chunk` elements of the buffer per
  * round; reduce-scatter moves `chunk` elements of every rank's block (world sub-blocks per slot). */
-void comm_shm_start(fsdp_comm_req_t *r) {
+static void comm_shm_start(fsdp_comm_req_t *r) {
     fsdp_comm_t *c = r->c;
     size_t es = fsdp_dtype_size(r->t), per = c->shm_slot / es;
     r->shm = 1;
@@ -399,7 +399,7 @@ static fsdp_status cma_progress(fsdp_comm_req_t *r, int *done) {
 }
 
 /* Advances r as far as the peers allow; *done = 1 once its last round is read. */
-fsdp_status comm_shm_progress(fsdp_comm_req_t *r, int *done) {
+static fsdp_status comm_shm_progress(fsdp_comm_req_t *r, int *done) {
     if (r->shm_cma) return cma_progress(r, done);
     fsdp_comm_t *c = r->c;
     const size_t es = fsdp_dtype_size(r->t), w = (size_t)c->size;
@@ -457,3 +457,22 @@ fsdp_status comm_shm_progress(fsdp_comm_req_t *r, int *done) {
     *done = r->shm_k == r->shm_nchunks;
     return FSDP_OK;
 }
+
+static fsdp_status shm_start(fsdp_comm_req_t *r) {
+    comm_shm_start(r);
+    return FSDP_OK;
+}
+
+/* Every round is published as the request reaches it, in start order: nothing is ever deferred. */
+static int shm_posted_all(const fsdp_comm_req_t *r) {
+    (void)r;
+    return 1;
+}
+
+const comm_transport comm_transport_shm = {
+    .name = "shm",
+    .takes = comm_shm_eligible,
+    .start = shm_start,
+    .progress = comm_shm_progress,
+    .posted_all = shm_posted_all,
+};

@@ -54,6 +54,12 @@ void shard_comms_set_label(fsdp_engine_t *e, const char *label) {
     if (e->rep_comm) fsdp_comm_set_label(e->rep_comm, label);
 }
 
+void shard_set_label(fsdp_unit_t *u, const char *phase) {
+    char label[256];
+    snprintf(label, sizeof label, "unit %s / %s", u->name, phase);
+    shard_comms_set_label(u->eng, label);
+}
+
 void shard_drop(fsdp_comm_t *c, fsdp_status st, void *buf) {
     if (st == FSDP_ETIMEOUT)
         fsdp_comm_adopt_buffer(c, buf); /* the timed-out collective on c may still write it */

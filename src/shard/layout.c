@@ -8,6 +8,15 @@
 #include <math.h>
 #include <string.h>
 
+void fsdp_shard_range(size_t padded_numel, int rank, int world, size_t *offset, size_t *len) {
+    /* padded_numel is a multiple of world for every flat buffer; the remainder split only keeps the
+     * function total for other inputs (the first padded_numel % world ranks get one more). */
+    size_t w = world > 0 ? (size_t)world : 1, r = rank > 0 ? (size_t)rank : 0;
+    size_t base = padded_numel / w, rem = padded_numel % w;
+    *offset = r * base + (r < rem ? r : rem);
+    *len = base + (r < rem ? 1 : 0);
+}
+
 static size_t round_up(size_t x, size_t m) { return (x + m - 1) / m * m; }
 
 /* Checks spec t itself (name, shape, initialiser); *numel = its element count. */

@@ -26,6 +26,17 @@
  * post_backward. */
 #include "shard/shard.h"
 
+const char *shard_state_name(unit_state s) {
+    switch (s) {
+    case UNIT_IDLE: return "IDLE (sharded, no pass in progress)";
+    case UNIT_FORWARD: return "FORWARD (between pre_forward and post_forward)";
+    case UNIT_FORWARD_DONE: return "FORWARD_DONE (after post_forward, before pre_backward)";
+    case UNIT_BACKWARD: return "BACKWARD (between pre_backward and post_backward)";
+    case UNIT_RECOMPUTE: return "RECOMPUTE (forward inside backward)";
+    }
+    return "unknown";
+}
+
 #include <stdlib.h>
 #include <string.h>
 

@@ -24,7 +24,7 @@
  *   FORWARD_DONE --engine_reshard_all--> IDLE */
 typedef enum { UNIT_IDLE = 0, UNIT_FORWARD, UNIT_FORWARD_DONE, UNIT_BACKWARD, UNIT_RECOMPUTE } unit_state;
 
-const char *shard_state_name(unit_state s);
+const char *shard_state_name(unit_state s); /* lifecycle.c */
 
 /* ---- lifecycle.c: the hook logic the engine runs for real and the memory plan replays ---- */
 
@@ -191,14 +191,17 @@ void shard_comms_free(fsdp_engine_t *e);
 /* A turn of progress on every communicator of the engine (what fsdp_engine_progress runs). */
 void shard_progress(fsdp_engine_t *e);
 void shard_comms_set_label(fsdp_engine_t *e, const char *label);
+/* Labels every communicator of the engine "unit NAME / phase" (named by a timeout). */
+void shard_set_label(fsdp_unit_t *u, const char *phase);
 /* Gives up a buffer after its collective on c failed: adopted by c after a timeout (the collective
  * may still write it), else freed. c must be the communicator the collective ran on. */
 void shard_drop(fsdp_comm_t *c, fsdp_status st, void *buf);
 
 /* unit.c */
-void shard_set_label(fsdp_unit_t *u, const char *phase);
 /* life_drain on the engine's units (every call that reads or writes shards starts with it);
  * keep_next 1 for calls that change no master. */
-fsdp_status shard_drain(fsdp_engine_t *e, int keep_next);
+static inline fsdp_status shard_drain(fsdp_engine_t *e, int keep_next) {
+    return life_drain(&e->sched, keep_next);
+}
 
 #endif

@@ -9,32 +9,6 @@
 
 /* ---------------------------------------------------------------- small helpers */
 
-void fsdp_shard_range(size_t padded_numel, int rank, int world, size_t *offset, size_t *len) {
-    /* padded_numel is a multiple of world for every flat buffer; the remainder split only keeps the
-     * function total for other inputs (the first padded_numel % world ranks get one more). */
-    size_t w = world > 0 ? (size_t)world : 1, r = rank > 0 ? (size_t)rank : 0;
-    size_t base = padded_numel / w, rem = padded_numel % w;
-    *offset = r * base + (r < rem ? r : rem);
-    *len = base + (r < rem ? 1 : 0);
-}
-
-const char *shard_state_name(unit_state s) {
-    switch (s) {
-    case UNIT_IDLE: return "IDLE (sharded, no pass in progress)";
-    case UNIT_FORWARD: return "FORWARD (between pre_forward and post_forward)";
-    case UNIT_FORWARD_DONE: return "FORWARD_DONE (after post_forward, before pre_backward)";
-    case UNIT_BACKWARD: return "BACKWARD (between pre_backward and post_backward)";
-    case UNIT_RECOMPUTE: return "RECOMPUTE (forward inside backward)";
-    }
-    return "unknown";
-}
-
-void shard_set_label(fsdp_unit_t *u, const char *phase) {
-    char label[256];
-    snprintf(label, sizeof label, "unit %s / %s", u->name, phase);
-    shard_comms_set_label(u->eng, label);
-}
-
 static char *dup_str(const char *s) {
     size_t n = strlen(s) + 1;
     char *d = malloc(n);
@@ -463,8 +437,6 @@ static fsdp_status op_reduce_finish(void *ctx, int i) {
 
 static const life_ops engine_ops = {op_unshard_start, op_unshard_wait, op_reshard,
                                     op_mg_alloc,      op_reduce_start, op_reduce_finish};
-
-fsdp_status shard_drain(fsdp_engine_t *e, int keep_next) { return life_drain(&e->sched, keep_next); }
 
 fsdp_status fsdp_engine_drain(fsdp_engine_t *e) {
     if (e == NULL) return FSDP_ERR(FSDP_EINVAL, "engine must not be NULL");

@@ -1,0 +1,15 @@
+/* comm_shm.h — the shared-memory transport (comm_shm.c): collectives between the ranks of one host
+ * through a shared window, set up by the MPI backend. */
+#ifndef FSDP_COMM_SHM_H
+#define FSDP_COMM_SHM_H
+
+#include "comm/comm_impl.h"
+
+extern const comm_transport comm_transport_shm;
+
+/* After the MPI communicator exists: leaves shm_on 0 where it does not apply (several hosts, one rank,
+ * FSDP_COMM_SHM=0, or the window was refused). */
+fsdp_status comm_shm_init(fsdp_comm_t *c, MPI_Comm node, int node_size);
+void comm_shm_free(fsdp_comm_t *c);
+
+#endif
