@@ -143,6 +143,20 @@ def cmd_bad(a):
         m[5] = ["Ġ", "qqqqzzzz"] if isinstance(m[5], list) else "Ġ qqqqzzzz"
     case("merge_unknown", merge_unknown, ["\"merges\"[5]", "not in the vocabulary"])
     case("no_eot", lambda j: j.update(added_tokens=[]), ["<|endoftext|>"])
+    def bad_second_added(j):  # the entry after a valid one lacks its id (fsdp_bpe_free crashed on it)
+        j["added_tokens"] = j["added_tokens"][:1] + [{"content": "<|x|>", "special": True}]
+    case("bad_added2", bad_second_added, ["\"added_tokens\"", "\"id\""])
+    text = json.dumps(src)
+    raw = {  # repeated keys, which json.dump cannot write: at the top, and in the vocabulary (a large object)
+        "dup_top": ('{"dupkey": 1, "dupkey": 2, ' + text[1:], ["the key \"dupkey\" appears twice"]),
+        "dup_vocab": (text.replace('"vocab": {', '"vocab": {"\\u0120": 7, ', 1), ["the key \"\u0120\" appears twice"]),
+    }
+    for name, (body, expect) in raw.items():
+        assert body != text
+        p = os.path.join(a.dir, name + ".json")
+        with open(p, "w", encoding="utf-8") as f:
+            f.write(body)
+        cases.append("|".join([p, name + ".json"] + expect))
     with open(os.path.join(a.dir, "truncated.json"), "w", encoding="utf-8") as f:
         f.write(json.dumps(src)[:5000])
     cases.append(os.path.join(a.dir, "truncated.json") + "|truncated.json|JSON")

@@ -6,6 +6,7 @@
 
 #include "core/core.h"
 #include "io/io.h"
+#include "io/json.h"
 
 #include <cjson/cJSON.h>
 #include <dirent.h>
@@ -627,12 +628,8 @@ fsdp_status fsdp_ckpt_open(fsdp_ckpt_reader **out, const char *step_dir) {
     }
     s = fsdp_io_read_file(r->manifest_path, &text, &len);
     if (s != FSDP_OK) goto fail;
-    r->manifest = cJSON_ParseWithLength(text, len);
-    if (!r->manifest) {
-        s = fsdp_set_error(FSDP_EFORMAT, "%s is not valid JSON (near byte %ld)", r->manifest_path,
-                           cJSON_GetErrorPtr() ? (long)(cJSON_GetErrorPtr() - text) : -1L);
-        goto fail;
-    }
+    s = fsdp_json_parse(text, len, r->manifest_path, &r->manifest);
+    if (s != FSDP_OK) goto fail;
     double ver = json_uint(r->manifest, "version"), world = json_uint(r->manifest, "world_size");
     double step = json_uint(r->manifest, "step");
     if (ver != FSDP_CKPT_VERSION || world < 1 || world > 1e6 || step < 0) {

@@ -2,11 +2,11 @@
  *   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
  * matched by hand over UTF-8 code points (unicode_tables.h), merges applied lowest rank first (leftmost
  * among equals, as `tokenizers` does), and a direct-mapped cache of recent words. */
-#define _GNU_SOURCE /* memmem */
 #include "data/bpe.h"
 
 #include "core/core.h"
 #include "io/io.h"
+#include "io/json.h"
 #include "data/unicode_tables.h"
 
 #include <cjson/cJSON.h>
@@ -21,6 +21,16 @@ typedef struct {
     uint64_t key; /* (left id << 32) | right id, + 1 so 0 marks an empty slot */
     int32_t rank, id;
 } pair_slot;
+
+typedef struct {
+    int32_t rank, pos;   /* merge rank; index of the left symbol */
+    int32_t left, right; /* the pair's ids when it was queued: a stale entry no longer matches */
+} merge_cand;
+
+typedef struct {
+    uint32_t key; /* node * 256 + byte, + 1 so 0 marks an empty slot */
+    int32_t child;
+} edge_slot;
 
 typedef struct {
     uint64_t hash;
@@ -40,9 +50,20 @@ struct fsdp_bpe {
     char **added; /* (n_added) contents, matched in the text before the split */
     size_t *added_len;
     int32_t *added_id;
-    cache_slot *cache;   /* (CACHE_SIZE) */
-    int32_t *sym, *rank; /* scratch for one word: cap_sym entries */
+    /* The added tokens as a trie: node 0 is the root; an edge (node, byte) -> child in an open-addressing
+     * table; term[node] the index of the added token ending there, or -1. */
+    edge_slot *edges; /* (edge_mask + 1) */
+    size_t edge_mask;
+    int32_t *term; /* (n_nodes) */
+    int32_t n_nodes;
+    uint8_t first[256]; /* first[c]: some added token starts with byte c */
+    cache_slot *cache;  /* (CACHE_SIZE) */
+    /* scratch for one word: symbols as a doubly linked list (cap_sym), candidate merges as a min-heap
+     * by (rank, position) (cap_heap) */
+    int32_t *sym, *prev, *next;
     size_t cap_sym;
+    merge_cand *heap;
+    size_t cap_heap;
 };
 
 /* ---------------------------------------------------------------- byte-level alphabet */
@@ -135,14 +156,19 @@ void fsdp_bpe_free(fsdp_bpe *b) {
     free(b->tok);
     free(b->tlen);
     free(b->pairs);
-    for (int i = 0; i < b->n_added; i++)
-        free(b->added[i]);
+    if (b->added)
+        for (int i = 0; i < b->n_added; i++)
+            free(b->added[i]);
     free(b->added);
     free(b->added_len);
     free(b->added_id);
+    free(b->edges);
+    free(b->term);
     free(b->cache);
     free(b->sym);
-    free(b->rank);
+    free(b->prev);
+    free(b->next);
+    free(b->heap);
     free(b);
 }
 
@@ -229,10 +255,11 @@ static fsdp_status check_settings(const cJSON *j, const char *path, const cJSON 
     return FSDP_OK;
 }
 
-/* Every id of the vocabulary and of the added tokens checked; *maxid the largest, b->n_added counted. */
-static fsdp_status check_ids(const cJSON *vocab, const cJSON *added, const char *path, fsdp_bpe *b,
+/* Every id of the vocabulary and of the added tokens checked; *maxid the largest, *n_added counted. */
+static fsdp_status check_ids(const cJSON *vocab, const cJSON *added, const char *path, int *n_added,
                              int *maxid) {
     *maxid = -1;
+    *n_added = 0;
     for (const cJSON *e = vocab->child; e; e = e->next) {
         if (!cJSON_IsNumber(e) || e->valuedouble < 0 || e->valuedouble >= MAX_ID ||
             e->valuedouble != (int)e->valuedouble)
@@ -256,7 +283,7 @@ static fsdp_status check_ids(const cJSON *vocab, const cJSON *added, const char 
                                       "%s: \"added_tokens\" \"%.40s\": \"%s\" is true: not supported", path,
                                       c->valuestring, flags[k]);
         if (id->valueint > *maxid) *maxid = id->valueint;
-        b->n_added++;
+        ++*n_added;
     }
     return FSDP_OK;
 }
@@ -326,6 +353,50 @@ static fsdp_status load_added(fsdp_bpe *b, const cJSON *added, const char *path)
     return FSDP_OK;
 }
 
+static uint32_t edge_hash(uint32_t key) { return key * 2654435761u; }
+
+static int32_t trie_child(const fsdp_bpe *b, int32_t node, unsigned char c) {
+    uint32_t key = (uint32_t)node * 256u + c + 1u;
+    for (size_t i = edge_hash(key) & b->edge_mask;; i = (i + 1) & b->edge_mask) {
+        if (b->edges[i].key == key) return b->edges[i].child;
+        if (b->edges[i].key == 0) return -1;
+    }
+}
+
+/* The trie of the added tokens' contents (a content given twice keeps its first entry). */
+static fsdp_status build_trie(fsdp_bpe *b) {
+    size_t total = 1;
+    for (int a = 0; a < b->n_added; a++)
+        total += b->added_len[a];
+    if (total > INT32_MAX / 256) return FSDP_ERR(FSDP_EFORMAT, "added tokens too long (%zu bytes)", total);
+    b->edge_mask = pow2_above(total) - 1;
+    b->edges = calloc(b->edge_mask + 1, sizeof *b->edges);
+    b->term = malloc(total * sizeof *b->term);
+    if (!b->edges || !b->term) return FSDP_ERR(FSDP_ENOMEM, "no memory for %d added tokens", b->n_added);
+    b->n_nodes = 1;
+    b->term[0] = -1;
+    for (int a = 0; a < b->n_added; a++) {
+        int32_t node = 0;
+        const unsigned char *t = (const unsigned char *)b->added[a];
+        b->first[t[0]] = 1;
+        for (size_t k = 0; k < b->added_len[a]; k++) {
+            int32_t c = trie_child(b, node, t[k]);
+            if (c < 0) {
+                uint32_t key = (uint32_t)node * 256u + t[k] + 1u;
+                size_t i = edge_hash(key) & b->edge_mask;
+                while (b->edges[i].key)
+                    i = (i + 1) & b->edge_mask;
+                c = b->n_nodes++;
+                b->edges[i] = (edge_slot){key, c};
+                b->term[c] = -1;
+            }
+            node = c;
+        }
+        if (b->term[node] < 0) b->term[node] = a;
+    }
+    return FSDP_OK;
+}
+
 /* The merges, as (left id, right id) -> (rank, merged id) in an open-addressing table. */
 static fsdp_status load_merges(fsdp_bpe *b, const str_map *vm, const cJSON *merges, const char *path) {
     int nm = cJSON_GetArraySize(merges);
@@ -372,15 +443,17 @@ static fsdp_status load_merges(fsdp_bpe *b, const str_map *vm, const cJSON *merg
  * merges. */
 static fsdp_status build(fsdp_bpe *b, const cJSON *vocab, const cJSON *merges, const cJSON *added,
                          const char *path) {
-    int maxid;
-    FSDP_TRY(check_ids(vocab, added, path, b, &maxid));
+    int maxid, n_added;
+    FSDP_TRY(check_ids(vocab, added, path, &n_added, &maxid));
     b->vocab_size = maxid + 1;
     b->eot = -1;
     b->tok = calloc((size_t)b->vocab_size, sizeof *b->tok);
     b->tlen = calloc((size_t)b->vocab_size, sizeof *b->tlen);
-    b->added = calloc((size_t)b->n_added + 1, sizeof *b->added);
-    b->added_len = calloc((size_t)b->n_added + 1, sizeof *b->added_len);
-    b->added_id = calloc((size_t)b->n_added + 1, sizeof *b->added_id);
+    b->added = calloc((size_t)n_added + 1, sizeof *b->added);
+    b->added_len = calloc((size_t)n_added + 1, sizeof *b->added_len);
+    b->added_id = calloc((size_t)n_added + 1, sizeof *b->added_id);
+    /* n_added counts the entries of b->added only once it exists (fsdp_bpe_free walks it). */
+    if (b->added) b->n_added = n_added;
     b->cache = calloc(CACHE_SIZE, sizeof *b->cache);
     str_map vm = {0};
     vm.mask = pow2_above((size_t)cJSON_GetArraySize(vocab)) - 1;
@@ -390,6 +463,7 @@ static fsdp_status build(fsdp_bpe *b, const cJSON *vocab, const cJSON *merges, c
         s = FSDP_ERR(FSDP_ENOMEM, "no memory for a vocabulary of %d", b->vocab_size);
     if (s == FSDP_OK) s = load_vocab(b, &vm, vocab, path);
     if (s == FSDP_OK) s = load_added(b, added, path);
+    if (s == FSDP_OK) s = build_trie(b);
     if (s == FSDP_OK) s = load_merges(b, &vm, merges, path);
     free(vm.slots);
     return s;
@@ -400,8 +474,10 @@ fsdp_status fsdp_bpe_load(fsdp_bpe **out, const char *path) {
     char *text = NULL;
     size_t len = 0;
     FSDP_TRY(fsdp_io_read_file(path, &text, &len));
-    cJSON *j = cJSON_ParseWithLength(text, len);
+    cJSON *j = NULL;
+    fsdp_status ps = fsdp_json_parse(text, len, path, &j);
     fsdp_mem_free(text);
+    FSDP_TRY(ps);
     fsdp_bpe *b = calloc(1, sizeof *b);
     if (!b) {
         cJSON_Delete(j);
@@ -519,15 +595,55 @@ static size_t pretoken(const unsigned char *s, size_t n, size_t i) {
 }
 
 static fsdp_status grow_scratch(fsdp_bpe *b, size_t n) {
-    if (n <= b->cap_sym) return FSDP_OK;
-    size_t cap = n < 256 ? 256 : n * 2;
-    int32_t *sy = realloc(b->sym, cap * sizeof *sy);
-    if (sy) b->sym = sy;
-    int32_t *rk = realloc(b->rank, cap * sizeof *rk);
-    if (rk) b->rank = rk;
-    if (!sy || !rk) return FSDP_ERR(FSDP_ENOMEM, "no memory for a word of %zu bytes", n);
-    b->cap_sym = cap;
+    if (n > b->cap_sym) {
+        size_t cap = n < 256 ? 256 : n * 2;
+        int32_t *sy = realloc(b->sym, cap * sizeof *sy);
+        if (sy) b->sym = sy;
+        int32_t *pv = realloc(b->prev, cap * sizeof *pv);
+        if (pv) b->prev = pv;
+        int32_t *nx = realloc(b->next, cap * sizeof *nx);
+        if (nx) b->next = nx;
+        if (!sy || !pv || !nx) return FSDP_ERR(FSDP_ENOMEM, "no memory for a word of %zu bytes", n);
+        b->cap_sym = cap;
+    }
     return FSDP_OK;
+}
+
+/* (rank, pos) order of the merge queue: lowest rank first, leftmost among equal ranks (`tokenizers`). */
+static int cand_less(const merge_cand *x, const merge_cand *y) {
+    return x->rank < y->rank || (x->rank == y->rank && x->pos < y->pos);
+}
+
+static fsdp_status heap_push(fsdp_bpe *b, size_t *n, merge_cand c) {
+    if (*n == b->cap_heap) {
+        size_t cap = b->cap_heap ? 2 * b->cap_heap : 256;
+        merge_cand *h = realloc(b->heap, cap * sizeof *h);
+        if (!h) return FSDP_ERR(FSDP_ENOMEM, "no memory for %zu merge candidates", cap);
+        b->heap = h, b->cap_heap = cap;
+    }
+    merge_cand *h = b->heap;
+    size_t i = (*n)++;
+    while (i > 0 && cand_less(&c, &h[(i - 1) / 2])) {
+        h[i] = h[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    h[i] = c;
+    return FSDP_OK;
+}
+
+static merge_cand heap_pop(merge_cand *h, size_t *n) {
+    merge_cand top = h[0], last = h[--*n];
+    size_t i = 0;
+    for (;;) {
+        size_t l = 2 * i + 1, m = l;
+        if (l >= *n) break;
+        if (l + 1 < *n && cand_less(&h[l + 1], &h[l])) m = l + 1;
+        if (!cand_less(&h[m], &last)) break;
+        h[i] = h[m];
+        i = m;
+    }
+    if (*n) h[i] = last;
+    return top;
 }
 
 static int32_t pair_rank(const fsdp_bpe *b, int32_t x, int32_t y, int32_t *id) {
@@ -551,35 +667,48 @@ static fsdp_status bpe_word(fsdp_bpe *b, const unsigned char *w, size_t n, int32
         *n_out = cs->n;
         return FSDP_OK;
     }
+    *n_out = 0;
+    if (n == 0) return FSDP_OK;
     FSDP_TRY(grow_scratch(b, n));
-    int32_t *sym = b->sym, *rk = b->rank, tmp;
-    size_t m = n;
-    for (size_t i = 0; i < n; i++)
+    /* Symbols i = 0..n-1 start as the bytes; a merge of i with next[i] keeps i and unlinks the right one.
+     * Each merge pushes at most two candidates, so the work is O(n log n) in the word's length. */
+    int32_t *sym = b->sym, *prev = b->prev, *next = b->next, id;
+    size_t nh = 0, m = n;
+    for (size_t i = 0; i < n; i++) {
         sym[i] = b->byte_id[w[i]];
-    for (size_t i = 0; i + 1 < m; i++)
-        rk[i] = pair_rank(b, sym[i], sym[i + 1], &tmp);
-    while (m > 1) {
-        size_t best = 0;
-        for (size_t i = 1; i + 1 < m; i++)
-            if (rk[i] < rk[best]) best = i;
-        if (rk[best] == INT32_MAX) break;
-        int32_t id;
-        pair_rank(b, sym[best], sym[best + 1], &id);
-        sym[best] = id;
-        memmove(sym + best + 1, sym + best + 2, (m - best - 2) * sizeof *sym);
-        memmove(rk + best + 1, rk + best + 2, (m > best + 3 ? m - best - 3 : 0) * sizeof *rk);
-        m--;
-        if (best > 0) rk[best - 1] = pair_rank(b, sym[best - 1], sym[best], &tmp);
-        if (best + 1 < m) rk[best] = pair_rank(b, sym[best], sym[best + 1], &tmp);
+        prev[i] = (int32_t)i - 1;
+        next[i] = i + 1 < n ? (int32_t)i + 1 : -1;
     }
-    memcpy(out, sym, m * sizeof *out);
+    for (size_t i = 0; i + 1 < n; i++) {
+        int32_t r = pair_rank(b, sym[i], sym[i + 1], &id);
+        if (r != INT32_MAX) FSDP_TRY(heap_push(b, &nh, (merge_cand){r, (int32_t)i, sym[i], sym[i + 1]}));
+    }
+    while (nh) {
+        merge_cand c = heap_pop(b->heap, &nh);
+        int32_t p = c.pos, q = next[p];
+        if (sym[p] != c.left || q < 0 || sym[q] != c.right) continue; /* stale: p or its neighbour merged */
+        pair_rank(b, sym[p], sym[q], &id);
+        sym[p] = id;
+        sym[q] = -1;
+        next[p] = next[q];
+        if (next[q] >= 0) prev[next[q]] = p;
+        m--;
+        int32_t l = prev[p], r = next[p], rr;
+        if (l >= 0 && (rr = pair_rank(b, sym[l], sym[p], &id)) != INT32_MAX)
+            FSDP_TRY(heap_push(b, &nh, (merge_cand){rr, l, sym[l], sym[p]}));
+        if (r >= 0 && (rr = pair_rank(b, sym[p], sym[r], &id)) != INT32_MAX)
+            FSDP_TRY(heap_push(b, &nh, (merge_cand){rr, p, sym[p], sym[r]}));
+    }
+    size_t k = 0;
+    for (int32_t i = 0; i >= 0; i = next[i])
+        out[k++] = sym[i];
     *n_out = m;
     if (cs) {
         cs->hash = h;
         cs->len = (uint8_t)n;
         cs->n = (uint8_t)m;
         memcpy(cs->word, w, n);
-        memcpy(cs->ids, sym, m * sizeof *sym);
+        memcpy(cs->ids, out, m * sizeof *out);
     }
     return FSDP_OK;
 }
@@ -599,19 +728,22 @@ fsdp_status fsdp_bpe_encode(fsdp_bpe *b, const char *text, size_t n, int32_t *ou
     const unsigned char *s = (const unsigned char *)text;
     size_t k = 0, pos = 0;
     while (pos < n) {
-        /* The next added token (earliest; the longest among those starting there). */
-        const char *best = NULL;
+        /* The next added token: the earliest start, the longest among those starting there (`tokenizers`'
+         * leftmost-longest), found by walking the trie from each position whose byte can start one. */
+        size_t start = pos, len = 0;
         int bi = -1;
-        for (int a = 0; a < b->n_added; a++) {
-            const char *f = memmem(text + pos, n - pos, b->added[a], b->added_len[a]);
-            if (f && (!best || f < best || (f == best && b->added_len[a] > b->added_len[bi])))
-                best = f, bi = a;
+        for (; start < n; start++) {
+            if (!b->first[s[start]]) continue;
+            int32_t node = 0;
+            for (size_t e = start; e < n && (node = trie_child(b, node, s[e])) >= 0; e++)
+                if (b->term[node] >= 0) bi = b->term[node], len = e + 1 - start;
+            if (bi >= 0) break;
         }
-        size_t end = best ? (size_t)(best - text) : n;
+        size_t end = bi >= 0 ? start : n;
         FSDP_TRY(encode_plain(b, s + pos, end - pos, out, &k));
-        if (!best) break;
+        if (bi < 0) break;
         out[k++] = b->added_id[bi];
-        pos = end + b->added_len[bi];
+        pos = end + len;
     }
     *n_out = k;
     return FSDP_OK;

@@ -6,6 +6,7 @@
 #include "core/core.h"
 #include "data/bpe.h"
 #include "io/io.h"
+#include "io/json.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -253,16 +254,18 @@ fsdp_status fsdp_data_meta_vocab(const char *dir, int *vocab) {
     size_t len;
     fsdp_status s = fsdp_io_read_file(path, &text, &len);
     if (s == FSDP_OK) {
-        cJSON *j = cJSON_ParseWithLength(text, len);
+        cJSON *j = NULL;
+        s = fsdp_json_parse(text, len, path, &j); /* not JSON, or a repeated key: named there */
         cJSON *v = j ? cJSON_GetObjectItemCaseSensitive(j, "vocab") : NULL;
         /* A whole number: 300.9 is a damaged file, not a vocabulary of 300. */
-        if (!cJSON_IsNumber(v) || !(v->valuedouble >= 2 && v->valuedouble <= FSDP_TOKENS_MAX_VOCAB) ||
-            v->valuedouble != floor(v->valuedouble))
+        if (s == FSDP_OK &&
+            (!cJSON_IsNumber(v) || !(v->valuedouble >= 2 && v->valuedouble <= FSDP_TOKENS_MAX_VOCAB) ||
+             v->valuedouble != floor(v->valuedouble)))
             s = fsdp_set_error(FSDP_EFORMAT,
                                "%s: \"vocab\" must be a whole number from 2 to %d (a model needs at least 2 "
-                               "tokens; token ids are int32)%s",
-                               path, FSDP_TOKENS_MAX_VOCAB, j ? "" : ": the file is not valid JSON");
-        else
+                               "tokens; token ids are int32)",
+                               path, FSDP_TOKENS_MAX_VOCAB);
+        else if (s == FSDP_OK)
             *vocab = (int)v->valuedouble;
         cJSON_Delete(j);
     }

@@ -3,6 +3,7 @@
 #include "io/safetensors.h"
 
 #include "core/core.h"
+#include "io/json.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -164,6 +165,8 @@ fsdp_status fsdp_st_parse(fsdp_safetensors *st, const void *buf, size_t size, co
                            endp ? (long long)(endp - h) + 8 : -1);
         goto fail;
     }
+    s = fsdp_json_check_unique(j, what);
+    if (s != FSDP_OK) goto fail;
     /* After the object only the format's space padding may follow. */
     for (const char *p = endp; p && p < h + hlen; p++)
         if (*p != ' ' && *p != '\n' && *p != '\r' && *p != '\t' && *p != '\0') {

@@ -8,6 +8,8 @@
 #include "io/io.h"
 #include "io/safetensors.h"
 
+#include "io/json.h"
+
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdlib.h>
@@ -20,9 +22,11 @@ static fsdp_status read_json(const char *path, cJSON **out) {
     char *text = NULL;
     size_t len = 0;
     FSDP_TRY(fsdp_io_read_file(path, &text, &len));
-    cJSON *j = cJSON_ParseWithLength(text, len);
+    cJSON *j = NULL;
+    fsdp_status s = fsdp_json_parse(text, len, path, &j);
     fsdp_mem_free(text);
-    if (!j || !cJSON_IsObject(j)) {
+    FSDP_TRY(s);
+    if (!cJSON_IsObject(j)) {
         cJSON_Delete(j);
         return fsdp_set_error(FSDP_EFORMAT, "%s is not a JSON object", path);
     }

@@ -314,6 +314,34 @@ fsdp_status fsdp_train_plan(const fsdp_train_config *cfg, fsdp_comm_t *comm, FIL
 
 /* ---------------------------------------------------------------- sampling */
 
+/* The k-th largest of x[0..n) counting repeats (0 < k <= n), in O(n log k): a min-heap heap[0..k) of the
+ * k largest so far, whose root is the answer. */
+static float kth_largest(const float *x, int n, int k, float *heap) {
+    for (int i = 0; i < k; i++) { /* sift up */
+        int c = i;
+        heap[c] = x[i];
+        while (c > 0 && heap[(c - 1) / 2] > heap[c]) {
+            float t = heap[c];
+            heap[c] = heap[(c - 1) / 2], heap[(c - 1) / 2] = t;
+            c = (c - 1) / 2;
+        }
+    }
+    for (int i = k; i < n; i++) {
+        if (!(x[i] > heap[0])) continue;
+        heap[0] = x[i];
+        for (int c = 0;;) { /* sift down */
+            int l = 2 * c + 1, m = c;
+            if (l < k && heap[l] < heap[m]) m = l;
+            if (l + 1 < k && heap[l + 1] < heap[m]) m = l + 1;
+            if (m == c) break;
+            float t = heap[c];
+            heap[c] = heap[m], heap[m] = t;
+            c = m;
+        }
+    }
+    return heap[0];
+}
+
 /* Picks a token from logits[0..V) with temperature and top-k; rank 0 decides, every rank learns it. */
 static fsdp_status pick_token(const float *logits, int V, double temperature, int top_k, uint64_t rng[2],
                               fsdp_comm_t *comm, int *tok) {
@@ -328,18 +356,10 @@ static fsdp_status pick_token(const float *logits, int V, double temperature, in
             /* threshold = the k-th largest logit (k = V when top_k is 0 or >= V) */
             float thr = -INFINITY;
             if (top_k > 0 && top_k < V) {
-                float *tmp = malloc(sizeof(float) * (size_t)V);
-                if (!tmp) return FSDP_ERR(FSDP_ENOMEM, "no memory for top-k");
-                memcpy(tmp, logits, sizeof(float) * (size_t)V);
-                /* partial selection: k passes of max-extraction are fine for the k used here */
-                for (int k = 0; k < top_k; k++) {
-                    int mi = 0;
-                    for (int i = 1; i < V; i++)
-                        if (tmp[i] > tmp[mi]) mi = i;
-                    thr = tmp[mi];
-                    tmp[mi] = -INFINITY;
-                }
-                free(tmp);
+                float *heap = malloc(sizeof(float) * (size_t)top_k);
+                if (!heap) return FSDP_ERR(FSDP_ENOMEM, "no memory for top-k");
+                thr = kth_largest(logits, V, top_k, heap);
+                free(heap);
             }
             double sum = 0, mx = logits[best];
             for (int i = 0; i < V; i++)

@@ -195,6 +195,10 @@ static void test_reslice_and_corruption(void) {
     fclose(f);
     CHECK_ERR(fsdp_ckpt_open(&r, step), FSDP_EFORMAT, "not valid JSON");
     CHECK(strstr(fsdp_last_error(), m) != NULL);
+    f = fopen(m, "wb"); /* a repeated key (issue 28 item 5) */
+    fputs("{\"version\": 1, \"step\": 1, \"step\": 2}", f);
+    fclose(f);
+    CHECK_ERR(fsdp_ckpt_open(&r, step), FSDP_EFORMAT, "the key \"step\" appears twice");
     f = fopen(m, "wb");
     fputs("{\"version\": 9, \"world_size\": 3, \"step\": 7}", f);
     fclose(f);
