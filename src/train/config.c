@@ -149,6 +149,17 @@ static const opt_def opts[] = {
      "JSONL file: one object per step (appended); a write that fails (full disk) stops the run with an "
      "error, never loses lines silently"},
     {"log-every", OPT_INT, F(log_every), 1, 1 << 30, NULL, C_TRAIN, "print a line every N steps"},
+    {"peak-gflops", OPT_DBL, F(peak_gflops), -1, 1e12, NULL, C_TRAIN,
+     "per-rank peak of MFU: 0 measures it at start-up (the best of a few 1024^3 GEMMs on the run's GEMM "
+     "path and threads, under 0.3 s, recorded in the manifest); > 0: this GFLOP/s per rank, no "
+     "measurement; -1: no measurement and no TFLOPS share (MFU) in the step line"},
+    {"skip-update-z", OPT_DBL, F(skip_update_z), 0, 1e6, NULL, C_TRAIN,
+     "outlier guard: skip the optimizer update of a step whose loss or grad norm lies more than Z "
+     "standard deviations above the mean of the last --skip-update-window steps (0: off); skips are "
+     "counted in the step line and --metrics"},
+    {"skip-update-window", OPT_INT, F(skip_update_window), 2, 4096, NULL, C_TRAIN,
+     "steps of loss and grad-norm statistics the outlier guard compares against (it acts once the "
+     "window is full; a resumed run starts a new window)"},
     {"sample-tokens", OPT_INT, F(sample_tokens), 0, 1 << 20, NULL, C_TRAIN,
      "tokens of text generated after training (0: none)"},
     {"plan", OPT_BOOL, F(plan), 0, 1, NULL, C_TRAIN,
@@ -238,6 +249,9 @@ fsdp_train_config fsdp_train_config_default(void) {
     c.resume = 0;
     c.metrics = NULL;
     c.log_every = 10;
+    c.peak_gflops = 0;
+    c.skip_update_z = 0;
+    c.skip_update_window = 128;
     c.sample_tokens = 200;
     c.prompt = "";
     c.temperature = 0.8;

@@ -76,7 +76,11 @@ typedef struct {
     int resume;
     const char *metrics; /* JSONL file or NULL */
     int log_every;
-    int sample_tokens; /* generated at the end of training (0: none) */
+    double peak_gflops; /* MFU's per-rank peak: 0 measure at start-up, > 0 this GFLOP/s, < 0 no MFU */
+    double
+        skip_update_z; /* outlier guard: skip an update whose loss or grad norm z-score exceeds it (0: off) */
+    int skip_update_window; /* steps of running statistics the z-scores are taken against */
+    int sample_tokens;      /* generated at the end of training (0: none) */
 
     /* memory plan, report, trace (docs/DESIGN.md section 5) */
     int plan;           /* --plan: print the predicted per-rank memory of these settings and stop */

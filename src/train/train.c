@@ -13,6 +13,7 @@
 #include "checkpoint/checkpoint.h"
 #include "data/data.h"
 #include "train/hf.h"
+#include "train/perf.h"
 #include "io/io.h"
 
 #include <cjson/cJSON.h>
@@ -24,6 +25,7 @@
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -668,7 +670,14 @@ typedef struct {
     double t_loop, t_steps;
     int steps_timed;
     fsdp_train_result rr;
-    const char *gemm_path; /* the GEMM path every rank takes (fsdp_gemm_path_name) */
+    const char *gemm_path;    /* the GEMM path every rank takes (fsdp_gemm_path_name) */
+    double flops_per_token;   /* the model's forward + backward FLOPs per token at --seq-len */
+    double peak_rank_gflops;  /* this rank's GEMM peak (measured or --peak-gflops); 0: no MFU */
+    double peak_total_gflops; /* the sum over ranks */
+    double mem_total;         /* bytes of physical memory on this machine (0: unknown) */
+    fsdp_outlier *guard;      /* --skip-update-z's window, NULL when off */
+    int skipped;              /* updates the guard skipped in this run */
+    float *waits;             /* (world) each rank's collective wait in the step, gathered */
 } train_run;
 
 /* What one step measured. */
@@ -677,6 +686,10 @@ typedef struct {
     double lr, dt;
     float loss, norm;      /* loss: the mean over the global batch */
     fsdp_prof_counts prof; /* this rank's time per kernel class in the step (core/prof.h) */
+    int skipped;           /* the outlier guard skipped this step's update */
+    double z_loss, z_norm; /* their z-scores against the guard's window (NAN: guard off or filling) */
+    int straggler;         /* the rank that waited least at the collectives: it arrived last */
+    double straggler_s;    /* the longest wait minus its wait (0 with one rank) */
 } step_record;
 
 /* How the GEMMs compute, the same on every rank: --mixed-compute, and under auto rank 0's choice (its
@@ -709,6 +722,72 @@ static fsdp_status agree_gemm_path(train_run *r) {
             fprintf(r->o, " (bf16 %.2f ms, f32-compute %.2f ms)", ch0.probe_bf16_ms, ch0.probe_f32_ms);
     }
     fprintf(r->o, "\n");
+    return FSDP_OK;
+}
+
+/* MFU's denominator, the outlier guard's window and the straggler's buffer. The peak: every rank
+ * times a few square GEMMs on its GEMM path and threads at once (ranks sharing a host contend as they
+ * will in the steps), or takes --peak-gflops; the sum over ranks is MFU's peak, recorded in the
+ * manifest's config ("gemm-peak"). */
+static fsdp_status setup_perf(train_run *r) {
+    const fsdp_train_config *c = &r->cfg;
+    long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+    r->mem_total = pages > 0 && psz > 0 ? (double)pages * (double)psz : 0;
+    r->flops_per_token = fsdp_model_flops_per_token(fsdp_model_get_config(r->rm.model), c->seq_len);
+    r->waits = calloc((size_t)r->world, sizeof *r->waits);
+    if (!r->waits) return FSDP_ERR(FSDP_ENOMEM, "no memory for %d ranks' wait times", r->world);
+    if (c->skip_update_z > 0) {
+        r->guard = malloc(sizeof *r->guard);
+        if (!r->guard) return FSDP_ERR(FSDP_ENOMEM, "no memory for the outlier guard");
+        FSDP_TRY(fsdp_outlier_init(r->guard, c->skip_update_window));
+    }
+    fsdp_train_peak pk = {0};
+    fsdp_status s = FSDP_OK;
+    const char *source = c->peak_gflops > 0 ? "--peak-gflops" : c->peak_gflops < 0 ? "off" : "measured";
+    if (c->peak_gflops == 0) {
+        s = fsdp_comm_barrier(r->comm);
+        if (s == FSDP_OK)
+            s = fsdp_train_gemm_peak(c->precision == FSDP_PRECISION_MIXED ? FSDP_BF16 : FSDP_F32, 0.25, &pk);
+        r->peak_rank_gflops = pk.gflops;
+    } else if (c->peak_gflops > 0) {
+        r->peak_rank_gflops = c->peak_gflops;
+    }
+    FSDP_TRY(fsdp_comm_agree(r->comm, s, "measuring the GEMM peak"));
+    float mine = (float)r->peak_rank_gflops, sum = mine, lo = mine, neg = -mine;
+    if (r->world > 1) {
+        fsdp_comm_set_label(r->comm, "GEMM peak: sum and minimum over ranks");
+        FSDP_TRY(fsdp_comm_all_reduce(r->comm, &mine, &sum, 1, FSDP_F32, FSDP_SUM));
+        FSDP_TRY(fsdp_comm_all_reduce(r->comm, &neg, &neg, 1, FSDP_F32, FSDP_MAX));
+        lo = -neg;
+    }
+    r->peak_total_gflops = sum;
+    cJSON *pj = cJSON_CreateObject();
+    if (!pj || !cJSON_AddItemToObject(r->cj, "gemm-peak", pj) ||
+        !cJSON_AddStringToObject(pj, "source", source) ||
+        !cJSON_AddStringToObject(pj, "path", r->gemm_path) ||
+        !cJSON_AddNumberToObject(pj, "rank0-gflops", r->peak_rank_gflops) ||
+        !cJSON_AddNumberToObject(pj, "min-rank-gflops", lo) ||
+        !cJSON_AddNumberToObject(pj, "total-gflops", sum) ||
+        !cJSON_AddNumberToObject(pj, "gemm-size", pk.size) || !cJSON_AddNumberToObject(pj, "reps", pk.reps) ||
+        !cJSON_AddNumberToObject(pj, "seconds", pk.total_s) ||
+        !cJSON_AddNumberToObject(pj, "flops-per-token", r->flops_per_token))
+        return FSDP_ERR(FSDP_ENOMEM, "no memory for the config record");
+    if (r->o) {
+        if (c->peak_gflops == 0)
+            fprintf(
+                r->o,
+                "  GEMM peak (MFU's denominator): %.1f GFLOP/s on rank 0 (best of %d %d^3 GEMMs on the %s "
+                "path, %.2f s), %.1f GFLOP/s over %d rank%s (slowest rank %.1f)\n",
+                r->peak_rank_gflops, pk.reps, pk.size, r->gemm_path, pk.total_s, sum, r->world,
+                r->world == 1 ? "" : "s", lo);
+        else if (c->peak_gflops > 0)
+            fprintf(r->o, "  GEMM peak (MFU's denominator): --peak-gflops %g per rank, %.1f over %d rank%s\n",
+                    c->peak_gflops, sum, r->world, r->world == 1 ? "" : "s");
+        else
+            fprintf(r->o, "  GEMM peak: not measured (--peak-gflops -1): no MFU\n");
+        fprintf(r->o, "  model FLOPs per token (forward + backward, %s): %.4g\n",
+                fsdp_model_get_config(r->rm.model)->family->name, r->flops_per_token);
+    }
     return FSDP_OK;
 }
 
@@ -800,7 +879,7 @@ static fsdp_status run_setup(train_run *r) {
             s = FSDP_ERR(FSDP_ENOMEM, "no memory for the config record");
         FSDP_TRY(fsdp_comm_agree(comm, s, "fingerprinting --init-from"));
     }
-    return FSDP_OK;
+    return setup_perf(r);
 }
 
 /* Resume, or start fresh (never on top of an existing run's checkpoints); the steps to train; every
@@ -890,6 +969,48 @@ static fsdp_status run_start(train_run *r, int *nothing) {
     return FSDP_OK;
 }
 
+/* --skip-update-z: rank 0 compares the step's global loss and pre-clip grad norm with the window and
+ * decides for every rank (one broadcast: the ranks never disagree on whether the weights moved). */
+static fsdp_status outlier_guard(train_run *r, step_record *rec) {
+    rec->skipped = 0;
+    rec->z_loss = rec->z_norm = NAN;
+    if (r->guard == NULL) return FSDP_OK;
+    rec->z_loss = fsdp_outlier_z(r->guard, 0, rec->loss);
+    rec->z_norm = fsdp_outlier_z(r->guard, 1, rec->norm);
+    int32_t skip = rec->z_loss > r->cfg.skip_update_z || rec->z_norm > r->cfg.skip_update_z;
+    fsdp_outlier_push(r->guard, rec->loss, rec->norm);
+    if (r->world > 1) {
+        fsdp_comm_set_label(r->comm, "outlier guard: skip decision");
+        FSDP_TRY(fsdp_comm_broadcast(r->comm, &skip, 1, FSDP_I32, 0));
+    }
+    rec->skipped = skip != 0;
+    r->skipped += rec->skipped;
+    return FSDP_OK;
+}
+
+/* The step's straggler: every rank's time waiting for collectives in the step (core/prof.h's comm
+ * class), gathered; the rank that waited least arrived last, and the longest wait minus its own is
+ * how long the others waited for it. One all-gather of a float per rank, after the step's timing. */
+static fsdp_status step_straggler(train_run *r, step_record *rec) {
+    rec->straggler = 0;
+    rec->straggler_s = 0;
+    if (r->world == 1) {
+        r->waits[0] = (float)rec->prof.seconds[FSDP_PROF_COMM];
+        return FSDP_OK;
+    }
+    float mine = (float)rec->prof.seconds[FSDP_PROF_COMM];
+    fsdp_comm_set_label(r->comm, "step metrics: collective waits");
+    FSDP_TRY(fsdp_comm_all_gather(r->comm, &mine, r->waits, 1, FSDP_F32));
+    int lo = 0, hi = 0;
+    for (int k = 1; k < r->world; k++) {
+        if (r->waits[k] < r->waits[lo]) lo = k;
+        if (r->waits[k] > r->waits[hi]) hi = k;
+    }
+    rec->straggler = lo;
+    rec->straggler_s = (double)r->waits[hi] - (double)r->waits[lo];
+    return FSDP_OK;
+}
+
 /* One optimizer step: the micro-batches' forward and backward (the engine reduces the gradients
  * into the shards), clipping, AdamW; the loss averaged over the global batch. */
 static fsdp_status train_step(train_run *r, int step, step_record *rec) {
@@ -914,21 +1035,24 @@ static fsdp_status train_step(train_run *r, int step, step_record *rec) {
         lsum += loss;
     }
     FSDP_TRY(fsdp_engine_clip_grad_norm(eng, (float)c->clip, &rec->norm));
-    fsdp_adamw_config ac = fsdp_adamw_config_default();
-    ac.lr = (float)rec->lr;
-    ac.beta1 = (float)c->beta1;
-    ac.beta2 = (float)c->beta2;
-    ac.eps = (float)c->eps;
-    ac.weight_decay = (float)c->weight_decay;
-    FSDP_TRY(fsdp_engine_adamw_step(eng, &ac));
     float loss = (float)(lsum / c->micro_batches);
     rec->loss = loss;
     if (r->world > 1) FSDP_TRY(fsdp_comm_all_reduce(r->comm, &loss, &rec->loss, 1, FSDP_F32, FSDP_AVG));
+    FSDP_TRY(outlier_guard(r, rec));
+    if (!rec->skipped) {
+        fsdp_adamw_config ac = fsdp_adamw_config_default();
+        ac.lr = (float)rec->lr;
+        ac.beta1 = (float)c->beta1;
+        ac.beta2 = (float)c->beta2;
+        ac.eps = (float)c->eps;
+        ac.weight_decay = (float)c->weight_decay;
+        FSDP_TRY(fsdp_engine_adamw_step(eng, &ac));
+    }
     fsdp_trace_end(span, "step");
     fsdp_loader_advance(&r->train);
     rec->dt = fsdp_time_s() - t0;
     fsdp_prof_get(&rec->prof);
-    return FSDP_OK;
+    return step_straggler(r, rec);
 }
 
 /* A --metrics line from rank 0 (the others learn whether it was written). */
@@ -950,30 +1074,61 @@ static fsdp_status log_step(train_run *r, const step_record *rec) {
     r->rr.last_step = rec->step;
     r->rr.last_loss = rec->loss;
     r->rr.tokens_per_s = r->steps_timed ? tokens_per_step / avg : tps;
-    char line[1024];
-    int n =
-        snprintf(line, sizeof line,
-                 "{\"step\": %d, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, "
-                 "\"tokens_per_s\": %.1f, \"step_s\": %.6f, \"peak_mem_bytes\": %zu, \"gemm_path\": \"%s\", "
-                 "\"kernels_s\": {",
-                 rec->step, rec->loss, rec->lr, rec->norm, tps, rec->dt, fsdp_mem_total_peak(), r->gemm_path);
+    /* model FLOPs of the global batch over the step's time; MFU against the ranks' summed GEMM peak */
+    const double flops = fsdp_train_model_flops(r->flops_per_token, tokens_per_step, rec->dt);
+    const double mfu =
+        fsdp_train_mfu(r->flops_per_token, tokens_per_step, rec->dt, r->peak_total_gflops * 1e9);
+    struct rusage ru;
+    const size_t rss = getrusage(RUSAGE_SELF, &ru) == 0 ? (size_t)ru.ru_maxrss * 1024 : 0; /* KiB on Linux */
+    const size_t peak_b = fsdp_mem_total_peak();
+    const double mem_pct = r->mem_total > 0 ? 100.0 * (double)rss / r->mem_total : 0;
+    char zl[32], zn[32];
+    snprintf(zl, sizeof zl, isfinite(rec->z_loss) ? "%.4g" : "null", rec->z_loss);
+    snprintf(zn, sizeof zn, isfinite(rec->z_norm) ? "%.4g" : "null", rec->z_norm);
+    char line[2048];
+    int n = snprintf(line, sizeof line,
+                     "{\"step\": %d, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, "
+                     "\"tokens_per_s\": %.1f, \"tokens_per_s_per_rank\": %.1f, \"step_s\": %.6f, "
+                     "\"peak_mem_bytes\": %zu, \"peak_rss_bytes\": %zu, \"mem_total_bytes\": %.0f, "
+                     "\"mem_pct\": %.3f, \"tflops\": %.6g, \"peak_gflops\": %.6g, \"mfu\": %.6g, "
+                     "\"skipped\": %d, \"skipped_total\": %d, \"z_loss\": %s, \"z_grad_norm\": %s, "
+                     "\"straggler_rank\": %d, \"straggler_s\": %.6f, \"comm_wait_s\": [",
+                     rec->step, rec->loss, rec->lr, rec->norm, tps, tps / r->world, rec->dt, peak_b, rss,
+                     r->mem_total, mem_pct, flops / 1e12, r->peak_total_gflops, mfu, rec->skipped, r->skipped,
+                     zl, zn, rec->straggler, rec->straggler_s);
+    for (int k = 0; k < r->world && n > 0 && (size_t)n < sizeof line - 64; k++)
+        n += snprintf(line + n, sizeof line - (size_t)n, "%s%.6f", k ? ", " : "", (double)r->waits[k]);
+    if (n > 0 && (size_t)n < sizeof line)
+        n += snprintf(line + n, sizeof line - (size_t)n, "], \"gemm_path\": \"%s\", \"kernels_s\": {",
+                      r->gemm_path);
     for (int k = 0; k < FSDP_PROF_NCLASS && n > 0 && (size_t)n < sizeof line; k++)
         n += snprintf(line + n, sizeof line - (size_t)n, "%s\"%s\": %.6f", k ? ", " : "",
                       fsdp_prof_class_name((fsdp_prof_class)k), rec->prof.seconds[k]);
     if (n > 0 && (size_t)n < sizeof line) n += snprintf(line + n, sizeof line - (size_t)n, "}}\n");
-    if (n < 0 || (size_t)n >= sizeof line) n = -1; /* cannot happen: 11 classes fit */
+    if (n < 0 || (size_t)n >= sizeof line) n = -1; /* a world too large for the wait list: an error */
     FSDP_TRY(metrics_line(r, line, n));
     if (r->o) {
-        char eta[32], peak[32];
+        char eta[32], peak[32], rssb[32], mfus[48] = "", strag[64] = "", skip[32] = "";
         fmt_eta(eta, sizeof eta, avg * (r->last - rec->step));
-        fmt_bytes(peak, sizeof peak, fsdp_mem_total_peak());
+        fmt_bytes(peak, sizeof peak, peak_b);
+        fmt_bytes(rssb, sizeof rssb, rss);
+        if (r->peak_total_gflops > 0) snprintf(mfus, sizeof mfus, " MFU %.1f%%", 100.0 * mfu);
+        if (r->world > 1)
+            snprintf(strag, sizeof strag, " | straggler rank %d +%.1f ms", rec->straggler,
+                     1e3 * rec->straggler_s);
+        if (r->guard)
+            snprintf(skip, sizeof skip, " | skipped %d%s", r->skipped, rec->skipped ? " (this)" : "");
         if (r->tty) {
-            fprintf(r->o, "\rstep %d/%d | loss %.4f | %.0f tok/s | ETA %s | peak %s   ", rec->step, c->steps,
-                    rec->loss, r->rr.tokens_per_s, eta, peak);
+            fprintf(r->o, "\rstep %d/%d | loss %.4f | %.0f tok/s | %.3g TFLOPS%s | ETA %s | peak %s   ",
+                    rec->step, c->steps, rec->loss, r->rr.tokens_per_s, flops / 1e12, mfus, eta, peak);
             fflush(r->o);
-        } else if (rec->step == r->first || rec->step == r->last || rec->step % c->log_every == 0) {
-            fprintf(r->o, "step %d/%d loss %.4f lr %.3e grad_norm %.4f %.0f tok/s ETA %s peak %s\n",
-                    rec->step, c->steps, rec->loss, rec->lr, rec->norm, r->rr.tokens_per_s, eta, peak);
+        } else if (rec->step == r->first || rec->step == r->last || rec->step % c->log_every == 0 ||
+                   rec->skipped) {
+            fprintf(r->o,
+                    "step %d/%d loss %.4f lr %.3e grad_norm %.4f | %.1f ms | %.0f tok/s (%.0f per rank) | "
+                    "%.3g TFLOPS%s | peak %s, RSS %s (%.1f%% of memory)%s%s | ETA %s\n",
+                    rec->step, c->steps, rec->loss, rec->lr, rec->norm, 1e3 * rec->dt, tps, tps / r->world,
+                    flops / 1e12, mfus, peak, rssb, mem_pct, skip, strag, eta);
             fflush(r->o);
         }
     }
@@ -1080,6 +1235,8 @@ static void run_free(train_run *r) {
     if (r->cfg.trace) fsdp_trace_free();
     if (r->metrics >= 0) close(r->metrics); /* only on a failure, which is already being reported */
     fsdp_ckpt_unlock(r->lock);
+    free(r->guard);
+    free(r->waits);
     cJSON_Delete(r->cj);
     fsdp_mem_free(r->tg);
     fsdp_mem_free(r->in);
