@@ -180,6 +180,13 @@ fsdp_status fsdp_ckpt_write_manifest(const char *path, int world, const cJSON *c
         cJSON_AddNumberToObject(sj, "data_epoch", (double)st->data_epoch);
     }
     cJSON_AddItemToObject(j, "config", config ? cJSON_Duplicate(config, 1) : cJSON_CreateObject());
+    /* the FSDP_* knobs set when it was written (docs/ENV.md); readers ignore it, so manifests without it
+     * (written before it existed) load as before */
+    cJSON *ej = cJSON_AddObjectToObject(j, "env");
+    for (int i = 0; ej != NULL && i < fsdp_env_count(); i++) {
+        const char *v = fsdp_env_value(fsdp_env_at(i)->name);
+        if (v != NULL) cJSON_AddStringToObject(ej, fsdp_env_at(i)->name, v);
+    }
     cJSON *uj = cJSON_AddArrayToObject(j, "units");
     for (int u = 0; uj && u < n_units; u++)
         cJSON_AddItemToArray(uj, unit_json(&units[u]));

@@ -104,6 +104,9 @@ fsdp_status fsdp_comm_init(fsdp_comm_t **out, const fsdp_comm_config *cfg, int *
         return FSDP_ERR(FSDP_EINVAL, "stuck_exit %d is not an exit status in 1..255 (or 0: off)",
                         cfg->stuck_exit);
 
+    /* Every FSDP_* knob, before anything is set up: a bad value fails every rank here alike. */
+    FSDP_TRY(fsdp_env_check());
+
     fsdp_comm_t *c = calloc(1, sizeof *c);
     if (c == NULL) return FSDP_ERR(FSDP_ENOMEM, "cannot allocate the communicator (%zu bytes)", sizeof *c);
     c->backend = cfg->backend;

@@ -50,14 +50,13 @@ static void *progress_thread(void *arg) {
     return NULL;
 }
 
-static void thread_start(fsdp_comm_t *c) {
-    const char *on = getenv("FSDP_COMM_PROGRESS_THREAD");
+static fsdp_status thread_start(fsdp_comm_t *c) {
+    int on = 1;
+    FSDP_TRY(fsdp_env_bool("FSDP_COMM_PROGRESS_THREAD", 1, &on));
+    FSDP_TRY(fsdp_env_int("FSDP_COMM_PROGRESS_US", 100, &c->thr_interval_us));
     int provided = MPI_THREAD_SINGLE;
     MPI_Query_thread(&provided);
-    if (c->size < 2 || c->shm_on || provided < MPI_THREAD_SERIALIZED || (on && strcmp(on, "0") == 0)) return;
-    const char *us = getenv("FSDP_COMM_PROGRESS_US");
-    c->thr_interval_us = us ? strtol(us, NULL, 10) : 100;
-    if (c->thr_interval_us < 1 || c->thr_interval_us > 100000) c->thr_interval_us = 100;
+    if (c->size < 2 || c->shm_on || provided < MPI_THREAD_SERIALIZED || !on) return FSDP_OK;
     c->thr_stop = 0;
     c->thr_on = 1;
     comm_mpi_threads++; /* before the thread exists: from here every MPI call takes the lock */
@@ -65,6 +64,7 @@ static void thread_start(fsdp_comm_t *c) {
         c->thr_on = 0;
         comm_mpi_threads--;
     }
+    return FSDP_OK;
 }
 
 static void thread_stop(fsdp_comm_t *c) {
@@ -138,8 +138,13 @@ static fsdp_status comm_mpi_init(fsdp_comm_t *c, int *argc, char ***argv) {
     }
     if ((s = setup(c, "fsdp_comm_init")) != FSDP_OK) goto fail_dup;
     comm_watch_start(c);
-    thread_start(c);
+    if ((s = thread_start(c)) != FSDP_OK) { /* a bad FSDP_COMM_PROGRESS_* value */
+        comm_watch_stop(c);
+        goto fail_shm;
+    }
     return FSDP_OK;
+fail_shm:
+    comm_shm_free(c);
 fail_dup:
     MPI_Comm_free(&c->comm);
 fail:

@@ -65,25 +65,35 @@ static char *slot_of(const fsdp_comm_t *c, int r, uint64_t round) {
 static uint64_t load_acq(const uint64_t *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
 static void store_rel(uint64_t *p, uint64_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
 
-static void heap_init(fsdp_comm_t *c, MPI_Comm node);
+static void heap_init(fsdp_comm_t *c, MPI_Comm node, int allowed);
 
-/* FSDP_COMM_SHM=0 turns the transport off (MPI's collectives then run on one host too); the slot size
- * comes from FSDP_COMM_SHM_SLOT_KIB (default 4096: two 4 MiB slots per rank). */
-static size_t slot_bytes_from_env(void) {
-    const char *v = getenv("FSDP_COMM_SHM_SLOT_KIB");
-    long k = v ? strtol(v, NULL, 10) : 4096;
-    if (k < 4) k = 4;
-    if (k > (1L << 20)) k = 1L << 20;
-    return (size_t)k * 1024;
+/* The transport's environment knobs (core/env.c, docs/ENV.md), read before anything is set up so that
+ * a bad value is an error on every rank alike: FSDP_COMM_SHM=0 turns the transport off (MPI's
+ * collectives then run on one host too); FSDP_COMM_SHM_SLOT_KIB the slot size (default 4096: two 4 MiB
+ * slots per rank); FSDP_COMM_SHM_CMA=0 the single-copy path, FSDP_COMM_SHM_CMA_MIN_KIB the block size
+ * from which it is used; FSDP_COMM_SHM_HEAP=0 the direct reads. */
+typedef struct {
+    int on, cma, heap;
+    long slot_kib, cma_min_kib;
+} shm_knobs;
+
+static fsdp_status read_knobs(shm_knobs *k) {
+    FSDP_TRY(fsdp_env_bool("FSDP_COMM_SHM", 1, &k->on));
+    FSDP_TRY(fsdp_env_int("FSDP_COMM_SHM_SLOT_KIB", 4096, &k->slot_kib));
+    FSDP_TRY(fsdp_env_bool("FSDP_COMM_SHM_CMA", 1, &k->cma));
+    FSDP_TRY(fsdp_env_int("FSDP_COMM_SHM_CMA_MIN_KIB", 64, &k->cma_min_kib));
+    FSDP_TRY(fsdp_env_bool("FSDP_COMM_SHM_HEAP", 1, &k->heap));
+    return FSDP_OK;
 }
 
 fsdp_status comm_shm_init(fsdp_comm_t *c, MPI_Comm node, int node_size) {
     c->shm_on = 0;
     c->shm_win = MPI_WIN_NULL;
-    const char *env = getenv("FSDP_COMM_SHM");
-    if (!c->shm_allowed || (env && strcmp(env, "0") == 0)) return FSDP_OK;
+    shm_knobs k;
+    FSDP_TRY(read_knobs(&k));
+    if (!c->shm_allowed || !k.on) return FSDP_OK;
     if (node_size != c->size || c->size < 2) return FSDP_OK; /* several hosts (or one rank): MPI */
-    c->shm_slot = slot_bytes_from_env();
+    c->shm_slot = (size_t)k.slot_kib * 1024;
     c->shm_seg = calloc((size_t)c->size, sizeof *c->shm_seg);
     c->shm_src = calloc((size_t)c->size, sizeof *c->shm_src);
     if (c->shm_seg == NULL || c->shm_src == NULL)
@@ -119,8 +129,7 @@ fsdp_status comm_shm_init(fsdp_comm_t *c, MPI_Comm node, int node_size) {
     }
     /* Single copy where every rank can read every peer's memory (a container or a hardened kernel may
      * forbid it): each rank reads each peer's probe value; all ranks must agree. */
-    const char *cma_env = getenv("FSDP_COMM_SHM_CMA");
-    int can = !(cma_env && strcmp(cma_env, "0") == 0);
+    int can = k.cma;
     c->shm_pid = calloc((size_t)c->size, sizeof *c->shm_pid);
     if (c->shm_pid == NULL) can = 0;
     for (int r = 0; can && r < c->size; r++) {
@@ -142,9 +151,8 @@ fsdp_status comm_shm_init(fsdp_comm_t *c, MPI_Comm node, int node_size) {
     int agreed = 0;
     if (MPI_Allreduce(&all, &agreed, 1, MPI_INT, MPI_MIN, node) != MPI_SUCCESS) agreed = 0;
     c->shm_cma = agreed;
-    if (agreed) heap_init(c, node);
-    const char *min_env = getenv("FSDP_COMM_SHM_CMA_MIN_KIB");
-    c->shm_cma_min = (size_t)(min_env ? strtol(min_env, NULL, 10) : 64) * 1024;
+    if (agreed) heap_init(c, node, k.heap);
+    c->shm_cma_min = (size_t)k.cma_min_kib * 1024;
     c->shm_on = 1;
     return FSDP_OK;
 }
@@ -163,9 +171,8 @@ static void heap_unmap(fsdp_comm_t *c) {
     c->shm_heap_size = NULL;
 }
 
-static void heap_init(fsdp_comm_t *c, MPI_Comm node) {
-    const char *env = getenv("FSDP_COMM_SHM_HEAP");
-    int ok = !(env && strcmp(env, "0") == 0), opened = 0;
+static void heap_init(fsdp_comm_t *c, MPI_Comm node, int allowed) {
+    int ok = allowed, opened = 0;
     core_heap_info hi = {.fd = -1};
     shm_ctl *me = ctl_of(c, c->rank);
     c->shm_heap_peer = calloc((size_t)c->size, sizeof *c->shm_heap_peer);

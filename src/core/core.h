@@ -93,6 +93,27 @@ size_t core_heap_live(void);
 void core_heap_cached(size_t *cur, size_t *peak);
 void core_heap_trim(void);
 
+/* The library's FSDP_* environment knobs (env.c; docs/ENV.md): one table and one parser. A set value
+ * that does not parse or lies outside its range is FSDP_EINVAL naming the variable, what it takes and
+ * its default; unset or empty is the default (and *out = def). fsdp_env_check validates every set one
+ * (what fsdp_comm_init and fsdp-train do first). fsdp_env_value: the set value, or NULL. */
+typedef enum { FSDP_ENV_BOOL, FSDP_ENV_INT, FSDP_ENV_CHOICE, FSDP_ENV_TEXT } fsdp_env_type;
+typedef struct {
+    const char *name;
+    fsdp_env_type type;
+    long lo, hi;         /* INT: the accepted range */
+    const char *choices; /* CHOICE: "a|b|c" */
+    const char *def;     /* the default, as text */
+    const char *meaning;
+} fsdp_env_var;
+int fsdp_env_count(void);
+const fsdp_env_var *fsdp_env_at(int i);
+const char *fsdp_env_value(const char *name);
+fsdp_status fsdp_env_bool(const char *name, int def, int *out);
+fsdp_status fsdp_env_int(const char *name, long def, long *out);
+fsdp_status fsdp_env_choice(const char *name, int def, int *out); /* the index in choices */
+fsdp_status fsdp_env_check(void);
+
 /* Overflow-checked size_t multiply: returns 0 on overflow, else 1 and *out = a*b. */
 static inline int fsdp_mul_ok(size_t a, size_t b, size_t *out) { return !__builtin_mul_overflow(a, b, out); }
 

@@ -64,22 +64,28 @@ static size_t heap_cached_peak; /* most of heap_hwm - heap_live at once (freed p
 /* The arena's size: FSDP_SHM_HEAP_MIB, else the machine's memory divided among the `sharers` processes
  * that map each other's arenas (each maps them all: the address space reserved per process is the
  * machine's memory, whatever the number of ranks). */
-static size_t heap_size_wanted(int sharers) {
-    const char *v = getenv("FSDP_SHM_HEAP_MIB");
-    if (v != NULL && *v != '\0') {
-        long long mib = strtoll(v, NULL, 10);
-        return mib > 0 ? (size_t)mib << 20 : 0;
+static fsdp_status heap_size_wanted(int sharers, size_t *out) {
+    long mib = -1;
+    FSDP_TRY(fsdp_env_int("FSDP_SHM_HEAP_MIB", -1, &mib));
+    if (mib >= 0) {
+        *out = (size_t)mib << 20;
+        return FSDP_OK;
     }
     long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
-    if (pages <= 0 || psz <= 0) return (size_t)1 << 34;
+    if (pages <= 0 || psz <= 0) {
+        *out = (size_t)1 << 34;
+        return FSDP_OK;
+    }
     size_t s = (size_t)pages * (size_t)psz / (size_t)(sharers > 1 ? sharers : 1);
-    return s & ~(((size_t)2 << 20) - 1);
+    *out = s & ~(((size_t)2 << 20) - 1);
+    return FSDP_OK;
 }
 
 /* Called with heap_mu held: creates the arena once. */
 static fsdp_status heap_create_locked(int sharers) {
     if (heap_base != NULL) return FSDP_OK;
-    size_t size = heap_size_wanted(sharers);
+    size_t size = 0;
+    FSDP_TRY(heap_size_wanted(sharers, &size));
     if (size < HEAP_PAGE) return FSDP_ERR(FSDP_EINVAL, "FSDP_SHM_HEAP_MIB must be a positive number of MiB");
     int fd = memfd_create("fsdp-shm-heap", MFD_CLOEXEC);
     if (fd < 0) return FSDP_ERR(FSDP_ENOMEM, "memfd_create for the shared heap failed: %s", strerror(errno));

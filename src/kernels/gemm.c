@@ -344,14 +344,14 @@ static void to_f32_par(float *dst, const fsdp_bf16 *src, size_t n) {
 #define GEMM_SPLIT_N 1024
 #define GEMM_SPLIT_W 768
 static int split_n = -1; /* resolved at the first GEMM, under G_lock */
-static int split_columns(void) {
+static fsdp_status split_columns(int *out) {
     if (split_n < 0) {
-        const char *v = getenv("FSDP_GEMM_SPLIT_N");
-        char *end = NULL;
-        long n = v ? strtol(v, &end, 10) : -1;
-        split_n = v && end != v && *end == '\0' && n >= 0 && n <= INT_MAX ? (int)n : GEMM_SPLIT_N;
+        long n = GEMM_SPLIT_N;
+        FSDP_TRY(fsdp_env_int("FSDP_GEMM_SPLIT_N", GEMM_SPLIT_N, &n));
+        split_n = (int)n;
     }
-    return split_n;
+    *out = split_n;
+    return FSDP_OK;
 }
 static fsdp_status gemm_run(float *C, const void *A, const void *B, const void *bias, dnnl_data_type_t ddt,
                             int ta, int tb, int M, int K, int N, int lda, int ldb, int ldc, int beta);
@@ -382,7 +382,9 @@ static fsdp_status gemm_exec(float *C, const void *A, const void *B, const void 
         bias = bias32;
         ddt = dnnl_f32;
     }
-    if (ddt == dnnl_f32 && !tb && split_columns() > 0 && N > split_columns()) {
+    int split = 0;
+    FSDP_TRY(split_columns(&split));
+    if (ddt == dnnl_f32 && !tb && split > 0 && N > split) {
         /* Column blocks of a plain f32 B: each block is its own GEMM (the same dot products, over all
          * of K). oneDNN 2.6's brgemm runs [256, 768] x [768, 3072] (mlp.proj's dinp) and
          * [768, 256] x [256, 3072] (its weight gradient) at ~55% and ~80% of its rate on 768-column
@@ -643,14 +645,10 @@ static fsdp_status mixed_resolve_locked(void) {
     if (G.mixed_resolved) return FSDP_OK;
     fsdp_gemm_mixed_choice c = {.path = FSDP_GEMM_F32_COMPUTE, .setting = G.mixed, .source = "the setting"};
     if (c.setting == FSDP_MIXED_COMPUTE_AUTO) {
-        const char *e = getenv("FSDP_MIXED_COMPUTE");
-        if (e && *e && strcmp(e, "auto") != 0) {
-            if (strcmp(e, "bf16") == 0)
-                c.setting = FSDP_MIXED_COMPUTE_BF16;
-            else if (strcmp(e, "f32") == 0)
-                c.setting = FSDP_MIXED_COMPUTE_F32;
-            else
-                return FSDP_ERR(FSDP_EINVAL, "FSDP_MIXED_COMPUTE='%s' is not auto, bf16 or f32", e);
+        int k = 0; /* auto|bf16|f32 */
+        FSDP_TRY(fsdp_env_choice("FSDP_MIXED_COMPUTE", 0, &k));
+        if (k != 0) {
+            c.setting = k == 1 ? FSDP_MIXED_COMPUTE_BF16 : FSDP_MIXED_COMPUTE_F32;
             c.source = "FSDP_MIXED_COMPUTE";
         }
     }

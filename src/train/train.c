@@ -817,6 +817,15 @@ static fsdp_status run_setup(train_run *r) {
         fprintf(r->o, "  world size %d (%s), %d OpenMP thread%s per rank (OMP_WAIT_POLICY %s)\n", r->world,
                 fsdp_comm_backend_name(comm), r->threads, r->threads == 1 ? "" : "s",
                 wait ? wait : "unset: libgomp's default, spin then sleep");
+        /* the FSDP_* knobs that are set (docs/ENV.md): the checkpoint manifest records them too */
+        int any = 0;
+        for (int i = 0; i < fsdp_env_count(); i++) {
+            const char *v = fsdp_env_value(fsdp_env_at(i)->name);
+            if (v == NULL) continue;
+            fprintf(r->o, "%s%s=%s", any ? " " : "  environment: ", fsdp_env_at(i)->name, v);
+            any = 1;
+        }
+        fprintf(r->o, "%s\n", any ? "" : "  environment: no FSDP_* knob set (docs/ENV.md)");
     }
     FSDP_TRY(agree_gemm_path(r));
     r->train_path = fsdp_strdupf("%s/train.bin", c->data);

@@ -56,7 +56,7 @@ if [ "$PART" = basic ] || [ "$PART" = all ]; then
         *) bad "--mixed-compute $mc: gemm_path $p" ;;
         esac
     done
-    FSDP_MIXED_COMPUTE=fp16 expect_fail "FSDP_MIXED_COMPUTE='fp16'" mc_env "$BIN" "${TINY[@]}" --precision mixed --steps 2 --checkpoint-dir ck_mc_env
+    FSDP_MIXED_COMPUTE=fp16 expect_fail 'FSDP_MIXED_COMPUTE="fp16" is not one of auto|bf16|f32' mc_env "$BIN" "${TINY[@]}" --precision mixed --steps 2 --checkpoint-dir ck_mc_env
     grep -q -- "--layers" basic.log && grep -q "sample" basic.log && ok || bad "settings and sample printed"
     l1=$(field basic.jsonl 1 loss); l20=$(field basic.jsonl 20 loss)
     python3 -c "import sys; sys.exit(0 if float('$l20') < float('$l1') - 0.5 else 1)" && ok || bad "loss falls: $l1 -> $l20"
