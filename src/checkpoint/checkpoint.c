@@ -327,6 +327,98 @@ static void remove_stale_temps(const char *ckpt_dir) {
     closedir(d);
 }
 
+/* A step folder's name: "step_" and at least six digits; its step into *step. */
+static int step_name(const char *name, long long *step) {
+    if (strncmp(name, "step_", 5) != 0) return 0;
+    const char *d = name + 5;
+    size_t n = strspn(d, "0123456789");
+    if (n < 6 || d[n] != '\0' || n > 18) return 0;
+    *step = strtoll(d, NULL, 10);
+    return 1;
+}
+
+static int cmp_desc(const void *a, const void *b) {
+    long long x = *(const long long *)a, y = *(const long long *)b;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+fsdp_status fsdp_ckpt_prune(const char *ckpt_dir, int keep_last, int keep_every, int *removed, char *names,
+                            size_t cap) {
+    if (removed) *removed = 0;
+    if (names && cap) names[0] = '\0';
+    if (ckpt_dir == NULL || keep_last < 1 || keep_every < 0)
+        return FSDP_ERR(FSDP_EINVAL, "prune: need a folder, keep_last >= 1 and keep_every >= 0");
+    char *latest = fsdp_strdupf("%s/latest", ckpt_dir), *text = NULL;
+    size_t len = 0;
+    long long newest = -1;
+    fsdp_status s =
+        latest ? fsdp_io_read_file(latest, &text, &len) : FSDP_ERR(FSDP_ENOMEM, "no memory for a path");
+    if (s == FSDP_OK) {
+        char nm[64] = "";
+        snprintf(nm, sizeof nm, "%.*s", (int)(len < 63 ? len : 63), text);
+        nm[strcspn(nm, "\n")] = '\0';
+        if (!step_name(nm, &newest))
+            s = fsdp_set_error(FSDP_EIO, "%s does not name a step folder: no checkpoint removed", latest);
+    }
+    fsdp_mem_free(text);
+    free(latest);
+    if (s != FSDP_OK) return s;
+    /* the older real step folders, newest first */
+    long long *steps = NULL;
+    size_t n = 0, capn = 0;
+    DIR *d = opendir(ckpt_dir);
+    if (!d) return fsdp_set_error(FSDP_EIO, "cannot list %s: %s", ckpt_dir, strerror(errno));
+    struct dirent *e;
+    while (s == FSDP_OK && (e = readdir(d)) != NULL) {
+        long long st = 0;
+        struct stat sb;
+        if (!step_name(e->d_name, &st) || st >= newest) continue;
+        char *p = fsdp_strdupf("%s/%s", ckpt_dir, e->d_name);
+        int dir = p && lstat(p, &sb) == 0 && S_ISDIR(sb.st_mode);
+        free(p);
+        if (!dir) continue;
+        if (n == capn) {
+            size_t nc = capn ? 2 * capn : 16;
+            long long *ns = realloc(steps, nc * sizeof *ns);
+            if (!ns) {
+                s = FSDP_ERR(FSDP_ENOMEM, "no memory for the list of checkpoints");
+                break;
+            }
+            steps = ns, capn = nc;
+        }
+        steps[n++] = st;
+    }
+    closedir(d);
+    if (n) qsort(steps, n, sizeof *steps, cmp_desc);
+    int count = 0;
+    for (size_t i = (size_t)keep_last - 1; s == FSDP_OK && i < n; i++) {
+        if (keep_every > 0 && steps[i] % keep_every == 0) continue;
+        char *from = fsdp_strdupf("%s/step_%06lld", ckpt_dir, steps[i]),
+             *to = fsdp_strdupf("%s/.tmp_step_%06lld.pruned", ckpt_dir, steps[i]);
+        if (!from || !to) {
+            s = FSDP_ERR(FSDP_ENOMEM, "no memory for a path");
+        } else {
+            fsdp_rm_tree1(to); /* a leftover of an interrupted removal */
+            if (rename(from, to) != 0) {
+                s = fsdp_set_error(FSDP_EIO, "cannot move %s aside to remove it: %s", from, strerror(errno));
+            } else {
+                s = fsdp_fsync_dir(ckpt_dir);
+                fsdp_rm_tree1(to);
+                count++;
+                if (names && cap) {
+                    size_t l = strlen(names);
+                    snprintf(names + l, cap - l, "%sstep_%06lld", l ? " " : "", steps[i]);
+                }
+            }
+        }
+        free(to);
+        free(from);
+    }
+    free(steps);
+    if (removed) *removed = count;
+    return s;
+}
+
 fsdp_status fsdp_ckpt_save_parts(fsdp_comm_t *comm, const char *ckpt_dir, const cJSON *config, int n_units,
                                  const fsdp_ckpt_unit *units, const fsdp_ckpt_part *parts,
                                  const fsdp_ckpt_state *st, char **final_dir) {

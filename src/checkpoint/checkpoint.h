@@ -111,6 +111,18 @@ fsdp_status fsdp_ckpt_lock(const char *ckpt_dir, int rank, int *fd);
 /* Empties the lock file (it then names nobody) and releases the lock. fd -1: a no-op. */
 void fsdp_ckpt_unlock(int fd);
 
+/* Retention (--keep-last, --keep-every), rank 0 only, under the folder's lock, after a save has
+ * committed: removes the step folders older than the one `latest` names beyond the keep_last newest
+ * (`latest`'s counted; keep_last >= 1), except steps that are multiples of keep_every (0: none kept
+ * for that reason). Never touches `latest`'s folder or one newer than it, nor anything that is not a
+ * real folder named step_NNNNNN (a symbolic link is left alone). Each is first renamed to
+ * .tmp_step_NNNNNN.pruned (and the folder fsynced), so an interrupted removal never leaves a partial
+ * checkpoint under a step name; the next save removes what is left (it removes every .tmp_step_*).
+ * Removal is fsdp_rm_tree1. *removed (may be NULL): folders removed; their names, space-separated,
+ * into names (cap bytes, may be NULL). FSDP_EIO when `latest` cannot be read (nothing removed). */
+fsdp_status fsdp_ckpt_prune(const char *ckpt_dir, int keep_last, int keep_every, int *removed, char *names,
+                            size_t cap);
+
 /* ---- engine glue (ckpt_engine.c) */
 
 /* Collective: saves every unit's shard of eng (master, AdamW moments) with st. */

@@ -145,6 +145,17 @@ static const opt_def opts[] = {
      "save every N steps (0: only at the end)"},
     {"resume", OPT_BOOL, F(resume), 0, 1, NULL, C_TRAIN,
      "continue from --checkpoint-dir's latest checkpoint"},
+    {"keep-last", OPT_INT, F(keep_last), 0, 1 << 30, NULL, C_TRAIN,
+     "after each checkpoint is complete, remove the older ones beyond the newest K (the one `latest` "
+     "names counts and is never removed; 0: keep all)"},
+    {"keep-every", OPT_INT, F(keep_every), 0, 1 << 30, NULL, C_TRAIN,
+     "with --keep-last: checkpoints of steps that are multiples of N are kept forever (0: none)"},
+    {"export-final", OPT_STR, F(export_final), 0, 0, NULL, C_TRAIN,
+     "after the last step, export the model alone (no optimizer state) into this folder: "
+     "model.safetensors in --export-dtype, config.json and the tokenizer, as `fsdp-train export` does"},
+    {"export-dtype", OPT_ENUM, F(export_dtype), 0, 0, dtype_names, C_TRAIN | C_EXPORT,
+     "dtype of the exported tensors: f32 (the fp32 master weights as they are) or bf16 (rounded to "
+     "nearest even)"},
     {"metrics", OPT_STR, F(metrics), 0, 0, NULL, C_TRAIN,
      "JSONL file: one object per step (appended); a write that fails (full disk) stops the run with an "
      "error, never loses lines silently"},
@@ -609,6 +620,10 @@ fsdp_status fsdp_train_config_check(fsdp_train_config *c, int world) {
                 c->world, world, world == 1 ? " is" : "s are");
         if (!c->checkpoint_dir && c->resume)
             return fsdp_set_error(FSDP_EINVAL, "--resume needs --checkpoint-dir");
+        if (c->keep_every > 0 && c->keep_last == 0)
+            return fsdp_set_error(FSDP_EINVAL,
+                                  "--keep-every %d needs --keep-last K: without it every checkpoint is kept",
+                                  c->keep_every);
         break;
     case FSDP_CMD_PREPARE:
         if (c->n_texts == 0) return fsdp_set_error(FSDP_EINVAL, "prepare needs --text FILE...");

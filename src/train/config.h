@@ -74,6 +74,11 @@ typedef struct {
     const char *checkpoint_dir;
     int checkpoint_every; /* 0: only at the end */
     int resume;
+    int keep_last;  /* keep the newest K checkpoints (latest's included; 0: keep all) */
+    int keep_every; /* with keep_last: steps that are multiples of N are kept forever (0: none) */
+    const char
+        *export_final;   /* train: after the last step, export the model (safetensors) into this folder */
+    int export_dtype;    /* export, --export-final: fsdp_dtype of the exported tensors (f32, bf16) */
     const char *metrics; /* JSONL file or NULL */
     int log_every;
     double peak_gflops; /* MFU's per-rank peak: 0 measure at start-up, > 0 this GFLOP/s, < 0 no MFU */

@@ -1,8 +1,8 @@
-/* export.c — `fsdp-train export`: a checkpoint's full fp32 model as .safetensors with its family's
- * Hugging Face tensor names and layout (the family's tensor map, fsdp_model_hf_map: GPT-2's Conv1D
- * weights transposed to [in, out], embeddings cut to the real vocabulary, fused tensors split, tied
- * tensors stored once), plus the family's config.json beside it. Reads shard files directly, so it needs no
- * engine and no particular world size. */
+/* export.c — `fsdp-train export`: a checkpoint's full model as .safetensors (fp32, or bf16 with
+ * --export-dtype) with its family's Hugging Face tensor names and layout (the family's tensor map,
+ * fsdp_model_hf_map: GPT-2's Conv1D weights transposed to [in, out], embeddings cut to the real vocabulary,
+ * fused tensors split, tied tensors stored once), plus the family's config.json beside it. Reads shard files
+ * directly, so it needs no engine and no particular world size. */
 #include "train/train.h"
 
 #include "core/core.h"
@@ -34,7 +34,8 @@ static int ckpt_unit(fsdp_ckpt_reader *r, const char *name) {
 
 /* The file's tensors, in the family's map order (its tied entries left out: the tensor they are
  * tied to is stored once); every tensor of the checkpoint must be exported by some entry. */
-static fsdp_status plan(fsdp_ckpt_reader *r, const fsdp_model_config *mc, export_tensor **out, int *n_out) {
+static fsdp_status plan(fsdp_ckpt_reader *r, const fsdp_model_config *mc, size_t esize, export_tensor **out,
+                        int *n_out) {
     fsdp_hf_map map;
     FSDP_TRY(fsdp_model_hf_map(mc, &map));
     export_tensor *ts = calloc((size_t)map.n + 1, sizeof *ts);
@@ -67,7 +68,7 @@ static fsdp_status plan(fsdp_ckpt_reader *r, const fsdp_model_config *mc, export
         e->shape[0] = e->transpose ? cols : m->rows;
         e->shape[1] = e->transpose ? m->rows : cols;
         e->begin = off;
-        off += 4 * (uint64_t)e->rows * (uint64_t)cols;
+        off += esize * (uint64_t)e->rows * (uint64_t)cols;
         e->end = off;
     }
     /* Nothing of the checkpoint may be left behind (a tensor no entry names). */
@@ -92,7 +93,7 @@ static fsdp_status plan(fsdp_ckpt_reader *r, const fsdp_model_config *mc, export
     return FSDP_OK;
 }
 
-static char *header_json(const export_tensor *ts, int n, int64_t step) {
+static char *header_json(const export_tensor *ts, int n, int64_t step, const char *dtype) {
     cJSON *j = cJSON_CreateObject();
     if (!j) return NULL;
     cJSON *meta = cJSON_AddObjectToObject(j, "__metadata__");
@@ -103,7 +104,7 @@ static char *header_json(const export_tensor *ts, int n, int64_t step) {
     cJSON_AddStringToObject(meta, "step", buf);
     for (int i = 0; i < n; i++) {
         cJSON *t = cJSON_CreateObject();
-        cJSON_AddStringToObject(t, "dtype", "F32");
+        cJSON_AddStringToObject(t, "dtype", dtype);
         cJSON *sh = cJSON_AddArrayToObject(t, "shape");
         for (int d = 0; d < ts[i].ndim; d++)
             cJSON_AddItemToArray(sh, cJSON_CreateNumber((double)ts[i].shape[d]));
@@ -118,7 +119,7 @@ static char *header_json(const export_tensor *ts, int n, int64_t step) {
 }
 
 /* config.json beside the model: the family's fields, then the trainer's token ids and tokenizer. */
-static fsdp_status write_config_json(const char *out, const fsdp_model_config *mc, int eot) {
+static fsdp_status write_config_json(const char *out, const fsdp_model_config *mc, int eot, fsdp_dtype dt) {
     char dir[4096];
     fsdp_path_dirname(out, dir, sizeof dir);
     char *path = fsdp_strdupf("%s/config.json", dir);
@@ -132,6 +133,7 @@ static fsdp_status write_config_json(const char *out, const fsdp_model_config *m
     s = mc->family->hf_write_config(mc, j);
     if (s != FSDP_OK) goto done;
     const int V = mc->vocab_size;
+    if (dt == FSDP_BF16) cJSON_AddStringToObject(j, "torch_dtype", "bfloat16"); /* the tensors' dtype */
     cJSON_AddNumberToObject(j, "bos_token_id", eot >= 0 ? eot : V - 1);
     cJSON_AddNumberToObject(j, "eos_token_id", eot >= 0 ? eot : V - 1);
     cJSON_AddStringToObject(j, "tokenizer",
@@ -203,12 +205,14 @@ static fsdp_status export_open(const fsdp_train_config *cfg, const char *odir, f
 }
 
 /* safetensors: u64 little-endian header length, JSON header (space-padded to 8 bytes), then every
- * tensor's fp32 data in ts order, read one unit's flat buffer at a time (transposed where asked). */
+ * tensor's data (fp32, or bf16 rounded to nearest even) in ts order, read one unit's flat buffer at a
+ * time (transposed where asked). */
 static fsdp_status export_write(fsdp_out *o, fsdp_ckpt_reader *r, const export_tensor *ts, int n,
-                                const char *hdr) {
+                                const char *hdr, fsdp_dtype dt) {
     const int fd = o->fd;
     const char *tmp = o->tmp;
     float *flat = NULL, *buf = NULL;
+    fsdp_bf16 *b16 = NULL;
     size_t hlen = strlen(hdr), padded = (hlen + 7) / 8 * 8;
     uint64_t hl = padded;
     fsdp_status s = fsdp_io_write_all(fd, &hl, 8, tmp);
@@ -236,8 +240,18 @@ static fsdp_status export_write(fsdp_out *o, fsdp_ckpt_reader *r, const export_t
                     buf[b * rows + a] = src[a * cols + b];
             src = buf;
         }
-        s = fsdp_io_write_all(fd, src, 4 * rows * cols, tmp);
+        if (dt == FSDP_BF16) { /* rounded to nearest even, in one pass per tensor */
+            fsdp_mem_free(b16);
+            b16 = NULL;
+            s = fsdp_mem_alloc((void **)&b16, 2 * rows * cols + 2, FSDP_MEM_OTHER);
+            if (s != FSDP_OK) break;
+            fsdp_f32_to_bf16_n(b16, src, rows * cols);
+            s = fsdp_io_write_all(fd, b16, 2 * rows * cols, tmp);
+        } else {
+            s = fsdp_io_write_all(fd, src, 4 * rows * cols, tmp);
+        }
     }
+    fsdp_mem_free(b16);
     fsdp_mem_free(buf);
     fsdp_mem_free(flat);
     return s;
@@ -259,26 +273,27 @@ static fsdp_status export_checkpoint(const fsdp_train_config *cfg, FILE *out) {
     if (s == FSDP_OK) s = fsdp_train_config_from_json(&c, fsdp_ckpt_config(r), step_dir);
     if (s == FSDP_OK) s = fsdp_train_model_config(&c, &mc);
     if (s == FSDP_OK) s = fsdp_ckpt_state_get(r, &st);
-    if (s == FSDP_OK) s = plan(r, &mc, &ts, &n);
+    const fsdp_dtype dt = (fsdp_dtype)cfg->export_dtype;
+    if (s == FSDP_OK) s = plan(r, &mc, fsdp_dtype_size(dt), &ts, &n);
     if (s == FSDP_OK) s = export_tokenizer(cfg, c.vocab, &tpath, &eot);
-    if (s == FSDP_OK && (hdr = header_json(ts, n, st.step)) == NULL)
+    if (s == FSDP_OK && (hdr = header_json(ts, n, st.step, dt == FSDP_BF16 ? "BF16" : "F32")) == NULL)
         s = FSDP_ERR(FSDP_ENOMEM, "no memory for the safetensors header");
     fsdp_path_dirname(cfg->out, odir, sizeof odir);
     if (s == FSDP_OK) s = export_open(cfg, odir, &o);
-    if (s == FSDP_OK) s = export_write(&o, r, ts, n, hdr);
+    if (s == FSDP_OK) s = export_write(&o, r, ts, n, hdr, dt);
     if (s == FSDP_OK) s = fsdp_out_commit(&o);
     /* The run's tokenizer.json goes beside the model, so AutoTokenizer loads the folder too. */
     if (s == FSDP_OK && tpath) {
         tdst = fsdp_strdupf("%s/tokenizer.json", odir);
         s = tdst ? fsdp_io_copy_file(tpath, tdst) : FSDP_ERR(FSDP_ENOMEM, "no memory for a path");
     }
-    if (s == FSDP_OK) s = write_config_json(cfg->out, &mc, eot);
+    if (s == FSDP_OK) s = write_config_json(cfg->out, &mc, eot, dt);
     if (s == FSDP_OK && out && tpath) fprintf(out, "copied %s beside it as tokenizer.json\n", tpath);
     if (s == FSDP_OK && cfg->logits) s = fsdp_train_write_logits(step_dir, cfg->logits);
     if (s == FSDP_OK && out)
-        fprintf(out,
-                "exported %s (step %lld, %d tensors, %llu bytes of fp32 data) and config.json beside it\n",
-                cfg->out, (long long)st.step, n, (unsigned long long)(n ? ts[n - 1].end : 0));
+        fprintf(out, "exported %s (step %lld, %d tensors, %llu bytes of %s data) and config.json beside it\n",
+                cfg->out, (long long)st.step, n, (unsigned long long)(n ? ts[n - 1].end : 0),
+                dt == FSDP_BF16 ? "bf16" : "fp32");
     fsdp_out_abort(&o); /* a no-op once committed */
     free(tdst);
     free(tpath);

@@ -676,6 +676,7 @@ typedef struct {
     double peak_total_gflops; /* the sum over ranks */
     double mem_total;         /* bytes of physical memory on this machine (0: unknown) */
     fsdp_outlier *guard;      /* --skip-update-z's window, NULL when off */
+    char *last_saved;         /* the step folder of this run's last checkpoint */
     int skipped;              /* updates the guard skipped in this run */
     float *waits;             /* (world) each rank's collective wait in the step, gathered */
 } train_run;
@@ -964,6 +965,12 @@ static fsdp_status run_start(train_run *r, int *nothing) {
     if (r->rank == 0 && c->metrics) s = open_metrics(c->metrics, &r->metrics);
     if (s == FSDP_OK && r->rank == 0 && c->report) s = fsdp_out_check(c->report, "--report");
     if (s == FSDP_OK && r->rank == 0 && c->trace) s = fsdp_out_check(c->trace, "--trace");
+    if (s == FSDP_OK && r->rank == 0 && c->export_final) {
+        char *p = fsdp_strdupf("%s/model.safetensors", c->export_final);
+        s = p ? fsdp_mkdirs(c->export_final) : FSDP_ERR(FSDP_ENOMEM, "no memory for a path");
+        if (s == FSDP_OK) s = fsdp_out_check(p, "--export-final");
+        free(p);
+    }
     FSDP_TRY(fsdp_comm_agree(comm, s, "checking the output files"));
     if (c->trace) { /* after a barrier, so the ranks' time origins roughly agree */
         FSDP_TRY(fsdp_comm_barrier(comm));
@@ -1172,8 +1179,37 @@ static fsdp_status maybe_checkpoint(train_run *r, int step) {
     FSDP_TRY(fsdp_ckpt_save(r->rm.eng, c->checkpoint_dir, r->cj, &r->st, &saved));
     fsdp_trace_end("checkpoint", "checkpoint");
     if (r->o) fprintf(r->o, "%ssaved %s\n", r->tty ? "\n" : "", saved);
-    free(saved);
-    return FSDP_OK;
+    free(r->last_saved);
+    r->last_saved = saved;
+    /* --keep-last: the older checkpoints beyond the newest K go, now that this one is complete */
+    fsdp_status s = FSDP_OK;
+    int removed = 0;
+    char names[1024];
+    if (c->keep_last > 0 && r->rank == 0)
+        s = fsdp_ckpt_prune(c->checkpoint_dir, c->keep_last, c->keep_every, &removed, names, sizeof names);
+    if (s == FSDP_OK && removed && r->o)
+        fprintf(r->o, "removed %s (--keep-last %d%s)\n", names, c->keep_last,
+                c->keep_every ? ", --keep-every" : "");
+    return fsdp_comm_agree(r->comm, s, "removing old checkpoints");
+}
+
+/* --export-final: the last checkpoint's model alone (rank 0, reading the shard files as `export`
+ * does) as DIR/model.safetensors in --export-dtype, with config.json and the tokenizer beside it. */
+static fsdp_status run_export_final(train_run *r) {
+    const fsdp_train_config *c = &r->cfg;
+    if (!c->export_final || !r->last_saved) return FSDP_OK;
+    fsdp_status s = FSDP_OK;
+    if (r->rank == 0) {
+        fsdp_train_config e = fsdp_train_config_default();
+        e.cmd = FSDP_CMD_EXPORT;
+        e.checkpoint = r->last_saved;
+        e.export_dtype = c->export_dtype;
+        char *path = fsdp_strdupf("%s/model.safetensors", c->export_final);
+        e.out = path;
+        s = path ? fsdp_export_run(&e, r->o) : FSDP_ERR(FSDP_ENOMEM, "no memory for a path");
+        free(path);
+    }
+    return fsdp_comm_agree(r->comm, s, "--export-final");
 }
 
 /* After the last step: --metrics closed (its last lines' fate is known only then), the summary line,
@@ -1246,6 +1282,7 @@ static void run_free(train_run *r) {
     fsdp_ckpt_unlock(r->lock);
     free(r->guard);
     free(r->waits);
+    free(r->last_saved);
     cJSON_Delete(r->cj);
     fsdp_mem_free(r->tg);
     fsdp_mem_free(r->in);
@@ -1284,6 +1321,7 @@ fsdp_status fsdp_train_run(const fsdp_train_config *cfg, fsdp_comm_t *comm, FILE
     fsdp_trace_disable();
     if (s == FSDP_OK && !nothing) s = run_sample(r);
     if (s == FSDP_OK && !nothing) s = run_report(r);
+    if (s == FSDP_OK && !nothing) s = run_export_final(r);
     if (res) *res = r->rr;
     run_free(r);
     free(r);

@@ -44,9 +44,10 @@ fsdp_status fsdp_train_plan(const fsdp_train_config *cfg, fsdp_comm_t *comm, FIL
 /* `sample`: text from a checkpoint (any world size saved it; this runs on comm, rank 0 prints). */
 fsdp_status fsdp_sample_run(const fsdp_train_config *cfg, fsdp_comm_t *comm, FILE *out);
 
-/* `export`: cfg->checkpoint -> cfg->out (.safetensors) + config.json beside it. Reads the shard
- * files directly (no engine, any saving world size), one process. With cfg->init_from instead, the
- * Hugging Face folder goes through a temporary checkpoint beside cfg->out (removed afterwards). */
+/* `export`: cfg->checkpoint -> cfg->out (.safetensors, tensors in cfg->export_dtype) + config.json beside it.
+ * Reads the shard files directly (no engine, any saving world size), one process. With cfg->init_from
+ * instead, the Hugging Face folder goes through a temporary checkpoint beside cfg->out (removed afterwards).
+ */
 fsdp_status fsdp_export_run(const fsdp_train_config *cfg, FILE *out);
 
 /* For the export check: loads the checkpoint (ckpt: step or checkpoint folder) into an fp32 model in

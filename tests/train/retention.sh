@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# retention.sh — checkpoint retention and the final export (issue 29 item 2): --keep-last K removes the
+# older checkpoints beyond the newest K once a new one is complete, never the one `latest` names, and
+# keeps steps that are multiples of --keep-every N forever (also from a --config TOML file); what it
+# does not own (a symbolic link named like a step, other files) is left alone, a removal interrupted
+# earlier (.tmp_step_*.pruned) is cleaned by the next save, a resume keeps pruning; --export-final DIR
+# --export-dtype bf16 writes the model alone whose every value is the fp32 export's rounded to nearest
+# even (checked here bit by bit with an independent rounding), and f32 equals `fsdp-train export`'s.
+# usage: retention.sh FSDP_TRAIN_BINARY MPIRUN_SH WORKDIR
+set -uo pipefail
+BIN=$1 MPIRUN=$2 WORK=$3
+SRC=$(cd "$(dirname "$0")/../.." && pwd)
+rm -rf "$WORK" && mkdir -p "$WORK" && cd "$WORK" || exit 1
+source "$SRC/tests/lib_common.sh"
+export OMP_NUM_THREADS=1
+PY=/usr/bin/python3
+
+"$BIN" prepare --text "$SRC"/src/*/*.c --out data --val-fraction 0.1 >prep.log 2>&1 || bad "prepare: $(cat prep.log)"
+TINY=(--data data --layers 2 --width 32 --heads 2 --seq-len 32 --batch 12 --precision fp32 --eval-every 0
+      --sample-tokens 0 --log-every 100 --threads 1 --checkpoint-every 2)
+steps_in() { (cd "$1" && ls -d step_* 2>/dev/null | tr '\n' ' '); }
+
+# Things retention must not touch: a link named like an old step (to a folder with a file), a file.
+mkdir -p ck outside && echo keep >outside/f && ln -s ../outside ck/step_000001 && echo x >ck/notes.txt
+"$MPIRUN" 2 "$BIN" "${TINY[@]}" --steps 12 --keep-last 2 --keep-every 4 --checkpoint-dir ck >a.log 2>&1 || bad "run: $(tail -3 a.log)"
+[ "$(steps_in ck)" = "step_000001 step_000004 step_000008 step_000010 step_000012 " ] && ok || bad "kept: $(steps_in ck)"
+[ "$(cat ck/latest)" = step_000012 ] && [ -L ck/step_000001 ] && [ "$(cat outside/f)" = keep ] && [ -f ck/notes.txt ] && ok ||
+    bad "latest, the link, its target and the file"
+grep -q "removed step_000002 (--keep-last 2" a.log && grep -q "removed step_000006 " a.log && ok || bad "removals not printed: $(grep removed a.log)"
+# an interrupted removal's leftover goes at the next save; a resume prunes on (from a TOML file)
+mkdir ck/.tmp_step_000003.pruned && echo x >ck/.tmp_step_000003.pruned/rank_00000.bin
+printf 'keep-last = 2\nkeep-every = 4\n' >keep.toml
+"$BIN" "${TINY[@]}" --config keep.toml --steps 16 --resume --checkpoint-dir ck >b.log 2>&1 || bad "resume: $(tail -3 b.log)"
+[ "$(steps_in ck)" = "step_000001 step_000004 step_000008 step_000012 step_000014 step_000016 " ] && [ ! -e ck/.tmp_step_000003.pruned ] && ok ||
+    bad "after resume: $(steps_in ck) $(ls -a ck | grep pruned)"
+# --keep-last 1: only latest; every kept checkpoint still loads
+"$BIN" "${TINY[@]}" --steps 6 --keep-last 1 --checkpoint-dir ck1 >c.log 2>&1 || bad "keep-last 1: $(tail -3 c.log)"
+[ "$(steps_in ck1)" = "step_000006 " ] && loads ck1 && ok || bad "keep-last 1: $(steps_in ck1)"
+for s in 4 8 12 14 16; do loads "ck/$(printf step_%06d $s)" && ok || bad "step $s does not load"; done
+# --keep-every alone is refused (it would keep what is kept anyway)
+"$BIN" "${TINY[@]}" --steps 2 --keep-every 2 --checkpoint-dir ck2 >d.log 2>&1 && bad "--keep-every without --keep-last ran" ||
+    { grep -q -- "--keep-every 2 needs --keep-last" d.log && ok || bad "message: $(tail -2 d.log)"; }
+
+# the final export, bf16 and f32, against `export` of the same checkpoint in f32
+"$BIN" "${TINY[@]}" --steps 4 --checkpoint-dir ck3 --export-final fin16 --export-dtype bf16 >e.log 2>&1 || bad "export-final bf16: $(tail -3 e.log)"
+"$BIN" "${TINY[@]}" --steps 4 --checkpoint-dir ck4 --export-final fin32 >f.log 2>&1 || bad "export-final f32: $(tail -3 f.log)"
+"$BIN" export --checkpoint ck3 --out ref/model.safetensors >g.log 2>&1 || bad "export: $(tail -3 g.log)"
+grep -q "exported fin16/model.safetensors (step 4, .* of bf16 data)" e.log && [ -f fin16/config.json ] && ok || bad "export-final output: $(grep export e.log)"
+$PY - ref/model.safetensors fin16/model.safetensors fin32/model.safetensors fin16/config.json <<'PY' && ok || bad "exported tensors"
+import json, struct, sys
+def load(p):
+    b = open(p, "rb").read()
+    n = struct.unpack("<Q", b[:8])[0]
+    h = json.loads(b[8:8 + n]); h.pop("__metadata__", None)
+    return h, b[8 + n:]
+rh, rd = load(sys.argv[1]); bh, bd = load(sys.argv[2]); fh, fd = load(sys.argv[3])
+assert fd == rd and {k: v["dtype"] for k, v in fh.items()} == {k: "F32" for k in rh}, "f32 export differs"
+assert set(bh) == set(rh), "tensor names"
+for k, v in rh.items():
+    a, b = v["data_offsets"]; c, d = bh[k]["data_offsets"]
+    assert bh[k]["dtype"] == "BF16" and bh[k]["shape"] == v["shape"] and d - c == (b - a) // 2, k
+    f = struct.unpack("<%dI" % ((b - a) // 4), rd[a:b])
+    h = struct.unpack("<%dH" % ((d - c) // 2), bd[c:d])
+    want = tuple(((x + 0x7FFF + ((x >> 16) & 1)) >> 16) & 0xFFFF for x in f)  # round to nearest even
+    assert h == want, k
+assert json.load(open(sys.argv[4])).get("torch_dtype") == "bfloat16"
+PY
+finish
