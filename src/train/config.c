@@ -178,6 +178,13 @@ static const opt_def opts[] = {
      "plain data parallel) and stop: allocates no model, needs no data files"},
     {"world", OPT_INT, F(world), 0, 1 << 20, NULL, C_TRAIN,
      "ranks --plan plans for; 0: the launcher's (a run must match it)"},
+    {"fit", OPT_I64, F(fit), 0, 9.007199254740992e15, NULL, C_TRAIN,
+     "with --plan: a per-rank budget in bytes; finds the largest micro-batch (fewest --micro-batches "
+     "dividing the batch), then --recompute, then a more sharded --strategy, whose plan fits, and prints "
+     "that plan (an error naming the largest category when nothing fits)"},
+    {"mem-limit", OPT_I64, F(mem_limit), 0, 9.007199254740992e15, NULL, C_TRAIN,
+     "per-rank bytes a run may plan for: a run whose memory plan exceeds it is refused before the model "
+     "is allocated, naming the largest category (0: the machine's physical memory / ranks on this host)"},
     {"report", OPT_STR, F(report), 0, 0, NULL, C_TRAIN,
      "JSON file: predicted and measured peak bytes per category, max over ranks (--plan: predicted)"},
     {"trace", OPT_STR, F(trace), 0, 0, NULL, C_TRAIN,
@@ -620,6 +627,9 @@ fsdp_status fsdp_train_config_check(fsdp_train_config *c, int world) {
                 c->world, world, world == 1 ? " is" : "s are");
         if (!c->checkpoint_dir && c->resume)
             return fsdp_set_error(FSDP_EINVAL, "--resume needs --checkpoint-dir");
+        if (c->fit > 0 && !c->plan)
+            return fsdp_set_error(FSDP_EINVAL, "--fit %lld needs --plan (it solves the memory plan)",
+                                  (long long)c->fit);
         if (c->keep_every > 0 && c->keep_last == 0)
             return fsdp_set_error(FSDP_EINVAL,
                                   "--keep-every %d needs --keep-last K: without it every checkpoint is kept",

@@ -90,6 +90,8 @@ typedef struct {
     /* memory plan, report, trace (docs/DESIGN.md section 5) */
     int plan;           /* --plan: print the predicted per-rank memory of these settings and stop */
     int world;          /* ranks --plan plans for; 0: the launcher's (1 without one) */
+    int64_t fit;        /* --plan --fit BYTES: solve for settings whose per-rank plan fits (0: off) */
+    int64_t mem_limit;  /* per-rank bytes a run may plan for (0: the machine's memory / ranks on the host) */
     const char *report; /* JSON file: predicted (and, after a run, measured) peak bytes per category */
     const char *trace;  /* Chrome-trace JSON file of the run */
     int trace_steps;    /* trace steps 1..N of the run only (0: the whole run) */

@@ -275,6 +275,67 @@ fsdp_status fsdp_train_plan_compute(const fsdp_train_config *c, int world, int t
 
 static fsdp_status write_report(const char *path, const fsdp_plan *plan, const fsdp_mem_peaks *meas);
 
+/* The category of a plan with the largest predicted peak. */
+static fsdp_mem_cat largest_category(const fsdp_plan *p) {
+    int best = 0;
+    for (int k = 1; k < FSDP_MEM_NCAT; k++)
+        if (p->predicted.peak[k] > p->predicted.peak[best]) best = k;
+    return (fsdp_mem_cat)best;
+}
+
+static const char *strategy_flag(int s) {
+    static const char *const n[] = {"full", "grad-op", "none", "hybrid"};
+    return s >= 0 && s < 4 ? n[s] : "?";
+}
+
+/* --plan --fit BYTES: the first setting, in this order of preference, whose per-rank plan total fits:
+ * for the given --strategy then each more sharded one (none -> grad-op -> full, hybrid -> full), for
+ * the given --recompute then on, the fewest --micro-batches that divide the per-rank batch (the largest
+ * micro-batch). c gets the choice and *plan its plan; *tried counts the plans computed. Nothing fits:
+ * FSDP_EINVAL naming the budget, the smallest plan tried and its largest category. */
+static fsdp_status plan_fit(fsdp_train_config *c, int world, int threads, fsdp_plan *plan, int *tried) {
+    int strategies[4], ns = 0;
+    strategies[ns++] = c->strategy;
+    if (c->strategy == FSDP_NO_SHARD) strategies[ns++] = FSDP_SHARD_GRAD_OP;
+    if (c->strategy != FSDP_FULL_SHARD) strategies[ns++] = FSDP_FULL_SHARD;
+    const int recs[2] = {c->recompute, 1}, nr = c->recompute ? 1 : 2;
+    const int per_rank = c->batch / world; /* sequences per rank and step (checked: batch % world == 0) */
+    fsdp_train_config best = *c;
+    fsdp_plan smallest;
+    size_t smallest_total = SIZE_MAX;
+    *tried = 0;
+    for (int si = 0; si < ns; si++)
+        for (int ri = 0; ri < nr; ri++)
+            for (int m = 1; m <= per_rank; m++) {
+                if (per_rank % m != 0) continue;
+                fsdp_train_config t = *c;
+                t.strategy = strategies[si];
+                t.recompute = recs[ri];
+                t.micro_batches = m;
+                fsdp_plan p;
+                FSDP_TRY(fsdp_train_plan_compute(&t, world, threads, t.eval_every > 0, NULL, &p));
+                ++*tried;
+                if (p.predicted.total <= (size_t)c->fit) {
+                    *c = t;
+                    *plan = p;
+                    return FSDP_OK;
+                }
+                if (p.predicted.total < smallest_total) {
+                    smallest_total = p.predicted.total;
+                    smallest = p;
+                    best = t;
+                }
+            }
+    const fsdp_mem_cat big = largest_category(&smallest);
+    return fsdp_set_error(
+        FSDP_EINVAL,
+        "--fit %lld: no setting fits: the smallest plan (--micro-batches %d, --recompute %d, "
+        "--strategy %s, %d rank%s) needs %zu B per rank, its largest category %s %zu B; "
+        "lower --batch or --seq-len, a smaller model, or more ranks (--world)",
+        (long long)c->fit, best.micro_batches, best.recompute, strategy_flag(best.strategy), world,
+        world == 1 ? "" : "s", smallest_total, fsdp_mem_cat_name(big), smallest.predicted.peak[big]);
+}
+
 /* --plan on this rank (no collective: every rank computes the same, rank 0 prints and writes). */
 static fsdp_status plan_local(const fsdp_train_config *cfg_in, fsdp_comm_t *comm, FILE *out) {
     fsdp_train_config cfg = *cfg_in;
@@ -291,9 +352,22 @@ static fsdp_status plan_local(const fsdp_train_config *cfg_in, fsdp_comm_t *comm
         if (threads < 1) threads = 1;
     }
     fsdp_plan plan;
+    int tried = 0;
     FSDP_TRY(fsdp_gemm_set_mixed_compute((fsdp_mixed_compute)c->mixed_compute)); /* other: its workspace */
-    FSDP_TRY(fsdp_train_plan_compute(c, world, threads, c->eval_every > 0, NULL, &plan));
+    const fsdp_train_config asked = *c;
+    if (c->fit > 0)
+        FSDP_TRY(plan_fit(c, world, threads, &plan, &tried));
+    else
+        FSDP_TRY(fsdp_train_plan_compute(c, world, threads, c->eval_every > 0, NULL, &plan));
     if (!rank0) return FSDP_OK;
+    if (out && c->fit > 0)
+        fprintf(out,
+                "--fit %lld B per rank: --micro-batches %d --recompute %d --strategy %s fits (%zu B, %.1f%% "
+                "of the "
+                "budget; %d plan%s tried; asked: --micro-batches %d --recompute %d --strategy %s)\n",
+                (long long)c->fit, c->micro_batches, c->recompute, strategy_flag(c->strategy),
+                plan.predicted.total, 100.0 * (double)plan.predicted.total / (double)c->fit, tried,
+                tried == 1 ? "" : "s", asked.micro_batches, asked.recompute, strategy_flag(asked.strategy));
     if (out) {
         fprintf(
             out,
@@ -792,6 +866,31 @@ static fsdp_status setup_perf(train_run *r) {
     return FSDP_OK;
 }
 
+/* Before the model is allocated: the run's memory plan (one-host transports) against --mem-limit, or
+ * the machine's physical memory shared by this host's ranks; refused naming the largest category. */
+static fsdp_status check_mem_limit(train_run *r) {
+    const fsdp_train_config *c = &r->cfg;
+    fsdp_plan p;
+    FSDP_TRY(fsdp_train_plan_compute(c, r->world, r->threads, r->have_val, NULL, &p));
+    const int local = fsdp_comm_local_size(r->comm) > 0 ? fsdp_comm_local_size(r->comm) : 1;
+    long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+    const double machine = pages > 0 && psz > 0 ? (double)pages * (double)psz : 0;
+    const double limit = c->mem_limit > 0 ? (double)c->mem_limit : machine / local;
+    if (limit <= 0 || (double)p.predicted.total <= limit) return FSDP_OK;
+    const fsdp_mem_cat big = largest_category(&p);
+    return fsdp_set_error(
+        FSDP_EINVAL,
+        "the memory plan of this run needs %zu B per rank, more than the %.0f B %s: its largest "
+        "category is %s (%zu B); nothing was allocated. Try --micro-batches, --recompute, "
+        "--strategy full or more ranks (`fsdp-train --plan --fit %.0f ...` finds settings "
+        "that fit), or set --mem-limit",
+        p.predicted.total, limit,
+        c->mem_limit > 0 ? "of --mem-limit"
+        : local > 1      ? "per rank of the machine's memory (shared by this host's ranks)"
+                         : "of the machine's memory",
+        fsdp_mem_cat_name(big), p.predicted.peak[big], limit);
+}
+
 /* The settings every rank agrees on, the checkpoint folder (this run's alone, writable), the data, the
  * model and its memory plan, the config record. */
 static fsdp_status run_setup(train_run *r) {
@@ -864,6 +963,7 @@ static fsdp_status run_setup(train_run *r) {
                 (unsigned long long)fsdp_loader_num_batches(&r->train), c->batch, c->seq_len,
                 r->have_val ? ", val.bin for validation" : "");
 
+    FSDP_TRY(fsdp_comm_agree(comm, check_mem_limit(r), "checking the memory plan against the memory"));
     size_t bt = (size_t)r->train.b * (size_t)c->seq_len;
     s = fsdp_mem_alloc((void **)&r->in, sizeof(int32_t) * bt, FSDP_MEM_ACTIVATION);
     if (s == FSDP_OK) s = fsdp_mem_alloc((void **)&r->tg, sizeof(int32_t) * bt, FSDP_MEM_ACTIVATION);

@@ -18,3 +18,10 @@ if(TARGET fsdp-train)
     set_tests_properties(train/plan_flow/np${np} PROPERTIES LABELS "script;train" TIMEOUT 300)
   endforeach()
 endif()
+# --plan --fit BYTES (the solver) and --mem-limit (a run over it refused): tests/train/plan_fit.sh.
+if(TARGET fsdp-train)
+  add_test(NAME train/plan_fit
+    COMMAND ${PROJECT_SOURCE_DIR}/tests/train/plan_fit.sh $<TARGET_FILE:fsdp-train>
+            ${FSDP_MPIRUN} ${PROJECT_BINARY_DIR}/tmp_plan_fit)
+  set_tests_properties(train/plan_fit PROPERTIES LABELS "script;train" TIMEOUT 300)
+endif()
