@@ -161,8 +161,8 @@ static const opt_def opts[] = {
      "error, never loses lines silently"},
     {"log-every", OPT_INT, F(log_every), 1, 1 << 30, NULL, C_TRAIN, "print a line every N steps"},
     {"peak-gflops", OPT_DBL, F(peak_gflops), -1, 1e12, NULL, C_TRAIN,
-     "per-rank peak of MFU: 0 measures it at start-up (the best of a few 1024^3 GEMMs on the run's GEMM "
-     "path and threads, under 0.3 s, recorded in the manifest); > 0: this GFLOP/s per rank, no "
+     "per-rank peak of MFU: 0 measures it at start-up (the best of a few 512^3 or 1024^3 GEMMs on the "
+     "run's GEMM path and threads, within 0.25 s, recorded in the manifest); > 0: this GFLOP/s per rank, no "
      "measurement; -1: no measurement and no TFLOPS share (MFU) in the step line"},
     {"skip-update-z", OPT_DBL, F(skip_update_z), 0, 1e6, NULL, C_TRAIN,
      "outlier guard: skip the optimizer update of a step whose loss or grad norm lies more than Z "

@@ -378,6 +378,21 @@ static fsdp_status plan_local(const fsdp_train_config *cfg_in, fsdp_comm_t *comm
         FSDP_TRY(fsdp_plan_print(out, &plan, NULL));
         fprintf(out, "activation and other are estimates (other excludes oneDNN's GEMM scratchpad); the "
                      "rest is exact\n");
+        /* what a run would be refused for (check_mem_limit): --mem-limit, else the machine's memory shared
+         * by the ranks planned for on this host */
+        long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+        const int local = world != fsdp_comm_size(comm) ? world : fsdp_comm_local_size(comm);
+        const double limit = c->mem_limit > 0                    ? (double)c->mem_limit
+                             : pages > 0 && psz > 0 && local > 0 ? (double)pages * (double)psz / local
+                                                                 : 0;
+        if (limit > 0 && (double)plan.predicted.total > limit) {
+            const fsdp_mem_cat big = largest_category(&plan);
+            fprintf(out,
+                    "note: this plan exceeds the %.0f B per rank %s: a run of it would be refused (largest "
+                    "category %s, %zu B); --fit finds settings that fit\n",
+                    limit, c->mem_limit > 0 ? "of --mem-limit" : "of the machine's memory",
+                    fsdp_mem_cat_name(big), plan.predicted.peak[big]);
+        }
     }
     if (c->report) FSDP_TRY(write_report(c->report, &plan, NULL));
     return FSDP_OK;

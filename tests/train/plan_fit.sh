@@ -66,5 +66,8 @@ cat=$(cp r.json p.json && largest)
 "$MPIRUN" 1 "$BIN" "${R[@]}" --mem-limit $((need - 1)) --checkpoint-dir ck_refused >g.log 2>&1 && bad "a run over --mem-limit ran" || {
     grep -q "the memory plan of this run needs $need B per rank, more than the $((need - 1)) B of --mem-limit: its largest category is $cat" g.log &&
         ! grep -q "^model:" g.log && [ -z "$(ls ck_refused 2>/dev/null | grep step_)" ] && ok || bad "refusal: $(tail -3 g.log)"; }
+"$BIN" --plan "${R[@]}" --mem-limit $((need - 1)) >pl.log 2>&1 && grep -q "note: this plan exceeds the $((need - 1)) B per rank of --mem-limit: a run of it would be refused (largest category $cat" pl.log && ok ||
+    bad "--plan over --mem-limit: $(tail -2 pl.log)"
+"$BIN" --plan "${R[@]}" --mem-limit "$need" >pm.log 2>&1 && ! grep -q "note: this plan exceeds" pm.log && ok || bad "--plan within --mem-limit notes an excess"
 "$BIN" "${R[@]}" --mem-limit "$need" --checkpoint-dir ck_ok >h.log 2>&1 && [ -f ck_ok/latest ] && ok || bad "a run within --mem-limit: $(tail -3 h.log)"
 finish
