@@ -13,6 +13,12 @@ the test venv (.venv/bin/python, tools/test-deps.sh).
   bad SRC.json DIR                     malformed copies of SRC.json under DIR and DIR/cases.txt
                                        ("file|text the error must contain|...")
   bench TOKENIZER FILE... [--reps N]   tokenizers' single-call encode speed in MB/s on the files
+  random DIR [--seed S]                the pre-tokenizers of GPT-2, Llama 3, Qwen2 (with NFC) and SmolLM:
+                                       for each, DIR/NAME.json, a BPE that tokenizers trains with that
+                                       normalizer and pre-tokenizer (plus special and added tokens; Llama 3's
+                                       with ignore_merges) on random text, and DIR/NAME_K.txt, random texts
+                                       of letters (Unicode 15's new ones too), numbers, white space,
+                                       contractions, marks to compose, special tokens; `ids` compares
 """
 import argparse
 import copy
@@ -82,7 +88,7 @@ def cmd_ids(a):
     fails = 0
     for path in a.files:
         text = open(path, "rb").read().decode("utf-8")
-        want = tok.encode(text).ids
+        want = tok.encode(text, add_special_tokens=False).ids
         got = np.fromfile(path + ".ids", dtype="<i4").tolist()
         if got != want:
             d = first_diff(got, want)
@@ -130,7 +136,17 @@ def cmd_bad(a):
     case("wordpiece", lambda j: j["model"].update(type="WordPiece"), ["\"model\".\"type\"", "BPE"])
     case("dropout", lambda j: j["model"].update(dropout=0.1), ["\"dropout\""])
     case("prefix_space", lambda j: j["pre_tokenizer"].update(add_prefix_space=True), ["add_prefix_space"])
-    case("normalizer", lambda j: j.update(normalizer={"type": "NFC"}), ["\"normalizer\""])
+    case("normalizer", lambda j: j.update(normalizer={"type": "NFKC"}), ["\"normalizer\"", "NFKC", "not implemented"])
+    case("split_regex", lambda j: j.update(pre_tokenizer={"type": "Sequence", "pretokenizers": [
+        {"type": "Split", "pattern": {"Regex": "\\s+"}, "behavior": "Isolated", "invert": False},
+        j["pre_tokenizer"]]}), ["\"pattern\"", "not implemented"])
+    case("metaspace", lambda j: j.update(pre_tokenizer={"type": "Metaspace", "replacement": "_"}),
+         ["\"Metaspace\"", "not implemented"])
+    case("unknown_top", lambda j: j.update(extra_field=1), ["\"extra_field\"", "not implemented"])
+    case("unknown_model", lambda j: j["model"].update(cache_capacity=5), ["\"cache_capacity\"", "not implemented"])
+    case("truncation", lambda j: j.update(truncation={"max_length": 5}), ["\"truncation\"", "not implemented"])
+    case("no_bytelevel", lambda j: j.update(pre_tokenizer={"type": "Digits", "individual_digits": True}),
+         ["no ByteLevel"])
     case("no_pre", lambda j: j.update(pre_tokenizer=None), ["\"pre_tokenizer\""])
     case("big_id", lambda j: j["model"]["vocab"].update({"zzzq": 1 << 24}), ["\"zzzq\"", "0..16777215"])
 
@@ -182,6 +198,77 @@ def cmd_bench(a):
     return 0
 
 
+LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
+          r"\s*[\r\n]+|\s+(?!\S)|\s+")
+QWEN2 = LLAMA3.replace(r"\p{N}{1,3}", r"\p{N}")
+SPECIALS = ["<|endoftext|>", "<|begin_of_text|>", "<|eot_id|>", "<|im_start|>", "<|im_end|>", "<|end|>",
+            "<|reserved_special_token_1|>", "<|reserved_special_token_12|>", "<fim_prefix>"]
+# pieces of random text: words in several scripts, Unicode 15 letters (Kawi U+11F04.., Cyrillic modifier
+# letters U+1E030..) and numbers (Kawi digits U+11F50.., Kaktovik U+1D2C0..), Unicode 14 ones, digits,
+# contractions in any case, white space of every kind, punctuation, emoji, decomposed letters and
+# Hangul jamo (NFC composes them), compatibility characters NFC leaves or changes (U+0958, U+212B, U+FB2C)
+PIECES = ["the", "The", "THE", "hello", "world", "don't", "I'M", "we'Ve", "they'LL", "'s", "'T", "'Re", "'d",
+          "'x", "'", "''", "café", "naïve", "Zürich", "中文", "日本語", "한국어", "Ελλάδα", "Русский", "עברית",
+          "العربية", "हिन्दी", "ไทย", "\U00011F04\U00011F05", "\U0001E030\U0001E031", "\U00011F50\U00011F51",
+          "\U0001D2C0\U0001D2C1", "\u0661\u0662", "½", "²", "Ⅷ", "0", "7", "42", "123", "2024", "31415926",
+          "3.14", "1,000", " ", "  ", "   ", "\t", "\n", "\n\n", "\r\n", " \n ", "\u00a0", "\u3000", "\u2028",
+          "\u2009", "\u0085", "\x0b", "!", "?!", "...", "(", ")", "{}", "--", "__", "$", "#", "@", "\"", "«»",
+          "😀", "👍🏽", "👨\u200d👩", "🇩🇪", "e\u0301", "a\u0308\u0304", "o\u0323\u0302", "\u1100\u1161\u11a8",
+          "\u1112\u1161", "\u0958", "\u212b", "\ufb2c", "A\u030a", "\u0041\u0328\u0301", "ſ", "'ſ", "K"]
+
+
+def random_text(rng, n):
+    out = []
+    for _ in range(n):
+        r = rng.random()
+        if r < 0.04:
+            out.append(rng.choice(SPECIALS))
+        elif r < 0.10:
+            out.append("".join(chr(rng.randint(0x20, 0x7E)) for _ in range(rng.randint(1, 6))))
+        else:
+            out.append(rng.choice(PIECES))
+    return "".join(out)
+
+
+def cmd_random(a):
+    import random
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+    rng = random.Random(a.seed)
+    os.makedirs(a.dir, exist_ok=True)
+    train_text = [random_text(rng, 200) for _ in range(300)]
+    bl = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    kinds = {
+        "gpt2": (None, pre_tokenizers.ByteLevel(add_prefix_space=False), False),
+        "llama3": (None, pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(LLAMA3), "isolated"), bl]), True),
+        "qwen2": (normalizers.NFC(), pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(QWEN2), "isolated"), bl]),
+                  False),
+        "smollm": (None, pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True),
+                                                  pre_tokenizers.ByteLevel(add_prefix_space=False)]), False),
+    }
+    for name, (norm, pre, ignore) in kinds.items():
+        tok = Tokenizer(models.BPE())
+        if norm is not None:
+            tok.normalizer = norm
+        tok.pre_tokenizer = pre
+        tok.decoder = decoders.ByteLevel()
+        tr = trainers.BpeTrainer(vocab_size=1500, special_tokens=SPECIALS[:6], show_progress=False,
+                                 initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+        tok.train_from_iterator(train_text, tr)
+        tok.add_special_tokens(SPECIALS[6:])
+        path = os.path.join(a.dir, name + ".json")
+        tok.save(path)
+        if ignore:  # Llama 3's: a pre-token in the vocabulary is one id without merging
+            j = json.load(open(path, encoding="utf-8"))
+            j["model"]["ignore_merges"] = True
+            with open(path, "w", encoding="utf-8") as f:
+                json.dump(j, f, ensure_ascii=False)
+        for k in range(a.texts):
+            with open(os.path.join(a.dir, f"{name}_{k}.txt"), "w", encoding="utf-8", newline="") as f:
+                f.write(random_text(rng, rng.randint(1, 400)))
+    print(f"{len(kinds)} tokenizers and {a.texts} texts each in {a.dir}")
+    return 0
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -205,9 +292,13 @@ def main():
     c.add_argument("tokenizer")
     c.add_argument("files", nargs="+")
     c.add_argument("--reps", type=int, default=3)
+    r = sub.add_parser("random")
+    r.add_argument("dir")
+    r.add_argument("--seed", type=int, default=1)
+    r.add_argument("--texts", type=int, default=40)
     a = p.parse_args()
     return {"train": cmd_train, "hard": cmd_hard, "ids": cmd_ids, "prepared": cmd_prepared, "bad": cmd_bad,
-            "bench": cmd_bench}[a.cmd](a) or 0
+            "bench": cmd_bench, "random": cmd_random}[a.cmd](a) or 0
 
 
 if __name__ == "__main__":

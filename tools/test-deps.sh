@@ -18,12 +18,29 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 venv=.venv
 check='import torch, transformers, tokenizers, safetensors; assert transformers.__version__ < "4.47", transformers.__version__; assert torch.__file__.startswith("/usr/lib/python3/"), torch.__file__'
-if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c "$check" 2>/dev/null; then
-  exit 0
+if ! { [ -x "$venv/bin/python" ] && "$venv/bin/python" -c "$check" 2>/dev/null; }; then
+  rm -rf "$venv"
+  /usr/bin/python3 -m venv --system-site-packages "$venv"
+  # --upgrade-strategy only-if-needed (the default) keeps the system torch, which satisfies transformers.
+  "$venv/bin/python" -m pip install --disable-pip-version-check --no-input --quiet "transformers<4.47"
+  "$venv/bin/python" -c "$check"
+  echo "test-deps: $venv ready ($("$venv/bin/python" -c 'import transformers, tokenizers, torch; print("transformers", transformers.__version__, "tokenizers", tokenizers.__version__, "torch", torch.__version__, "(Debian)")'))"
 fi
-rm -rf "$venv"
-/usr/bin/python3 -m venv --system-site-packages "$venv"
-# --upgrade-strategy only-if-needed (the default) keeps the system torch, which satisfies transformers.
-"$venv/bin/python" -m pip install --disable-pip-version-check --no-input --quiet "transformers<4.47"
-"$venv/bin/python" -c "$check"
-echo "test-deps: $venv ready ($("$venv/bin/python" -c 'import transformers, tokenizers, torch; print("transformers", transformers.__version__, "tokenizers", tokenizers.__version__, "torch", torch.__version__, "(Debian)")'))"
+# The real tokenizers of GPT-2, Llama 3, Qwen2 and StarCoder/SmolLM (tests/train/bpe_real.sh): llama.cpp's
+# vocab-only GGUF files with test strings and the original tokenizers' ids, and llama.cpp's GGUF reader,
+# from llama-cpp-python's source distribution on PyPI; cached outside the repository (their licences are
+# the models'), fetched once.
+vocab_dir=${FSDP_TEST_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/fsdp-test}/llama-cpp-python-0.3.36
+if [ ! -f "$vocab_dir/complete" ]; then
+  tmp=$(mktemp -d)
+  # --no-binary for this package only: its build requirements come as wheels (for pip's metadata step)
+  "$venv/bin/python" -m pip download --disable-pip-version-check --no-input --quiet --no-deps \
+    --no-binary llama-cpp-python "llama-cpp-python==0.3.36" -d "$tmp"
+  rm -rf "$vocab_dir" && mkdir -p "$vocab_dir"
+  tar xzf "$tmp"/llama_cpp_python-0.3.36.tar.gz -C "$vocab_dir" --strip-components=3 --wildcards \
+    'llama_cpp_python-0.3.36/vendor/llama.cpp/gguf-py/*' \
+    'llama_cpp_python-0.3.36/vendor/llama.cpp/models/ggml-vocab-*'
+  rm -rf "$tmp"
+  touch "$vocab_dir/complete"
+  echo "test-deps: real vocabularies in $vocab_dir"
+fi

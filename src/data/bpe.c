@@ -39,10 +39,29 @@ typedef struct {
     int32_t ids[CACHE_WORD];
 } cache_slot;
 
+typedef struct {
+    const char *s;
+    size_t len;
+    int32_t id;
+} str_slot;
+typedef struct {
+    str_slot *slots;
+    size_t mask;
+} str_map;
+
+enum { STAGE_GPT2, STAGE_LLAMA3, STAGE_QWEN2, STAGE_DIGIT, STAGE_DIGITS };
+#define MAX_STAGES 4
+
 struct fsdp_bpe {
     int vocab_size, eot;
-    char **tok;   /* (vocab_size) each token's bytes, or NULL for an unused id */
-    size_t *tlen; /* (vocab_size) */
+    int nfc;               /* the NFC normalizer, applied to the text between added tokens */
+    int ignore_merges;     /* a pre-token that is a vocabulary token is that token (Llama 3) */
+    int byte_level;        /* the pre-tokenizer ended in ByteLevel */
+    int stage[MAX_STAGES]; /* the splits before the BPE, in order (STAGE_*) */
+    int n_stage;
+    str_map bytes_id; /* (ignore_merges) a vocabulary token's bytes -> its id */
+    char **tok;       /* (vocab_size) each token's bytes, or NULL for an unused id */
+    size_t *tlen;     /* (vocab_size) */
     int32_t byte_id[256];
     pair_slot *pairs;
     size_t pair_mask;
@@ -64,6 +83,9 @@ struct fsdp_bpe {
     size_t cap_sym;
     merge_cand *heap;
     size_t cap_heap;
+    uint32_t *norm_cp; /* NFC scratch: code points (cap_norm), then the UTF-8 (norm, cap_norm bytes) */
+    unsigned char *norm;
+    size_t cap_norm;
 };
 
 /* ---------------------------------------------------------------- byte-level alphabet */
@@ -103,16 +125,6 @@ static int32_t utf8_next(const unsigned char *s, size_t n, size_t *len) {
 }
 
 /* ---------------------------------------------------------------- string -> id map (loading only) */
-
-typedef struct {
-    const char *s;
-    size_t len;
-    int32_t id;
-} str_slot;
-typedef struct {
-    str_slot *slots;
-    size_t mask;
-} str_map;
 
 static uint64_t fnv(const void *p, size_t n) {
     const unsigned char *s = p;
@@ -169,11 +181,26 @@ void fsdp_bpe_free(fsdp_bpe *b) {
     free(b->prev);
     free(b->next);
     free(b->heap);
+    free(b->norm_cp);
+    free(b->norm);
+    free(b->bytes_id.slots);
     free(b);
 }
 
 int fsdp_bpe_vocab_size(const fsdp_bpe *b) { return b ? b->vocab_size : 0; }
 int fsdp_bpe_eot(const fsdp_bpe *b) { return b ? b->eot : -1; }
+
+size_t fsdp_bpe_max_ids(const fsdp_bpe *b, size_t n) { return b && b->nfc ? 3 * n : n; }
+
+int fsdp_bpe_token_id(const fsdp_bpe *b, const char *token) {
+    if (!b || !token) return -1;
+    size_t n = strlen(token);
+    for (int a = 0; a < b->n_added; a++)
+        if (b->added_len[a] == n && !memcmp(b->added[a], token, n)) return b->added_id[a];
+    for (int id = 0; id < b->vocab_size; id++)
+        if (b->tok[id] && b->tlen[id] == n && !memcmp(b->tok[id], token, n)) return id;
+    return -1;
+}
 
 const char *fsdp_bpe_token_bytes(const fsdp_bpe *b, int id, size_t *len) {
     if (!b || id < 0 || id >= b->vocab_size || !b->tok[id]) return NULL;
@@ -199,8 +226,8 @@ static int byte_level_decode(const char *s, const uint8_t byte_of[324], const ui
 static fsdp_status need_type(const cJSON *obj, const char *field, const char *type, const char *path) {
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(obj, "type");
     if (!cJSON_IsString(t) || strcmp(t->valuestring, type) != 0)
-        return fsdp_set_error(FSDP_EFORMAT, "%s: \"%s\".\"type\" is not \"%s\" (GPT-2's byte-level BPE)",
-                              path, field, type);
+        return fsdp_set_error(FSDP_EFORMAT, "%s: \"%s\".\"type\" is not \"%s\" (a byte-level BPE)", path,
+                              field, type);
     return FSDP_OK;
 }
 
@@ -217,46 +244,163 @@ static fsdp_status dup_bytes(char **dst, const char *src, size_t n) {
     return FSDP_OK;
 }
 
-/* The settings outside the vocabulary must be GPT-2's: a byte-level BPE with nothing else switched on.
- * *model: the "model" object. */
-static fsdp_status check_settings(const cJSON *j, const char *path, const cJSON **model) {
+/* The two Split patterns implemented (by hand, in split_llama3): Llama 3's (numbers in groups of up to
+ * three) and Qwen2's (single numbers), exactly as their tokenizer.json files spell them. */
+static const char LLAMA3_PATTERN[] =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
+    "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+static const char QWEN2_PATTERN[] =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
+    "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+
+/* Every key of obj must be one of the NULL-terminated list keys (a field this encoder does not know
+ * could change the ids). */
+static fsdp_status known_keys(const cJSON *obj, const char *const *keys, const char *field,
+                              const char *path) {
+    for (const cJSON *e = obj->child; e; e = e->next) {
+        int k = 0;
+        while (keys[k] && strcmp(keys[k], e->string))
+            k++;
+        if (!keys[k])
+            return fsdp_set_error(FSDP_EFORMAT, "%s: %s\"%.60s\" is not implemented by fsdp.c's tokenizer",
+                                  path, field, e->string);
+    }
+    return FSDP_OK;
+}
+
+static const char *type_of(const cJSON *obj) {
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(obj, "type");
+    return cJSON_IsString(t) ? t->valuestring : NULL;
+}
+
+/* One element of the pre-tokenizer (a Sequence's k-th, or the whole when k < 0) into b->stage. */
+static fsdp_status pre_stage(fsdp_bpe *b, const cJSON *p, int k, const char *path) {
+    char field[64];
+    if (k >= 0)
+        snprintf(field, sizeof field, "\"pre_tokenizer\".\"pretokenizers\"[%d]", k);
+    else
+        snprintf(field, sizeof field, "\"pre_tokenizer\"");
+    const char *t = cJSON_IsObject(p) ? type_of(p) : NULL;
+    if (!t) return fsdp_set_error(FSDP_EFORMAT, "%s: %s has no \"type\"", path, field);
+    if (b->n_stage == MAX_STAGES || b->byte_level)
+        return fsdp_set_error(FSDP_EFORMAT, "%s: %s (\"%s\") after ByteLevel is not implemented", path, field,
+                              t);
+    int st;
+    if (!strcmp(t, "ByteLevel")) {
+        static const char *const keys[] = {"type", "add_prefix_space", "trim_offsets", "use_regex", NULL};
+        FSDP_TRY(known_keys(p, keys, field[0] == '"' ? "" : "", path));
+        if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(p, "add_prefix_space")))
+            return fsdp_set_error(FSDP_EFORMAT, "%s: %s.\"add_prefix_space\" is true: not implemented", path,
+                                  field);
+        b->byte_level = 1;
+        if (cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(p, "use_regex"))) return FSDP_OK;
+        st = STAGE_GPT2;
+    } else if (!strcmp(t, "Split")) {
+        static const char *const keys[] = {"type", "pattern", "behavior", "invert", NULL};
+        FSDP_TRY(known_keys(p, keys, "", path));
+        const cJSON *pat = cJSON_GetObjectItemCaseSensitive(p, "pattern");
+        const cJSON *re = cJSON_IsObject(pat) ? cJSON_GetObjectItemCaseSensitive(pat, "Regex") : NULL;
+        const cJSON *beh = cJSON_GetObjectItemCaseSensitive(p, "behavior");
+        if (!cJSON_IsString(re) ||
+            (strcmp(re->valuestring, LLAMA3_PATTERN) && strcmp(re->valuestring, QWEN2_PATTERN)))
+            return fsdp_set_error(FSDP_EFORMAT,
+                                  "%s: %s.\"pattern\" is not implemented: only Llama 3's and Qwen2's Split "
+                                  "regex are",
+                                  path, field);
+        if (!cJSON_IsString(beh) || strcmp(beh->valuestring, "Isolated"))
+            return fsdp_set_error(FSDP_EFORMAT, "%s: %s.\"behavior\" is not \"Isolated\": not implemented",
+                                  path, field);
+        if (!is_off(cJSON_GetObjectItemCaseSensitive(p, "invert")))
+            return fsdp_set_error(FSDP_EFORMAT, "%s: %s.\"invert\" is set: not implemented", path, field);
+        st = strcmp(re->valuestring, LLAMA3_PATTERN) ? STAGE_QWEN2 : STAGE_LLAMA3;
+    } else if (!strcmp(t, "Digits")) {
+        static const char *const keys[] = {"type", "individual_digits", NULL};
+        FSDP_TRY(known_keys(p, keys, "", path));
+        st = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(p, "individual_digits")) ? STAGE_DIGIT
+                                                                                    : STAGE_DIGITS;
+    } else {
+        return fsdp_set_error(FSDP_EFORMAT,
+                              "%s: %s type \"%.40s\" is not implemented (ByteLevel, Split with Llama 3's or "
+                              "Qwen2's pattern, Digits)",
+                              path, field, t);
+    }
+    b->stage[b->n_stage++] = st;
+    return FSDP_OK;
+}
+
+/* The settings outside the vocabulary: a byte-level BPE (GPT-2, Llama 3, Qwen2, SmolLM) with only what is
+ * implemented switched on; each other field or type is refused by name. *model: the "model" object. */
+static fsdp_status check_settings(fsdp_bpe *b, const cJSON *j, const char *path, const cJSON **model) {
     if (!cJSON_IsObject(j))
         return fsdp_set_error(FSDP_EFORMAT, "%s is not a JSON object (a tokenizer.json)", path);
+    /* post_processor and decoder only add special tokens around an encoding / join the text back: the
+     * ids here are those of encode(text, add_special_tokens=False). */
+    static const char *const top[] = {
+        "version",       "truncation",     "padding", "added_tokens", "normalizer",
+        "pre_tokenizer", "post_processor", "decoder", "model",        NULL};
+    FSDP_TRY(known_keys(j, top, "", path));
+    static const char *const cut[] = {"truncation", "padding"};
+    for (size_t k = 0; k < 2; k++)
+        if (!is_off(cJSON_GetObjectItemCaseSensitive(j, cut[k])))
+            return fsdp_set_error(FSDP_EFORMAT, "%s: \"%s\" is set: not implemented", path, cut[k]);
     *model = cJSON_GetObjectItemCaseSensitive(j, "model");
     if (!cJSON_IsObject(*model)) return fsdp_set_error(FSDP_EFORMAT, "%s: \"model\" is missing", path);
     FSDP_TRY(need_type(*model, "model", "BPE", path));
+    static const char *const mkeys[] = {"type",
+                                        "dropout",
+                                        "unk_token",
+                                        "continuing_subword_prefix",
+                                        "end_of_word_suffix",
+                                        "fuse_unk",
+                                        "byte_fallback",
+                                        "ignore_merges",
+                                        "vocab",
+                                        "merges",
+                                        NULL};
+    FSDP_TRY(known_keys(*model, mkeys, "\"model\".", path));
     static const char *const off_keys[] = {"dropout", "continuing_subword_prefix", "end_of_word_suffix",
-                                           "byte_fallback", "ignore_merges"};
+                                           "byte_fallback", "unk_token"};
     for (size_t k = 0; k < sizeof off_keys / sizeof off_keys[0]; k++)
         if (!is_off(cJSON_GetObjectItemCaseSensitive(*model, off_keys[k])))
-            return fsdp_set_error(FSDP_EFORMAT, "%s: \"model\".\"%s\" is set: GPT-2's BPE has none", path,
+            return fsdp_set_error(FSDP_EFORMAT, "%s: \"model\".\"%s\" is set: not implemented", path,
                                   off_keys[k]);
+    b->ignore_merges = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(*model, "ignore_merges"));
     const cJSON *norm = cJSON_GetObjectItemCaseSensitive(j, "normalizer");
-    if (norm && !cJSON_IsNull(norm))
-        return fsdp_set_error(FSDP_EFORMAT, "%s: \"normalizer\" is not null: GPT-2's tokenizer has none",
-                              path);
-    const cJSON *pre = cJSON_GetObjectItemCaseSensitive(j, "pre_tokenizer");
-    if (cJSON_IsObject(pre)) {
-        const cJSON *t = cJSON_GetObjectItemCaseSensitive(pre, "type");
-        const cJSON *seq = cJSON_GetObjectItemCaseSensitive(pre, "pretokenizers");
-        if (cJSON_IsString(t) && !strcmp(t->valuestring, "Sequence") && cJSON_GetArraySize(seq) == 1)
-            pre = seq->child;
+    if (norm && !cJSON_IsNull(norm)) {
+        const char *t = type_of(norm);
+        const cJSON *seq = cJSON_GetObjectItemCaseSensitive(norm, "normalizers");
+        if (t && !strcmp(t, "Sequence") && cJSON_GetArraySize(seq) == 1) norm = seq->child, t = type_of(norm);
+        if (!t || strcmp(t, "NFC") || cJSON_GetArraySize(norm) != 1)
+            return fsdp_set_error(FSDP_EFORMAT,
+                                  "%s: \"normalizer\" \"%.40s\" is not implemented (null or NFC)", path,
+                                  t ? t : "?");
+        b->nfc = 1;
     }
+    const cJSON *pre = cJSON_GetObjectItemCaseSensitive(j, "pre_tokenizer");
     if (!cJSON_IsObject(pre))
-        return fsdp_set_error(FSDP_EFORMAT, "%s: \"pre_tokenizer\" is missing (GPT-2's is ByteLevel)", path);
-    FSDP_TRY(need_type(pre, "pre_tokenizer", "ByteLevel", path));
-    if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(pre, "add_prefix_space")))
-        return fsdp_set_error(FSDP_EFORMAT,
-                              "%s: \"pre_tokenizer\".\"add_prefix_space\" is true: GPT-2's is false", path);
-    if (cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(pre, "use_regex")))
-        return fsdp_set_error(FSDP_EFORMAT,
-                              "%s: \"pre_tokenizer\".\"use_regex\" is false: GPT-2 splits with its pattern",
-                              path);
+        return fsdp_set_error(
+            FSDP_EFORMAT, "%s: \"pre_tokenizer\" is missing (a byte-level BPE's ends in ByteLevel)", path);
+    const char *pt = type_of(pre);
+    if (pt && !strcmp(pt, "Sequence")) {
+        const cJSON *seq = cJSON_GetObjectItemCaseSensitive(pre, "pretokenizers");
+        if (!cJSON_IsArray(seq))
+            return fsdp_set_error(FSDP_EFORMAT, "%s: \"pre_tokenizer\".\"pretokenizers\" is not an array",
+                                  path);
+        int k = 0;
+        for (const cJSON *e = seq->child; e; e = e->next, k++)
+            FSDP_TRY(pre_stage(b, e, k, path));
+    } else {
+        FSDP_TRY(pre_stage(b, pre, -1, path));
+    }
+    if (!b->byte_level)
+        return fsdp_set_error(
+            FSDP_EFORMAT, "%s: \"pre_tokenizer\" has no ByteLevel: fsdp.c's tokenizer is a byte-level BPE",
+            path);
     return FSDP_OK;
 }
 
 /* Every id of the vocabulary and of the added tokens checked; *maxid the largest, *n_added counted. */
-static fsdp_status check_ids(const cJSON *vocab, const cJSON *added, const char *path, int *n_added,
+static fsdp_status check_ids(const cJSON *vocab, const cJSON *added, const char *path, int nfc, int *n_added,
                              int *maxid) {
     *maxid = -1;
     *n_added = 0;
@@ -276,8 +420,9 @@ static fsdp_status check_ids(const cJSON *vocab, const cJSON *added, const char 
                 FSDP_EFORMAT,
                 "%s: an \"added_tokens\" entry lacks a valid \"id\" (0..%d) or a non-empty \"content\"", path,
                 MAX_ID - 1);
+        /* "normalized" (matched in the normalized text) only matters with a normalizer */
         static const char *const flags[] = {"single_word", "lstrip", "rstrip", "normalized"};
-        for (size_t k = 0; k < sizeof flags / sizeof flags[0]; k++)
+        for (size_t k = 0; k < sizeof flags / sizeof flags[0] - !nfc; k++)
             if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(e, flags[k])))
                 return fsdp_set_error(FSDP_EFORMAT,
                                       "%s: \"added_tokens\" \"%.40s\": \"%s\" is true: not supported", path,
@@ -322,7 +467,9 @@ static fsdp_status load_vocab(fsdp_bpe *b, str_map *vm, const cJSON *vocab, cons
         else
             u[ul++] = (char)(0xC0 | (cp >> 6)), u[ul++] = (char)(0x80 | (cp & 0x3F));
         b->byte_id[i] = str_get(vm, u, ul);
-        if (b->byte_id[i] < 0)
+        /* StarCoder's and SmolLM's vocabularies lack a few bytes that UTF-8 never uses (C0, C1, F5..FF) or
+         * only for unassigned planes (F1..F3): a text holding one is refused when it is encoded */
+        if (b->byte_id[i] < 0 && !(i == 0xC0 || i == 0xC1 || i >= 0xF1))
             return fsdp_set_error(FSDP_EFORMAT, "%s: \"model\".\"vocab\" lacks the token of byte 0x%02X",
                                   path, i);
     }
@@ -348,7 +495,9 @@ static fsdp_status load_added(fsdp_bpe *b, const cJSON *added, const char *path)
             FSDP_TRY(dup_bytes(&b->tok[id], c->valuestring, n));
             b->tlen[id] = n;
         }
+        /* the end-of-document token: GPT-2's, Qwen2's and SmolLM's name first, then Llama 3's */
         if (!strcmp(c->valuestring, "<|endoftext|>")) b->eot = id;
+        if (!strcmp(c->valuestring, "<|end_of_text|>") && b->eot < 0) b->eot = id;
     }
     return FSDP_OK;
 }
@@ -439,12 +588,22 @@ static fsdp_status load_merges(fsdp_bpe *b, const str_map *vm, const cJSON *merg
     return FSDP_OK;
 }
 
+/* (ignore_merges) the vocabulary's tokens by their bytes. */
+static fsdp_status bytes_map(fsdp_bpe *b) {
+    b->bytes_id.mask = pow2_above((size_t)b->vocab_size) - 1;
+    b->bytes_id.slots = calloc(b->bytes_id.mask + 1, sizeof *b->bytes_id.slots);
+    if (!b->bytes_id.slots) return FSDP_ERR(FSDP_ENOMEM, "no memory for a vocabulary of %d", b->vocab_size);
+    for (int id = 0; id < b->vocab_size; id++)
+        if (b->tok[id]) str_put(&b->bytes_id, b->tok[id], b->tlen[id], id); /* a repeat keeps the first */
+    return FSDP_OK;
+}
+
 /* The tokenizer's parts once its ids are known: the tables, the vocabulary, the added tokens, the
  * merges. */
 static fsdp_status build(fsdp_bpe *b, const cJSON *vocab, const cJSON *merges, const cJSON *added,
                          const char *path) {
     int maxid, n_added;
-    FSDP_TRY(check_ids(vocab, added, path, &n_added, &maxid));
+    FSDP_TRY(check_ids(vocab, added, path, b->nfc, &n_added, &maxid));
     b->vocab_size = maxid + 1;
     b->eot = -1;
     b->tok = calloc((size_t)b->vocab_size, sizeof *b->tok);
@@ -462,6 +621,7 @@ static fsdp_status build(fsdp_bpe *b, const cJSON *vocab, const cJSON *merges, c
     if (!b->tok || !b->tlen || !vm.slots || !b->added || !b->added_len || !b->added_id || !b->cache)
         s = FSDP_ERR(FSDP_ENOMEM, "no memory for a vocabulary of %d", b->vocab_size);
     if (s == FSDP_OK) s = load_vocab(b, &vm, vocab, path);
+    if (s == FSDP_OK && b->ignore_merges) s = bytes_map(b);
     if (s == FSDP_OK) s = load_added(b, added, path);
     if (s == FSDP_OK) s = build_trie(b);
     if (s == FSDP_OK) s = load_merges(b, &vm, merges, path);
@@ -484,7 +644,7 @@ fsdp_status fsdp_bpe_load(fsdp_bpe **out, const char *path) {
         return FSDP_ERR(FSDP_ENOMEM, "no memory for a tokenizer");
     }
     const cJSON *model = NULL;
-    fsdp_status s = check_settings(j, path, &model);
+    fsdp_status s = check_settings(b, j, path, &model);
     if (s == FSDP_OK) {
         const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(model, "vocab");
         const cJSON *merges = cJSON_GetObjectItemCaseSensitive(model, "merges");
@@ -594,6 +754,225 @@ static size_t pretoken(const unsigned char *s, size_t n, size_t i) {
     return j - i;
 }
 
+static int is_crlf(unsigned char c) { return c == '\r' || c == '\n'; }
+
+/* Length of the pre-token at s[i] under Llama 3's Split pattern (LLAMA3_PATTERN; maxdig 3) or Qwen2's
+ * (maxdig 1), its alternatives tried in order as the regex does:
+ *   (?i:'s|'t|'re|'ve|'m|'ll|'d) | [^\r\n\p{L}\p{N}]?\p{L}+ | \p{N}{1,maxdig} | ' '?[^\s\p{L}\p{N}]+[\r\n]*
+ *   | \s*[\r\n]+ | \s+(?!\S) | \s+                                                                   */
+static size_t split_llama3(const unsigned char *s, size_t n, size_t i, int maxdig) {
+    size_t l0, l1, l, j;
+    if (s[i] == '\'' && i + 1 < n) {
+        unsigned char a = s[i + 1] | 0x20, c = i + 2 < n ? s[i + 2] | 0x20 : 0;
+        if (a == 's' || a == 't' || a == 'm' || a == 'd') return 2;
+        if ((a == 'r' && c == 'e') || (a == 'v' && c == 'e') || (a == 'l' && c == 'l')) return 3;
+    }
+    int c0 = class_at(s, n, i, &l0);
+    if (c0 == CL_LETTER || (c0 != CL_NUMBER && !is_crlf(s[i]) && class_at(s, n, i + l0, &l1) == CL_LETTER)) {
+        j = c0 == CL_LETTER ? i : i + l0;
+        while (j < n && class_at(s, n, j, &l) == CL_LETTER)
+            j += l;
+        return j - i;
+    }
+    if (c0 == CL_NUMBER) {
+        j = i;
+        for (int d = 0; d < maxdig && j < n && class_at(s, n, j, &l) == CL_NUMBER; d++)
+            j += l;
+        return j - i;
+    }
+    j = s[i] == ' ' && class_at(s, n, i + 1, &l1) == CL_OTHER ? i + 1 : i;
+    if (class_at(s, n, j, &l) == CL_OTHER) {
+        while (j < n && class_at(s, n, j, &l) == CL_OTHER)
+            j += l;
+        while (j < n && is_crlf(s[j]))
+            j++;
+        return j - i;
+    }
+    /* white space: the run [i, j); through its last CR/LF if it has one; else less its last character
+     * when a non-space follows (and the run is longer than that character) */
+    size_t last_nl = 0, last = i;
+    int nl = 0;
+    for (j = i; j < n && class_at(s, n, j, &l) == CL_SPACE; j += l) {
+        if (is_crlf(s[j])) last_nl = j, nl = 1;
+        last = j;
+    }
+    if (nl) return last_nl + 1 - i;
+    if (j < n && last > i) return last - i;
+    return j - i;
+}
+
+static int is_numeric_rust(const unsigned char *s, size_t n, size_t i, size_t *len) {
+    if (s[i] < 0x80) {
+        *len = 1;
+        return s[i] >= '0' && s[i] <= '9';
+    }
+    int32_t cp = utf8_next(s + i, n - i, len);
+    return cp >= 0 && in_ranges(fsdp_uni_number_rust,
+                                sizeof fsdp_uni_number_rust / sizeof fsdp_uni_number_rust[0], (uint32_t)cp);
+}
+
+/* The Digits pre-tokenizer (Rust's char::is_numeric): each number alone (individual) or runs of numbers,
+ * and the runs of other characters between them. */
+static size_t split_digits(const unsigned char *s, size_t n, size_t i, int individual) {
+    size_t l, j = i;
+    int num = is_numeric_rust(s, n, i, &l);
+    if (num && individual) return l;
+    while (j < n && is_numeric_rust(s, n, j, &l) == num)
+        j += l;
+    return j - i;
+}
+
+/* ---------------------------------------------------------------- NFC */
+
+static int ccc_of(uint32_t cp) {
+    if (cp < 0x300) return 0;
+    const uint32_t(*r)[3] = fsdp_uni_ccc;
+    size_t lo = 0, hi = sizeof fsdp_uni_ccc / sizeof fsdp_uni_ccc[0];
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (cp < r[mid][0])
+            hi = mid;
+        else if (cp > r[mid][1])
+            lo = mid + 1;
+        else
+            return (int)r[mid][2];
+    }
+    return 0;
+}
+
+enum {
+    H_SBASE = 0xAC00,
+    H_LBASE = 0x1100,
+    H_VBASE = 0x1161,
+    H_TBASE = 0x11A7,
+    H_LCOUNT = 19,
+    H_VCOUNT = 21,
+    H_TCOUNT = 28,
+    H_NCOUNT = 588,
+    H_SCOUNT = 11172
+};
+#define NFC_RAW                                                                                              \
+    0x110000u /* + byte: an invalid UTF-8 byte kept as it is (a starter that composes with nothing) */
+
+/* The full canonical decomposition of cp appended at d[*k] (room for 4). */
+static void decompose(uint32_t cp, uint32_t *d, size_t *k) {
+    if (cp >= H_SBASE && cp < H_SBASE + H_SCOUNT) {
+        uint32_t si = cp - H_SBASE;
+        d[(*k)++] = H_LBASE + si / H_NCOUNT;
+        d[(*k)++] = H_VBASE + (si % H_NCOUNT) / H_TCOUNT;
+        if (si % H_TCOUNT) d[(*k)++] = H_TBASE + si % H_TCOUNT;
+        return;
+    }
+    if (cp >= 0xC0 && cp < NFC_RAW) {
+        size_t lo = 0, hi = sizeof fsdp_uni_decomp / sizeof fsdp_uni_decomp[0];
+        while (lo < hi) {
+            size_t mid = (lo + hi) / 2;
+            if (fsdp_uni_decomp[mid][0] < cp)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        if (lo < sizeof fsdp_uni_decomp / sizeof fsdp_uni_decomp[0] && fsdp_uni_decomp[lo][0] == cp) {
+            for (uint32_t t = 0; t < fsdp_uni_decomp[lo][2]; t++)
+                d[(*k)++] = fsdp_uni_decomp_pool[fsdp_uni_decomp[lo][1] + t];
+            return;
+        }
+    }
+    d[(*k)++] = cp;
+}
+
+/* The primary composite of a + b, or 0. */
+static uint32_t compose(uint32_t a, uint32_t b) {
+    if (a >= H_LBASE && a < H_LBASE + H_LCOUNT && b >= H_VBASE && b < H_VBASE + H_VCOUNT)
+        return H_SBASE + ((a - H_LBASE) * H_VCOUNT + (b - H_VBASE)) * H_TCOUNT;
+    if (a >= H_SBASE && a < H_SBASE + H_SCOUNT && (a - H_SBASE) % H_TCOUNT == 0 && b > H_TBASE &&
+        b < H_TBASE + H_TCOUNT)
+        return a + (b - H_TBASE);
+    size_t lo = 0, hi = sizeof fsdp_uni_compose / sizeof fsdp_uni_compose[0];
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        const uint32_t *e = fsdp_uni_compose[mid];
+        if (e[0] < a || (e[0] == a && e[1] < b))
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo < sizeof fsdp_uni_compose / sizeof fsdp_uni_compose[0] && fsdp_uni_compose[lo][0] == a &&
+        fsdp_uni_compose[lo][1] == b)
+        return fsdp_uni_compose[lo][2];
+    return 0;
+}
+
+/* NFC of s[0..n) into b->norm (*out, *n_out bytes; at most 3n: Unicode's bound for NFC in UTF-8).
+ * Decompose, order the marks canonically, recompose (UAX #15's algorithm); invalid bytes pass through. */
+static fsdp_status nfc(fsdp_bpe *b, const unsigned char *s, size_t n, const unsigned char **out,
+                       size_t *n_out) {
+    size_t need = 4 * n + 4;
+    if (need > b->cap_norm) {
+        uint32_t *cp = realloc(b->norm_cp, need * sizeof *cp);
+        if (cp) b->norm_cp = cp;
+        unsigned char *t = realloc(b->norm, need);
+        if (t) b->norm = t;
+        if (!cp || !t) return FSDP_ERR(FSDP_ENOMEM, "no memory to normalize %zu bytes", n);
+        b->cap_norm = need;
+    }
+    uint32_t *d = b->norm_cp;
+    size_t k = 0;
+    for (size_t i = 0; i < n;) {
+        size_t l;
+        int32_t cp = utf8_next(s + i, n - i, &l);
+        size_t at = k;
+        decompose(cp < 0 ? NFC_RAW + s[i] : (uint32_t)cp, d, &k);
+        /* canonical order: insert each new mark behind the marks of a higher class before it */
+        for (size_t q = at; q < k; q++) {
+            int c = ccc_of(d[q]);
+            if (!c) continue;
+            for (size_t r = q; r > 0 && ccc_of(d[r - 1]) > c; r--) {
+                uint32_t t = d[r];
+                d[r] = d[r - 1], d[r - 1] = t;
+            }
+        }
+        i += l;
+    }
+    if (k) {
+        size_t starter = 0, w = 1;
+        int last = ccc_of(d[0]) ? 256 : 0;
+        for (size_t r = 1; r < k; r++) {
+            uint32_t ch = d[r], comp;
+            int c = ccc_of(ch);
+            if (d[starter] < NFC_RAW && ch < NFC_RAW && (last < c || last == 0) &&
+                (comp = compose(d[starter], ch))) {
+                d[starter] = comp;
+                continue;
+            }
+            if (c == 0) starter = w;
+            last = c;
+            d[w++] = ch;
+        }
+        k = w;
+    }
+    unsigned char *t = b->norm;
+    size_t m = 0;
+    for (size_t q = 0; q < k; q++) {
+        uint32_t c = d[q];
+        if (c >= NFC_RAW)
+            t[m++] = (unsigned char)(c - NFC_RAW);
+        else if (c < 0x80)
+            t[m++] = (unsigned char)c;
+        else if (c < 0x800)
+            t[m++] = (unsigned char)(0xC0 | c >> 6), t[m++] = (unsigned char)(0x80 | (c & 0x3F));
+        else if (c < 0x10000)
+            t[m++] = (unsigned char)(0xE0 | c >> 12), t[m++] = (unsigned char)(0x80 | ((c >> 6) & 0x3F)),
+            t[m++] = (unsigned char)(0x80 | (c & 0x3F));
+        else
+            t[m++] = (unsigned char)(0xF0 | c >> 18), t[m++] = (unsigned char)(0x80 | ((c >> 12) & 0x3F)),
+            t[m++] = (unsigned char)(0x80 | ((c >> 6) & 0x3F)), t[m++] = (unsigned char)(0x80 | (c & 0x3F));
+    }
+    *out = t;
+    *n_out = m;
+    return FSDP_OK;
+}
+
 static fsdp_status grow_scratch(fsdp_bpe *b, size_t n) {
     if (n > b->cap_sym) {
         size_t cap = n < 256 ? 256 : n * 2;
@@ -669,6 +1048,14 @@ static fsdp_status bpe_word(fsdp_bpe *b, const unsigned char *w, size_t n, int32
     }
     *n_out = 0;
     if (n == 0) return FSDP_OK;
+    if (b->ignore_merges) {
+        int32_t whole = str_get(&b->bytes_id, (const char *)w, n);
+        if (whole >= 0) {
+            out[0] = whole;
+            *n_out = 1;
+            return FSDP_OK;
+        }
+    }
     FSDP_TRY(grow_scratch(b, n));
     /* Symbols i = 0..n-1 start as the bytes; a merge of i with next[i] keeps i and unlinks the right one.
      * Each merge pushes at most two candidates, so the work is O(n log n) in the word's length. */
@@ -676,6 +1063,12 @@ static fsdp_status bpe_word(fsdp_bpe *b, const unsigned char *w, size_t n, int32
     size_t nh = 0, m = n;
     for (size_t i = 0; i < n; i++) {
         sym[i] = b->byte_id[w[i]];
+        if (sym[i] < 0)
+            return fsdp_set_error(
+                FSDP_EFORMAT,
+                "the text holds the byte 0x%02X, which is not UTF-8 and has no token in this "
+                "vocabulary",
+                w[i]);
         prev[i] = (int32_t)i - 1;
         next[i] = i + 1 < n ? (int32_t)i + 1 : -1;
     }
@@ -713,14 +1106,39 @@ static fsdp_status bpe_word(fsdp_bpe *b, const unsigned char *w, size_t n, int32
     return FSDP_OK;
 }
 
-static fsdp_status encode_plain(fsdp_bpe *b, const unsigned char *s, size_t n, int32_t *out, size_t *k) {
+/* Pre-token split k (b->stage[k]) over s[0..n), each piece on to the next split, the last ones to BPE. */
+static fsdp_status encode_stage(fsdp_bpe *b, int k, const unsigned char *s, size_t n, int32_t *out,
+                                size_t *kk) {
+    if (k == b->n_stage) {
+        size_t got;
+        FSDP_TRY(bpe_word(b, s, n, out + *kk, &got));
+        *kk += got;
+        return FSDP_OK;
+    }
     for (size_t i = 0; i < n;) {
-        size_t l = pretoken(s, n, i), got;
-        FSDP_TRY(bpe_word(b, s + i, l, out + *k, &got));
-        *k += got;
+        size_t l;
+        switch (b->stage[k]) {
+        case STAGE_GPT2: l = pretoken(s, n, i); break;
+        case STAGE_LLAMA3: l = split_llama3(s, n, i, 3); break;
+        case STAGE_QWEN2: l = split_llama3(s, n, i, 1); break;
+        case STAGE_DIGIT: l = split_digits(s, n, i, 1); break;
+        default: l = split_digits(s, n, i, 0); break;
+        }
+        FSDP_TRY(encode_stage(b, k + 1, s + i, l, out, kk));
         i += l;
     }
     return FSDP_OK;
+}
+
+/* Text between added tokens: normalized (NFC, when the tokenizer has it), split, BPE. */
+static fsdp_status encode_plain(fsdp_bpe *b, const unsigned char *s, size_t n, int32_t *out, size_t *k) {
+    if (b->nfc) {
+        size_t i = 0;
+        while (i < n && s[i] < 0x80)
+            i++;
+        if (i < n) FSDP_TRY(nfc(b, s, n, &s, &n)); /* ASCII is its own NFC */
+    }
+    return encode_stage(b, 0, s, n, out, k);
 }
 
 fsdp_status fsdp_bpe_encode(fsdp_bpe *b, const char *text, size_t n, int32_t *out, size_t *n_out) {

@@ -75,7 +75,8 @@ static void put_tok(const prep_ctx *x, void *dst, uint64_t i, int32_t id) {
 static void count_doc(void *c, const char *p, size_t n) {
     prep_ctx *x = c;
     x->n_docs++;
-    x->n_tokens += 1 + n; /* an upper bound with a BPE: every token covers at least one byte */
+    /* an upper bound with a BPE: every token covers at least one byte of the normalized text */
+    x->n_tokens += 1 + (x->bpe ? fsdp_bpe_max_ids(x->bpe, n) : n);
     if (n > x->max_doc) x->max_doc = n;
 }
 
@@ -144,7 +145,9 @@ static fsdp_status prep_tokenize(const fsdp_prepare_args *a, prep_ctx *x, char *
     if (x->n_docs == 1) x->single_split = x->n_tokens - (uint64_t)llround((double)x->n_tokens * x->f);
     FSDP_TRY(fsdp_mem_alloc(&x->train, (size_t)x->width * x->n_tokens, FSDP_MEM_OTHER));
     FSDP_TRY(fsdp_mem_alloc(&x->val, (size_t)x->width * x->n_tokens, FSDP_MEM_OTHER));
-    if (x->bpe) FSDP_TRY(fsdp_mem_alloc((void **)&x->doc, 4 * (x->max_doc + 1), FSDP_MEM_OTHER));
+    if (x->bpe)
+        FSDP_TRY(
+            fsdp_mem_alloc((void **)&x->doc, 4 * (fsdp_bpe_max_ids(x->bpe, x->max_doc) + 1), FSDP_MEM_OTHER));
     for (int i = 0; i < a->n_texts; i++)
         for_each_doc(texts[i], lens[i], a->doc_sep, emit_doc, x);
     if (x->err != FSDP_OK) return x->err;

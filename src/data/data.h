@@ -19,7 +19,7 @@ typedef struct {
     double val_fraction;   /* share of documents (or of tokens, with one document) for val.bin */
     const char *doc_sep;   /* a line equal to this separates documents ("%" for fortune files);
                               NULL: every file is one document */
-    const char *tokenizer; /* NULL: bytes (vocabulary 257); else a GPT-2 style tokenizer.json (train/bpe.h):
+    const char *tokenizer; /* NULL: bytes (vocabulary 257); else a byte-level BPE tokenizer.json (data/bpe.h):
                               documents start with its <|endoftext|>, and the file is copied into
                               out_dir/tokenizer.json for sample and export */
     int quiet;

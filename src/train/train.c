@@ -565,7 +565,7 @@ static fsdp_status generate(fsdp_model_t *model, const fsdp_train_config *c, fsd
                               "--prompt needs the byte-level vocabulary (%d) or a tokenizer; this model's "
                               "vocabulary is %d and no tokenizer.json was found (pass --tokenizer FILE)",
                               FSDP_BYTE_VOCAB, V);
-    size_t cap = plen + (size_t)n + 1;
+    size_t cap = (bpe ? fsdp_bpe_max_ids(bpe, plen) : plen) + (size_t)n + 1;
     int *toks = malloc(sizeof(int) * cap);
     if (!toks) return FSDP_ERR(FSDP_ENOMEM, "no memory for %zu tokens", cap);
     size_t len = 0;

@@ -68,14 +68,20 @@ static fsdp_bpe *fixed(void) {
     return fixed_;
 }
 
-/* Encodes text and checks the ids and the exact round trip. */
+/* Encodes text and checks the ids and the exact round trip (the texts here are their own NFC). */
 static void round_trip(fsdp_bpe *b, const char *text, size_t n) {
-    int32_t *ids = malloc(sizeof *ids * (n + 1));
+    int32_t *ids = malloc(sizeof *ids * (fsdp_bpe_max_ids(b, n) + 1));
     char *back = malloc(n + 1);
     FUZZ_REQUIRE(ids && back);
     size_t k = 0, m = 0;
-    FUZZ_REQUIRE(fsdp_bpe_encode(b, text, n, ids, &k) == FSDP_OK);
-    FUZZ_REQUIRE(k <= n);
+    fsdp_status s = fsdp_bpe_encode(b, text, n, ids, &k);
+    if (s == FSDP_EFORMAT && strstr(fsdp_last_error(), "has no token")) { /* a vocabulary without a byte */
+        free(ids);
+        free(back);
+        return;
+    }
+    FUZZ_REQUIRE(s == FSDP_OK);
+    FUZZ_REQUIRE(k <= fsdp_bpe_max_ids(b, n));
     for (size_t t = 0; t < k; t++) {
         size_t len = 0;
         const char *p = fsdp_bpe_token_bytes(b, ids[t], &len);

@@ -33,7 +33,7 @@ int main(int argc, char **argv) {
             fprintf(stderr, "bpe_tool: %s\n", fsdp_last_error());
             return 1;
         }
-        int32_t *tok = malloc(sizeof *tok * (n + 1));
+        int32_t *tok = malloc(sizeof *tok * (fsdp_bpe_max_ids(b, n) + 1));
         char *back = malloc(n + 1);
         if (!tok || !back) return 1;
         for (int r = 0; r < (reps > 0 ? reps : 1); r++) {

@@ -10,3 +10,11 @@ if(TARGET fsdp-train)
             ${FSDP_TEST_PYTHON} ${PROJECT_BINARY_DIR}/tmp_bpe)
   set_tests_properties(train/bpe PROPERTIES LABELS "script;train;hf" TIMEOUT 600)
 endif()
+# The pre-tokenizers of Llama 3, Qwen2 (NFC) and SmolLM too: the real vocabularies (llama.cpp's GGUF test
+# files, fetched by tools/test-deps.sh) and random BPEs against tokenizers (tests/train/bpe_real.sh).
+if(TARGET bpe_tool)
+  add_test(NAME train/bpe_real
+    COMMAND ${PROJECT_SOURCE_DIR}/tests/train/bpe_real.sh $<TARGET_FILE:bpe_tool> ${FSDP_TEST_PYTHON}
+            ${PROJECT_BINARY_DIR}/tmp_bpe_real)
+  set_tests_properties(train/bpe_real PROPERTIES LABELS "script;train;hf" TIMEOUT 600)
+endif()
