@@ -57,6 +57,15 @@ for m, names in {"llama-bpe": ["<|begin_of_text|>", "<|end_of_text|>", "<|eot_id
     ids = {a["content"]: a["id"] for a in j["added_tokens"]}
     assert all(n in ids for n in names), (m, names)
 PYEOF
+# the end-of-document token each exposes, and ids by name (fsdp_bpe_eot, fsdp_bpe_token_id)
+[ "$("$TOOL" llama-bpe.json --eot --id '<|eot_id|>' --id '<|begin_of_text|>' --id 'Hello' --id '<|nope|>')" = "eot 128001
+<|eot_id|> 128009
+<|begin_of_text|> 128000
+Hello 9906
+<|nope|> -1" ] && ok || bad "Llama 3's eot / ids by name: $("$TOOL" llama-bpe.json --eot --id '<|eot_id|>' --id 'Hello')"
+for m in gpt-2:50256 qwen2:151643 starcoder:0; do
+    [ "$("$TOOL" "${m%%:*}.json" --eot)" = "eot ${m##*:}" ] && ok || bad "${m%%:*}: eot $("$TOOL" "${m%%:*}.json" --eot)"
+done
 printf 'a<|eot_id|>b<|begin_of_text|><|end_of_text|>' >special.txt
 "$TOOL" llama-bpe.json --ids special.txt >/dev/null 2>&1 &&
     [ "$("$PY" -c "import numpy; print(numpy.fromfile('special.txt.ids', '<i4').tolist())")" = "[64, 128009, 65, 128000, 128001]" ] && ok ||

@@ -1,7 +1,8 @@
 /* bpe_tool.c — the C side of the BPE tests (tests/train/bpe_check.sh): loads a tokenizer.json and, for each
  * file, encodes it, writes the ids (int32 little-endian) to FILE.ids when asked, decodes them and checks
  * that the bytes come back exactly. usage: bpe_tool TOKENIZER.json [--ids] FILE...   exit 0: all round trips
- * exact. With --bench N: encodes every file N times and prints MB/s (bench/run_bpe_bench.sh). */
+ * exact. With --bench N: encodes every file N times and prints MB/s (bench/bench_bpe.sh). With --id NAME
+ * (repeatable): prints "NAME ID" (fsdp_bpe_token_id); --eot prints "eot ID" (fsdp_bpe_eot). */
 #include "fsdp.h"
 #include "data/bpe.h"
 #include "io/io.h"
@@ -24,6 +25,11 @@ int main(int argc, char **argv) {
     for (; i < argc && !strncmp(argv[i], "--", 2); i++) {
         if (!strcmp(argv[i], "--ids")) ids = 1;
         if (!strcmp(argv[i], "--bench") && i + 1 < argc) reps = atoi(argv[++i]);
+        if (!strcmp(argv[i], "--id") && i + 1 < argc) {
+            printf("%s %d\n", argv[i + 1], fsdp_bpe_token_id(b, argv[i + 1]));
+            i++;
+        }
+        if (!strcmp(argv[i], "--eot")) printf("eot %d\n", fsdp_bpe_eot(b));
     }
     double bytes = 0, secs = 0;
     for (; i < argc; i++) {
