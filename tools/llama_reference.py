@@ -12,6 +12,13 @@ test venv (.venv/bin/python: transformers 4.46 over Debian's torch).
         max|ours - theirs| <= T * max|theirs|.
   generate DIR N [--prompt IDS]      greedy generate() of N tokens after the prompt token ids, printed
         as one line of ids.
+  generate DIR N --text PROMPT       the same after AutoTokenizer's ids of [end of text] + PROMPT, printed
+        as text the way `fsdp-train sample` prints it (PROMPT, then each token's text, the end-of-text
+        token as "\n----\n"), for a byte-exact comparison with `sample --temperature 0`.
+  textmodel DIR --variant V --tokenizer TOK.json
+        the variant's random model as a Hugging Face folder (F32) with a tokenizer: TOK.json (a
+        byte-level BPE, tools/bpe_fixture.py train) saved by PreTrainedTokenizerFast.save_pretrained
+        (tokenizer.json, tokenizer_config.json, special_tokens_map.json), <|endoftext|> as bos and eos.
 
 Variants (tiny shapes, every parameter random; weights are bf16 values, so F32 and BF16 files hold
 the same model and mixed precision's parameter cast is exact):
@@ -486,25 +493,86 @@ def cmd_compare(a):
     return 0 if e <= a.tol else 1
 
 
+def generate_fix():
+    """transformers' generate() asks whether the model is FSDP-managed by importing torch.distributed.fsdp,
+    which Debian's torch 1.13 cannot import under Python 3.11 (a dataclass error): answer no directly."""
+    import transformers.generation.utils as gu
+    gu.is_fsdp_managed_module = lambda module: False
+
+
+def eot_id(tok):
+    for t in ("<|endoftext|>", "<|end_of_text|>"):  # fsdp_bpe_eot's choice
+        i = tok.convert_tokens_to_ids(t)
+        if i is not None and i != tok.unk_token_id:
+            return i
+    raise SystemExit("the tokenizer has no end-of-text token")
+
+
 def cmd_generate(a):
     torch.set_num_threads(1)
     with open(os.path.join(a.dir, "config.json")) as f:
         cd = json.load(f)
-    prompt = [int(x) for x in a.prompt.split(",")]
+    tok = None
+    if a.text is not None:
+        from transformers import AutoTokenizer
+        tok = AutoTokenizer.from_pretrained(a.dir)
+        eot = eot_id(tok)
+        prompt = [eot] + tok(a.text, add_special_tokens=False)["input_ids"]
+    else:
+        prompt = [int(x) for x in a.prompt.split(",")]
     if cd.get("model_type") == "qwen3":  # greedy with the reference's full forward
         run = load_dir(a.dir, torch.float32)
         ids = list(prompt)
         with torch.no_grad():
             for _ in range(a.n):
                 ids.append(int(run(torch.tensor([ids]))[0, -1, :cd["vocab_size"]].argmax()))
-        print(" ".join(str(i) for i in ids[len(prompt):]))
+        new = ids[len(prompt):]
+    else:
+        from transformers import AutoModelForCausalLM
+        generate_fix()
+        m = AutoModelForCausalLM.from_pretrained(a.dir, torch_dtype=torch.float32).eval()
+        with torch.no_grad():
+            out = m.generate(torch.tensor([prompt]), max_new_tokens=a.n, min_new_tokens=a.n, do_sample=False,
+                             pad_token_id=0, eos_token_id=None, attention_mask=torch.ones(1, len(prompt),
+                                                                                           dtype=torch.long))
+        new = [int(i) for i in out[0, len(prompt):]]
+    if tok is None:
+        print(" ".join(str(i) for i in new))
         return 0
-    from transformers import AutoModelForCausalLM
-    m = AutoModelForCausalLM.from_pretrained(a.dir, torch_dtype=torch.float32).eval()
-    with torch.no_grad():
-        out = m.generate(torch.tensor([prompt]), max_new_tokens=a.n, min_new_tokens=a.n, do_sample=False,
-                         pad_token_id=0, eos_token_id=None)
-    print(" ".join(str(int(i)) for i in out[0, len(prompt):]))
+    # Each token's bytes (byte-level BPE: the vocabulary's characters mapped back to bytes; an added
+    # token: its text), so a token holding part of a UTF-8 character prints as fsdp-train prints it.
+    from transformers.models.gpt2.tokenization_gpt2 import bytes_to_unicode
+    unbyte = {c: b for b, c in bytes_to_unicode().items()}
+    added = {i: t.content for i, t in tok.added_tokens_decoder.items()}
+    text = a.text.encode()
+    for t in new:
+        if t == eot:
+            text += b"\n----\n"
+        elif t in added:
+            text += added[t].encode()
+        else:
+            text += bytes(unbyte[c] for c in tok.convert_ids_to_tokens(t))
+    sys.stdout.buffer.write(text + b"\n")
+    return 0
+
+
+def cmd_textmodel(a):
+    """A variant's random model with a real tokenizer, as transformers saves both."""
+    from transformers import PreTrainedTokenizerFast
+    torch.set_num_threads(1)
+    s = shape(a.variant)
+    tok = PreTrainedTokenizerFast(tokenizer_file=a.tokenizer, bos_token="<|endoftext|>", eos_token="<|endoftext|>")
+    if len(tok) > s.V:
+        raise SystemExit(f"{a.tokenizer}: {len(tok)} tokens, more than the model's {s.V}")
+    eot = tok.convert_tokens_to_ids("<|endoftext|>")
+    W, _ = init_weights(s)
+    m = hf_model(s, W, torch.float32)
+    m.config.bos_token_id = m.config.eos_token_id = eot
+    m.generation_config.bos_token_id = m.generation_config.eos_token_id = eot
+    os.makedirs(a.dir, exist_ok=True)
+    m.save_pretrained(a.dir, safe_serialization=True)
+    tok.save_pretrained(a.dir)
+    print(f"{a.dir}: {a.variant} model, vocabulary {s.V}, tokenizer of {len(tok)} tokens (end of text {eot})")
     return 0
 
 
@@ -523,8 +591,14 @@ def main():
     p.add_argument("dir")
     p.add_argument("n", type=int)
     p.add_argument("--prompt", default="1,2,3")
+    p.add_argument("--text", default=None)
+    p = sub.add_parser("textmodel")
+    p.add_argument("dir")
+    p.add_argument("--variant", required=True, choices=[v for v in VARIANTS if v != "qwen3"])
+    p.add_argument("--tokenizer", required=True)
     a = ap.parse_args()
-    sys.exit({"fixture": cmd_fixture, "compare": cmd_compare, "generate": cmd_generate}[a.cmd](a))
+    sys.exit({"fixture": cmd_fixture, "compare": cmd_compare, "generate": cmd_generate,
+              "textmodel": cmd_textmodel}[a.cmd](a))
 
 
 if __name__ == "__main__":

@@ -156,14 +156,36 @@ static fsdp_status prep_tokenize(const fsdp_prepare_args *a, prep_ctx *x, char *
     return FSDP_OK;
 }
 
-/* The folder carries its tokenizer (sample and export find it there): a copy of --tokenizer as
- * OUT/tokenizer.json, unless --tokenizer already is that file. */
-static fsdp_status prep_copy_tokenizer(const fsdp_prepare_args *a) {
-    char *tpath = fsdp_strdupf("%s/tokenizer.json", a->out_dir);
-    fsdp_status s =
-        tpath ? fsdp_io_copy_file(a->tokenizer, tpath) : FSDP_ERR(FSDP_ENOMEM, "no memory for a path");
-    free(tpath);
+static const char *const tokenizer_companions[] = {"tokenizer_config.json", "special_tokens_map.json", NULL};
+
+fsdp_status fsdp_data_copy_tokenizer(const char *src, const char *dst_dir, int *n_copied) {
+    if (n_copied) *n_copied = 0;
+    char *dst = fsdp_strdupf("%s/tokenizer.json", dst_dir);
+    fsdp_status s = dst ? fsdp_io_copy_file(src, dst) : FSDP_ERR(FSDP_ENOMEM, "no memory for a path");
+    free(dst);
+    if (s != FSDP_OK) return s;
+    if (n_copied) *n_copied = 1;
+    const char *base = strrchr(src, '/');
+    if (strcmp(base ? base + 1 : src, "tokenizer.json") != 0) return FSDP_OK; /* no folder of its own */
+    char sdir[4096];
+    fsdp_path_dirname(src, sdir, sizeof sdir);
+    for (int i = 0; tokenizer_companions[i] && s == FSDP_OK; i++) {
+        char *from = fsdp_strdupf("%s/%s", sdir, tokenizer_companions[i]);
+        char *to = fsdp_strdupf("%s/%s", dst_dir, tokenizer_companions[i]);
+        if (!from || !to)
+            s = FSDP_ERR(FSDP_ENOMEM, "no memory for a path");
+        else if (access(from, F_OK) == 0 && (s = fsdp_io_copy_file(from, to)) == FSDP_OK && n_copied)
+            (*n_copied)++;
+        free(from);
+        free(to);
+    }
     return s;
+}
+
+/* The folder carries its tokenizer (sample and export find it there): a copy of --tokenizer as
+ * OUT/tokenizer.json (with its Hugging Face companions), unless --tokenizer already is that file. */
+static fsdp_status prep_copy_tokenizer(const fsdp_prepare_args *a) {
+    return fsdp_data_copy_tokenizer(a->tokenizer, a->out_dir, NULL);
 }
 
 /* meta.json of the prepared folder, as text (caller frees), or NULL when out of memory. */

@@ -32,6 +32,13 @@ typedef struct {
 } fsdp_prepare_stats;
 fsdp_status fsdp_prepare(const fsdp_prepare_args *a, fsdp_prepare_stats *stats);
 
+/* Copies the tokenizer src (a tokenizer.json) into the folder dst_dir as dst_dir/tokenizer.json, and
+ * when src is named tokenizer.json, the Hugging Face files beside it that belong to it
+ * (tokenizer_config.json, special_tokens_map.json: the tokenizer class, special tokens, chat template),
+ * so that AutoTokenizer loads dst_dir as it loaded src's folder. *n_copied (may be NULL): files copied.
+ * Nothing to do for a file that already is its destination. */
+fsdp_status fsdp_data_copy_tokenizer(const char *src, const char *dst_dir, int *n_copied);
+
 /* Reads DIR/meta.json's "vocab" if the file exists: *vocab = value, else *vocab = 0 (unknown). */
 fsdp_status fsdp_data_meta_vocab(const char *dir, int *vocab);
 

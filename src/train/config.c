@@ -680,12 +680,13 @@ static void format_value(char *buf, size_t cap, const fsdp_train_config *cfg, co
 
 void fsdp_train_usage(FILE *f, fsdp_train_cmd cmd) {
     static const char *const what[FSDP_CMD_NCMD] = {
-        "train a GPT on token files with FSDP (the default command; under mpirun, one process per rank)",
+        "train a model (GPT-2 or the Llama family) on token files with FSDP (the default command; under "
+        "mpirun, one process per rank)",
         "tokenise text files (bytes, or --tokenizer's BPE) into DIR/train.bin, DIR/val.bin (llm.c's layout)",
-        "write a checkpoint's (or a Hugging Face folder's) full fp32 model as .safetensors with GPT-2's "
-        "tensor "
-        "names, plus config.json (and tokenizer.json when the run has one)",
-        "generate text from a checkpoint or a Hugging Face GPT-2 folder",
+        "write a checkpoint's (or a Hugging Face folder's) full model (fp32, or --export-dtype bf16) as "
+        ".safetensors with its family's Hugging Face tensor names, plus config.json (and the tokenizer when "
+        "the run has one)",
+        "generate text from a checkpoint or a Hugging Face folder (GPT-2 or the Llama family)",
     };
     fprintf(f, "usage: fsdp-train %s[flags]\n  %s\n\nflags (default in brackets):\n",
             cmd == FSDP_CMD_TRAIN     ? "[train] "

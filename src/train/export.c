@@ -8,6 +8,8 @@
 #include "core/core.h"
 #include "fsdp_model.h"
 #include "data/bpe.h"
+#include "data/data.h"
+#include "io/json.h"
 #include "checkpoint/checkpoint.h"
 #include "io/io.h"
 
@@ -118,14 +120,52 @@ static char *header_json(const export_tensor *ts, int n, int64_t step, const cha
     return s;
 }
 
-/* config.json beside the model: the family's fields, then the trainer's token ids and tokenizer. */
-static fsdp_status write_config_json(const char *out, const fsdp_model_config *mc, int eot, fsdp_dtype dt) {
+/* The token ids of the Hugging Face folder the tokenizer came from (tpath is DIR/tokenizer.json and
+ * DIR/config.json exists): its bos/eos/pad_token_id, copied into j as they are (eos may be a list), so
+ * the export keeps the model's own special tokens. *found = whether that folder gave any. */
+static fsdp_status tokenizer_folder_ids(const char *tpath, cJSON *j, int *found) {
+    *found = 0;
+    const char *base = tpath ? strrchr(tpath, '/') : NULL;
+    if (!tpath || strcmp(base ? base + 1 : tpath, "tokenizer.json") != 0) return FSDP_OK;
+    char dir[4096];
+    fsdp_path_dirname(tpath, dir, sizeof dir);
+    char *path = fsdp_strdupf("%s/config.json", dir), *text = NULL;
+    if (!path) return FSDP_ERR(FSDP_ENOMEM, "no memory for a path");
+    cJSON *src = NULL;
+    size_t n = 0;
+    fsdp_status s = FSDP_OK;
+    if (access(path, F_OK) == 0) {
+        s = fsdp_io_read_file(path, &text, &n);
+        if (s == FSDP_OK) s = fsdp_json_parse(text, n, path, &src);
+    }
+    static const char *const keys[] = {"bos_token_id", "eos_token_id", "pad_token_id", NULL};
+    for (int k = 0; keys[k] && src && s == FSDP_OK; k++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(src, keys[k]);
+        if (!v || cJSON_IsNull(v)) continue;
+        cJSON *d = cJSON_Duplicate(v, 1);
+        if (!d || !cJSON_AddItemToObject(j, keys[k], d)) {
+            cJSON_Delete(d);
+            s = FSDP_ERR(FSDP_ENOMEM, "no memory for config.json");
+        }
+        *found = 1;
+    }
+    cJSON_Delete(src);
+    fsdp_mem_free(text);
+    free(path);
+    return s;
+}
+
+/* config.json beside the model: the family's fields, then the token ids (the tokenizer's folder's, else
+ * the trainer's end-of-text token) and what tokenizes the model. */
+static fsdp_status write_config_json(const char *out, const fsdp_model_config *mc, int eot, const char *tpath,
+                                     fsdp_dtype dt) {
     char dir[4096];
     fsdp_path_dirname(out, dir, sizeof dir);
     char *path = fsdp_strdupf("%s/config.json", dir);
     cJSON *j = cJSON_CreateObject();
     char *text = NULL;
     fsdp_status s = FSDP_OK;
+    int found = 0;
     if (!path || !j) {
         s = FSDP_ERR(FSDP_ENOMEM, "no memory for config.json");
         goto done;
@@ -134,12 +174,19 @@ static fsdp_status write_config_json(const char *out, const fsdp_model_config *m
     if (s != FSDP_OK) goto done;
     const int V = mc->vocab_size;
     if (dt == FSDP_BF16) cJSON_AddStringToObject(j, "torch_dtype", "bfloat16"); /* the tensors' dtype */
-    cJSON_AddNumberToObject(j, "bos_token_id", eot >= 0 ? eot : V - 1);
-    cJSON_AddNumberToObject(j, "eos_token_id", eot >= 0 ? eot : V - 1);
-    cJSON_AddStringToObject(j, "tokenizer",
-                            eot >= 0   ? "tokenizer.json"
-                            : V == 257 ? "bytes (ids 0..255), 256 = end of text"
-                                       : "gpt2");
+    s = tokenizer_folder_ids(tpath, j, &found);
+    if (s != FSDP_OK) goto done;
+    if (!found) {
+        cJSON_AddNumberToObject(j, "bos_token_id", eot >= 0 ? eot : V - 1);
+        cJSON_AddNumberToObject(j, "eos_token_id", eot >= 0 ? eot : V - 1);
+    }
+    /* GPT-2 without a tokenizer of its own is GPT-2's (or the byte vocabulary); another family says nothing. */
+    const int gpt2 = !strcmp(mc->family->name, "gpt2");
+    if (tpath || V == 257 || gpt2)
+        cJSON_AddStringToObject(j, "tokenizer",
+                                tpath      ? "tokenizer.json"
+                                : V == 257 ? "bytes (ids 0..255), 256 = end of text"
+                                           : "gpt2");
     text = cJSON_Print(j);
     if (!text) {
         s = FSDP_ERR(FSDP_ENOMEM, "no memory for config.json");
@@ -258,7 +305,7 @@ static fsdp_status export_write(fsdp_out *o, fsdp_ckpt_reader *r, const export_t
 }
 
 static fsdp_status export_checkpoint(const fsdp_train_config *cfg, FILE *out) {
-    char *step_dir = NULL, *hdr = NULL, *tpath = NULL, *tdst = NULL;
+    char *step_dir = NULL, *hdr = NULL, *tpath = NULL;
     fsdp_ckpt_reader *r = NULL;
     export_tensor *ts = NULL;
     int n = 0, eot = -1;
@@ -282,20 +329,20 @@ static fsdp_status export_checkpoint(const fsdp_train_config *cfg, FILE *out) {
     if (s == FSDP_OK) s = export_open(cfg, odir, &o);
     if (s == FSDP_OK) s = export_write(&o, r, ts, n, hdr, dt);
     if (s == FSDP_OK) s = fsdp_out_commit(&o);
-    /* The run's tokenizer.json goes beside the model, so AutoTokenizer loads the folder too. */
-    if (s == FSDP_OK && tpath) {
-        tdst = fsdp_strdupf("%s/tokenizer.json", odir);
-        s = tdst ? fsdp_io_copy_file(tpath, tdst) : FSDP_ERR(FSDP_ENOMEM, "no memory for a path");
-    }
-    if (s == FSDP_OK) s = write_config_json(cfg->out, &mc, eot, dt);
-    if (s == FSDP_OK && out && tpath) fprintf(out, "copied %s beside it as tokenizer.json\n", tpath);
+    /* The run's tokenizer.json (and its Hugging Face companions) beside the model, so AutoTokenizer
+     * loads the folder too. */
+    int n_tok = 0;
+    if (s == FSDP_OK && tpath) s = fsdp_data_copy_tokenizer(tpath, odir, &n_tok);
+    if (s == FSDP_OK) s = write_config_json(cfg->out, &mc, eot, tpath, dt);
+    if (s == FSDP_OK && out && tpath)
+        fprintf(out, "copied %s beside it as tokenizer.json%s\n", tpath,
+                n_tok > 1 ? " (with its tokenizer_config.json / special_tokens_map.json)" : "");
     if (s == FSDP_OK && cfg->logits) s = fsdp_train_write_logits(step_dir, cfg->logits);
     if (s == FSDP_OK && out)
         fprintf(out, "exported %s (step %lld, %d tensors, %llu bytes of %s data) and config.json beside it\n",
                 cfg->out, (long long)st.step, n, (unsigned long long)(n ? ts[n - 1].end : 0),
                 dt == FSDP_BF16 ? "bf16" : "fp32");
     fsdp_out_abort(&o); /* a no-op once committed */
-    free(tdst);
     free(tpath);
     free(hdr);
     free(ts);

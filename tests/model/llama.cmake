@@ -26,3 +26,11 @@ foreach(np 1 2)
   set_tests_properties(model/llama_hf/np${np} PROPERTIES LABELS "script;model;hf" TIMEOUT 600
     FIXTURES_REQUIRED llama_fx)
 endforeach()
+# The round trip with text (tests/model/llama_export.sh): greedy sample == transformers' generate on a Llama
+# and a Qwen2 with a tokenizer, fine-tune, export f32/bf16 that AutoModelForCausalLM + AutoTokenizer reload.
+foreach(v llama qwen2)
+  add_test(NAME model/llama_export/${v}
+    COMMAND ${PROJECT_SOURCE_DIR}/tests/model/llama_export.sh $<TARGET_FILE:fsdp-train> ${FSDP_TEST_PYTHON}
+            ${PROJECT_SOURCE_DIR}/tools/llama_reference.py ${PROJECT_BINARY_DIR}/tmp_llama_export_${v} ${v})
+  set_tests_properties(model/llama_export/${v} PROPERTIES LABELS "script;model;hf" TIMEOUT 600)
+endforeach()

@@ -191,6 +191,17 @@ fsdp_status llama_hf_read_config(const cJSON *j, const char *path, fsdp_model_co
     return FSDP_OK;
 }
 
+/* A number that transformers checks to be a float (rope_scaling's factors): a whole value is written
+ * as 8.0, not 8 (cJSON's shortest form), since transformers refuses an int there. */
+static int add_float(cJSON *j, const char *name, double v) {
+    char buf[64];
+    if (isfinite(v) && v == floor(v) && fabs(v) < 1e15) {
+        snprintf(buf, sizeof buf, "%.1f", v);
+        return cJSON_AddRawToObject(j, name, buf) != NULL;
+    }
+    return cJSON_AddNumberToObject(j, name, v) != NULL;
+}
+
 fsdp_status llama_hf_write_config(const fsdp_model_config *cfg, cJSON *j) {
     if (cfg == NULL || j == NULL) return FSDP_ERR(FSDP_EINVAL, "config and JSON must not be NULL");
     FSDP_TRY(fsdp_llama_family.validate(cfg));
@@ -226,9 +237,8 @@ fsdp_status llama_hf_write_config(const fsdp_model_config *cfg, cJSON *j) {
     if (ok && c.rope_scaling == FSDP_ROPE_SCALING_LLAMA3) {
         cJSON *rs = cJSON_AddObjectToObject(j, "rope_scaling");
         ok = rs && cJSON_AddStringToObject(rs, "rope_type", "llama3") &&
-             cJSON_AddNumberToObject(rs, "factor", c.rope_factor) &&
-             cJSON_AddNumberToObject(rs, "low_freq_factor", c.rope_low_freq_factor) &&
-             cJSON_AddNumberToObject(rs, "high_freq_factor", c.rope_high_freq_factor) &&
+             add_float(rs, "factor", c.rope_factor) && add_float(rs, "low_freq_factor", c.rope_low_freq_factor) &&
+             add_float(rs, "high_freq_factor", c.rope_high_freq_factor) &&
              cJSON_AddNumberToObject(rs, "original_max_position_embeddings", c.rope_original_max_pos);
     } else if (ok) {
         ok = cJSON_AddNullToObject(j, "rope_scaling") != NULL;
