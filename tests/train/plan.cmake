@@ -25,3 +25,12 @@ if(TARGET fsdp-train)
             ${FSDP_MPIRUN} ${PROJECT_BINARY_DIR}/tmp_plan_fit)
   set_tests_properties(train/plan_fit PROPERTIES LABELS "script;train" TIMEOUT 300)
 endif()
+# The Llama family's plan (tests/train/plan_llama.sh): every strategy, with and without recompute, exact.
+if(TARGET fsdp-train)
+  foreach(np 1 2)
+    add_test(NAME train/plan_llama/np${np}
+      COMMAND ${PROJECT_SOURCE_DIR}/tests/train/plan_llama.sh $<TARGET_FILE:fsdp-train>
+              ${FSDP_MPIRUN} ${PROJECT_BINARY_DIR}/tmp_plan_llama_np${np} ${np})
+    set_tests_properties(train/plan_llama/np${np} PROPERTIES LABELS "script;train" TIMEOUT 300)
+  endforeach()
+endif()
