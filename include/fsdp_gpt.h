@@ -135,11 +135,13 @@ fsdp_unit_t *gpt_block_unit(gpt_model_t *m, int layer); /* NULL if layer is out 
 fsdp_status gpt_set_recompute(gpt_model_t *m, int on);
 
 /* Forward over tokens int32 [B,T] (each in [0, V)), 1 <= T <= T_max. targets int32 [B,T] in [0, V) or
- * NULL (inference: no loss, and no backward may follow). *loss (may be NULL): mean cross-entropy over
- * this call's B*T positions — this rank's micro-batch only; average across ranks yourself if you want
- * the global figure. Tokens and targets are copied. Activations grow to fit (category activation).
- * Bad arguments are refused before any hook runs; a failure after that (a collective, memory) leaves
- * units mid-lifecycle, so the step is lost: free the model and engine (or end the job). */
+ * -100 (FSDP_IGNORE_INDEX of fsdp_model.h: that position does not count), or NULL (inference: no loss,
+ * and no backward may follow). *loss (may be NULL): mean cross-entropy over this call's counted
+ * positions (0 when none count) — this rank's micro-batch only; average across ranks yourself if you
+ * want the global figure. Packed documents (document ids) go through fsdp_model.h's batch. Tokens and targets
+ * are copied. Activations grow to fit (category activation). Bad arguments are refused before any hook runs;
+ * a failure after that (a collective, memory) leaves units mid-lifecycle, so the step is lost: free the model
+ * and engine (or end the job). */
 fsdp_status gpt_forward(gpt_model_t *m, const int *tokens, const int *targets, int B, int T, float *loss);
 
 /* Logits float [B,T,Vp] of the last forward (columns >= V are the padded vocab: never sample them).
@@ -147,7 +149,7 @@ fsdp_status gpt_forward(gpt_model_t *m, const int *tokens, const int *targets, i
 fsdp_status gpt_logits(const gpt_model_t *m, const float **logits, int *B, int *T, int *Vp);
 
 /* Backward of the last forward (which must have had targets). Parameter gradients of
- *   loss_scale * mean-over-this-call's-positions loss
+ *   loss_scale * mean-over-this-call's-counted-positions loss
  * go into each unit's main_grad; each unit's post_backward reduces them (the engine averages over
  * ranks and micro-batches). loss_scale 1 is the usual; ranks with unequal numbers of positions n_r
  * pass world * n_r / sum(n) so the engine's average is the mean over all positions. */

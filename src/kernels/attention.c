@@ -28,13 +28,23 @@ static fsdp_status check_att(int B, int T, int C, int NH) {
     return FSDP_OK;
 }
 
+/* Document mask of the scores a[0..t] of query t (drow: its batch row's ids): keys of another document
+ * become -inf, so the softmax gives them exactly 0 (the backward, reading the probabilities, needs no
+ * mask). Only called with document ids: without them no row is touched. */
+static inline __attribute__((always_inline)) void att_mask_row(float *a, const int32_t *drow, int t) {
+    const int32_t d = drow[t];
+    for (int t2 = 0; t2 < t; t2++)
+        if (drow[t2] != d) a[t2] = -INFINITY;
+}
+
 /* The work of one query row (b, t, h) of the forward: scores, softmax into att, weighted sum of v.
  * always_inline: instantiated in the generic and the AVX-512 drivers below, so its `omp simd` loops
  * are compiled for each ISA. Different ISAs sum the head dot products in different orders (and the
  * AVX-512 form fuses multiply-adds): results agree to rounding, each is deterministic. */
 static inline __attribute__((always_inline)) void att_fwd_row(float *out, float *preatt, float *att,
-                                                              const float *qkv, int b, int t, int h, int T,
-                                                              int C, int NH, int hs, float scale) {
+                                                              const float *qkv, const int32_t *doc, int b,
+                                                              int t, int h, int T, int C, int NH, int hs,
+                                                              float scale) {
     const size_t C3 = (size_t)3 * C;
     const float *q = qkv + ((size_t)b * T + t) * C3 + (size_t)h * hs;
     size_t row = (((size_t)b * NH + h) * T + t) * T;
@@ -48,6 +58,7 @@ static inline __attribute__((always_inline)) void att_fwd_row(float *out, float 
         for (int i = 0; i < hs; i++)
             s += q[i] * k[i];
         s *= scale;
+        if (doc && doc[(size_t)b * T + t2] != doc[(size_t)b * T + t]) s = -INFINITY;
         a[t2] = s;
         if (s > mx) mx = s;
     }
@@ -118,13 +129,13 @@ static inline __attribute__((always_inline)) void att_bwd_head(float *dqkv, cons
     }
 }
 
-static void att_fwd_generic(float *out, float *preatt, float *att, const float *qkv, int B, int T, int C,
-                            int NH, int hs, float scale) {
+static void att_fwd_generic(float *out, float *preatt, float *att, const float *qkv, const int32_t *doc,
+                            int B, int T, int C, int NH, int hs, float scale) {
 #pragma omp parallel for collapse(3) schedule(static)
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++)
             for (int h = 0; h < NH; h++)
-                att_fwd_row(out, preatt, att, qkv, b, t, h, T, C, NH, hs, scale);
+                att_fwd_row(out, preatt, att, qkv, doc, b, t, h, T, C, NH, hs, scale);
 }
 
 static void att_bwd_generic(float *dqkv, const float *dout, const float *qkv, const float *att,
@@ -141,13 +152,13 @@ static void att_bwd_generic(float *dqkv, const float *dout, const float *qkv, co
 /* 512-bit vectors (GCC's generic tuning would otherwise prefer 256-bit ones). */
 #define T512 FSDP_TARGET_AVX512
 
-T512 static void att_fwd_avx512(float *out, float *preatt, float *att, const float *qkv, int B, int T, int C,
-                                int NH, int hs, float scale) {
+T512 static void att_fwd_avx512(float *out, float *preatt, float *att, const float *qkv, const int32_t *doc,
+                                int B, int T, int C, int NH, int hs, float scale) {
 #pragma omp parallel for collapse(3) schedule(static)
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++)
             for (int h = 0; h < NH; h++)
-                att_fwd_row(out, preatt, att, qkv, b, t, h, T, C, NH, hs, scale);
+                att_fwd_row(out, preatt, att, qkv, doc, b, t, h, T, C, NH, hs, scale);
 }
 
 T512 static void att_bwd_avx512(float *dqkv, const float *dout, const float *qkv, const float *att,
@@ -191,10 +202,9 @@ att_rowdots(float *dst, const float *x, const float *kt, int Tp, int n, int hs, 
     }
 }
 
-T512 static inline __attribute__((always_inline)) void att_fwd_head_blk(float *out, float *preatt, float *att,
-                                                                        const float *qkv, float *kt, int b,
-                                                                        int h, int T, int C, int NH, int hs,
-                                                                        const int NC, float scale) {
+T512 static inline __attribute__((always_inline)) void
+att_fwd_head_blk(float *out, float *preatt, float *att, const float *qkv, const int32_t *doc, float *kt,
+                 int b, int h, int T, int C, int NH, int hs, const int NC, float scale) {
     const size_t C3 = (size_t)3 * C;
     const int Tp = (T + 15) & ~15;
     const float *base = qkv + (size_t)b * T * C3 + (size_t)h * hs;
@@ -204,6 +214,7 @@ T512 static inline __attribute__((always_inline)) void att_fwd_head_blk(float *o
         size_t row = (((size_t)b * NH + h) * T + t) * T;
         float *a = att + row;
         att_rowdots(a, q, kt, Tp, t + 1, hs, scale);
+        if (doc) att_mask_row(a, doc + (size_t)b * T, t);
         float mx = fsdp_vmax(a, (size_t)t + 1);
         if (preatt) {
             memcpy(preatt + row, a, (size_t)(t + 1) * sizeof(float));
@@ -277,16 +288,17 @@ att_bwd_head_blk(float *dqkv, const float *dout, const float *qkv, const float *
 }
 
 /* scratch: per thread hs * Tp (+ Tp for the backward's datt row) floats. */
-T512 static void att_fwd_blk(float *out, float *preatt, float *att, const float *qkv, float *scratch,
-                             size_t per_thr, int nthr, int B, int T, int C, int NH, int hs, float scale) {
+T512 static void att_fwd_blk(float *out, float *preatt, float *att, const float *qkv, const int32_t *doc,
+                             float *scratch, size_t per_thr, int nthr, int B, int T, int C, int NH, int hs,
+                             float scale) {
 #pragma omp parallel for collapse(2) schedule(static) num_threads(nthr)
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++) {
             float *kt = scratch + (size_t)omp_get_thread_num() * per_thr;
             if (hs == 64)
-                att_fwd_head_blk(out, preatt, att, qkv, kt, b, h, T, C, NH, hs, 4, scale);
+                att_fwd_head_blk(out, preatt, att, qkv, doc, kt, b, h, T, C, NH, hs, 4, scale);
             else
-                att_fwd_head_blk(out, preatt, att, qkv, kt, b, h, T, C, NH, hs, hs / 16, scale);
+                att_fwd_head_blk(out, preatt, att, qkv, doc, kt, b, h, T, C, NH, hs, hs / 16, scale);
         }
 }
 
@@ -354,7 +366,8 @@ static inline dnnl_status_t sgemm(char ta, char tb, int M, int N, int K, float a
 }
 
 /* Softmax of the scaled scores a[0..t] in place (row max subtracted), preatt copy, a[t+1..T) = 0. */
-static inline void att_softmax_row(float *a, float *pre, int t, int T) {
+static inline void att_softmax_row(float *a, float *pre, const int32_t *drow, int t, int T) {
+    if (drow) att_mask_row(a, drow, t);
     float mx = fsdp_vmax(a, (size_t)t + 1);
     if (pre) {
         memcpy(pre, a, (size_t)(t + 1) * sizeof(float));
@@ -367,8 +380,9 @@ static inline void att_softmax_row(float *a, float *pre, int t, int T) {
     memset(a + t + 1, 0, (size_t)(T - t - 1) * sizeof(float));
 }
 
-static dnnl_status_t att_fwd_gemm_head(float *out, float *preatt, float *att, const float *qkv, int b, int h,
-                                       int T, int C, int NH, int hs, float scale) {
+static dnnl_status_t att_fwd_gemm_head(float *out, float *preatt, float *att, const float *qkv,
+                                       const int32_t *doc, int b, int h, int T, int C, int NH, int hs,
+                                       float scale) {
     const size_t C3 = (size_t)3 * C;
     const float *q = qkv + (size_t)b * T * C3 + (size_t)h * hs, *k = q + C, *v = q + 2 * (size_t)C;
     const size_t head = ((size_t)b * NH + h) * T * T;
@@ -380,8 +394,8 @@ static dnnl_status_t att_fwd_gemm_head(float *out, float *preatt, float *att, co
         ds = sgemm('N', 'T', r, n, hs, scale, q + (size_t)t0 * C3, C3, k, C3, 0.0f, Ab, (size_t)T);
         if (ds != dnnl_success) break;
         for (int j = 0; j < r; j++)
-            att_softmax_row(Ab + (size_t)j * T, preatt ? preatt + head + (size_t)(t0 + j) * T : NULL, t0 + j,
-                            T);
+            att_softmax_row(Ab + (size_t)j * T, preatt ? preatt + head + (size_t)(t0 + j) * T : NULL,
+                            doc ? doc + (size_t)b * T : NULL, t0 + j, T);
         ds = sgemm('N', 'N', r, hs, n, 1.0f, Ab, (size_t)T, v, C3, 0.0f,
                    out + ((size_t)b * T + t0) * C + (size_t)h * hs, (size_t)C);
     }
@@ -459,13 +473,13 @@ static fsdp_status att_gemm_status(dnnl_status_t ds, const char *what) {
                           (int)ds);
 }
 
-static fsdp_status att_fwd_gemm(float *out, float *preatt, float *att, const float *qkv, int B, int T, int C,
-                                int NH, int hs, float scale) {
+static fsdp_status att_fwd_gemm(float *out, float *preatt, float *att, const float *qkv, const int32_t *doc,
+                                int B, int T, int C, int NH, int hs, float scale) {
     int bad = dnnl_success;
 #pragma omp parallel for collapse(2) schedule(static)
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++) {
-            dnnl_status_t ds = att_fwd_gemm_head(out, preatt, att, qkv, b, h, T, C, NH, hs, scale);
+            dnnl_status_t ds = att_fwd_gemm_head(out, preatt, att, qkv, doc, b, h, T, C, NH, hs, scale);
             if (ds != dnnl_success) __atomic_store_n(&bad, (int)ds, __ATOMIC_RELAXED);
         }
     return att_gemm_status((dnnl_status_t)bad, "forward");
@@ -492,13 +506,18 @@ static fsdp_status att_bwd_gemm(float *dqkv, const float *dout, const float *qkv
 
 fsdp_status fsdp_attention_forward(float *out, float *preatt, float *att, const float *qkv, int B, int T,
                                    int C, int NH) {
+    return fsdp_attention_forward_doc(out, preatt, att, qkv, NULL, B, T, C, NH);
+}
+
+fsdp_status fsdp_attention_forward_doc(float *out, float *preatt, float *att, const float *qkv,
+                                       const int32_t *doc, int B, int T, int C, int NH) {
     FSDP_PROF_SCOPE(FSDP_PROF_ATTENTION);
     FSDP_TRY(check_att(B, T, C, NH));
     if (!out || !att || !qkv) return FSDP_ERR(FSDP_EINVAL, "out, att and qkv must be non-NULL");
     int hs = C / NH;
     float scale = 1.0f / sqrtf((float)hs);
     if (fsdp_attention_impl_for(T, hs) == FSDP_ATT_GEMM)
-        return att_fwd_gemm(out, preatt, att, qkv, B, T, C, NH, hs, scale);
+        return att_fwd_gemm(out, preatt, att, qkv, doc, B, T, C, NH, hs, scale);
 #ifdef ATT_X86
     if (fsdp_simd_active() == FSDP_SIMD_AVX512) {
         if (hs % 16 == 0 && hs <= 16 * ATT_MAXNC) {
@@ -507,15 +526,15 @@ fsdp_status fsdp_attention_forward(float *out, float *preatt, float *att, const 
             float *scratch = NULL; /* [nthr, hs, Tp]: K^T of one head */
             FSDP_TRY(fsdp_mem_alloc((void **)&scratch, (size_t)nthr * per_thr * sizeof(float),
                                     FSDP_MEM_ACTIVATION));
-            att_fwd_blk(out, preatt, att, qkv, scratch, per_thr, nthr, B, T, C, NH, hs, scale);
+            att_fwd_blk(out, preatt, att, qkv, doc, scratch, per_thr, nthr, B, T, C, NH, hs, scale);
             fsdp_mem_free(scratch);
         } else {
-            att_fwd_avx512(out, preatt, att, qkv, B, T, C, NH, hs, scale);
+            att_fwd_avx512(out, preatt, att, qkv, doc, B, T, C, NH, hs, scale);
         }
         return FSDP_OK;
     }
 #endif
-    att_fwd_generic(out, preatt, att, qkv, B, T, C, NH, hs, scale);
+    att_fwd_generic(out, preatt, att, qkv, doc, B, T, C, NH, hs, scale);
     return FSDP_OK;
 }
 

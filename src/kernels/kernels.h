@@ -156,6 +156,16 @@ fsdp_status fsdp_encoder_forward(float *out, const int *tokens, const void *wte,
 fsdp_status fsdp_encoder_backward(float *dwte, int dwte_acc, float *dwpe, int dwpe_acc, const float *dout,
                                   const int *tokens, int B, int T, int C, int Vrows, int maxT);
 
+/* The same with explicit positions pos int32 [B,T] (NULL: the two functions above): row (b,t) adds
+ * wpe[pos[b,t]] and its gradient goes to dwpe[pos[b,t]] (packed documents: positions restart per
+ * document). Every pos in [0, maxT); T itself may then exceed maxT. */
+fsdp_status fsdp_encoder_forward_pos(float *out, const int *tokens, const int *pos, const void *wte,
+                                     const void *wpe, fsdp_dtype pdt, int B, int T, int C, int Vrows,
+                                     int maxT);
+fsdp_status fsdp_encoder_backward_pos(float *dwte, int dwte_acc, float *dwpe, int dwpe_acc, const float *dout,
+                                      const int *tokens, const int *pos, int B, int T, int C, int Vrows,
+                                      int maxT);
+
 /* ---------------------------------------------------------------- LayerNorm (eps 1e-5) */
 
 #define FSDP_LAYERNORM_EPS 1e-5f
@@ -195,6 +205,11 @@ fsdp_status fsdp_residual_backward(float *da, float *db, const float *dout, size
  * q·k/sqrt(hs) before softmax (t2 <= t; others 0), or NULL to skip. Softmax subtracts the row max. */
 fsdp_status fsdp_attention_forward(float *out, float *preatt, float *att, const float *qkv, int B, int T,
                                    int C, int NH);
+/* The same with document ids doc int32 [B,T] (or NULL: exactly fsdp_attention_forward): query t attends
+ * to key t2 <= t only when doc[b,t2] == doc[b,t]; other keys get probability exactly 0 (and preatt
+ * -inf). The backward below needs no ids: it reads the probabilities. */
+fsdp_status fsdp_attention_forward_doc(float *out, float *preatt, float *att, const float *qkv,
+                                       const int32_t *doc, int B, int T, int C, int NH);
 /* dqkv: float [B,T,3C] (overwritten); dout: float [B,T,C]; qkv and att as saved by the forward.
  * Scratch (fsdp_mem_alloc, activation, freed before returning): fsdp_attention_backward_scratch_bytes. */
 fsdp_status fsdp_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att, int B,

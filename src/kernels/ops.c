@@ -55,20 +55,38 @@ static fsdp_status check_tokens(const char *fn, const int *tokens, size_t n, int
     return FSDP_OK;
 }
 
+/* pos: NULL (position t of each row, T <= maxT) or explicit positions, each in [0, maxT). */
+static fsdp_status check_enc(const char *fn, const int *pos, int B, int T, int C, int Vrows, int maxT) {
+    if (B <= 0 || T <= 0 || C <= 0 || Vrows <= 0 || maxT <= 0)
+        return fsdp_set_error(FSDP_EINVAL, "%s: dims must be positive, got B=%d T=%d C=%d Vrows=%d maxT=%d",
+                              fn, B, T, C, Vrows, maxT);
+    if (!pos && T > maxT)
+        return fsdp_set_error(FSDP_EINVAL, "%s: sequence length T=%d exceeds the model's maxT=%d", fn, T,
+                              maxT);
+    for (size_t i = 0; pos && i < (size_t)B * T; i++)
+        if (pos[i] < 0 || pos[i] >= maxT)
+            return fsdp_set_error(FSDP_EINVAL, "%s: position %d at %zu is outside [0, maxT=%d)", fn, pos[i],
+                                  i, maxT);
+    return FSDP_OK;
+}
+
 fsdp_status fsdp_encoder_forward(float *out, const int *tokens, const void *wte, const void *wpe,
                                  fsdp_dtype pdt, int B, int T, int C, int Vrows, int maxT) {
+    return fsdp_encoder_forward_pos(out, tokens, NULL, wte, wpe, pdt, B, T, C, Vrows, maxT);
+}
+
+fsdp_status fsdp_encoder_forward_pos(float *out, const int *tokens, const int *pos, const void *wte,
+                                     const void *wpe, fsdp_dtype pdt, int B, int T, int C, int Vrows,
+                                     int maxT) {
     FSDP_PROF_SCOPE(FSDP_PROF_ENCODER);
-    if (B <= 0 || T <= 0 || C <= 0 || Vrows <= 0 || maxT <= 0)
-        return FSDP_ERR(FSDP_EINVAL, "dims must be positive, got B=%d T=%d C=%d Vrows=%d maxT=%d", B, T, C,
-                        Vrows, maxT);
-    if (T > maxT) return FSDP_ERR(FSDP_EINVAL, "sequence length T=%d exceeds the model's maxT=%d", T, maxT);
+    FSDP_TRY(check_enc("fsdp_encoder_forward", pos, B, T, C, Vrows, maxT));
     if (!out || !tokens || !wte) return FSDP_ERR(FSDP_EINVAL, "out, tokens and wte must be non-NULL");
     FSDP_TRY(check_pdt(__func__, pdt));
     FSDP_TRY(check_tokens(__func__, tokens, (size_t)B * T, Vrows));
     long rows = (long)B * T;
 #pragma omp parallel for schedule(static)
     for (long r = 0; r < rows; r++) {
-        int t = (int)(r % T);
+        int t = pos ? pos[r] : (int)(r % T);
         size_t we = (size_t)tokens[r] * C, pe = (size_t)t * C;
         float *o = out + (size_t)r * C;
         if (!wpe && pdt == FSDP_F32) {
@@ -92,11 +110,15 @@ fsdp_status fsdp_encoder_forward(float *out, const int *tokens, const void *wte,
 
 fsdp_status fsdp_encoder_backward(float *dwte, int dwte_acc, float *dwpe, int dwpe_acc, const float *dout,
                                   const int *tokens, int B, int T, int C, int Vrows, int maxT) {
+    return fsdp_encoder_backward_pos(dwte, dwte_acc, dwpe, dwpe_acc, dout, tokens, NULL, B, T, C, Vrows,
+                                     maxT);
+}
+
+fsdp_status fsdp_encoder_backward_pos(float *dwte, int dwte_acc, float *dwpe, int dwpe_acc, const float *dout,
+                                      const int *tokens, const int *pos, int B, int T, int C, int Vrows,
+                                      int maxT) {
     FSDP_PROF_SCOPE(FSDP_PROF_ENCODER);
-    if (B <= 0 || T <= 0 || C <= 0 || Vrows <= 0 || maxT <= 0)
-        return FSDP_ERR(FSDP_EINVAL, "dims must be positive, got B=%d T=%d C=%d Vrows=%d maxT=%d", B, T, C,
-                        Vrows, maxT);
-    if (T > maxT) return FSDP_ERR(FSDP_EINVAL, "sequence length T=%d exceeds the model's maxT=%d", T, maxT);
+    FSDP_TRY(check_enc("fsdp_encoder_backward", pos, B, T, C, Vrows, maxT));
     if (!dout || !tokens) return FSDP_ERR(FSDP_EINVAL, "dout and tokens must be non-NULL");
     FSDP_TRY(check_tokens(__func__, tokens, (size_t)B * T, Vrows));
     if (dwte) {
@@ -122,7 +144,26 @@ fsdp_status fsdp_encoder_backward(float *dwte, int dwte_acc, float *dwpe, int dw
             }
         }
     }
-    if (dwpe) {
+    if (dwpe && pos) { /* scatter-add by position, as dwte's by token: deterministic */
+        if (!dwpe_acc) {
+#pragma omp parallel for schedule(static)
+            for (int t = 0; t < maxT; t++)
+                memset(dwpe + (size_t)t * C, 0, (size_t)C * sizeof(float));
+        }
+        enum { CB = 16 };
+        int nb = (C + CB - 1) / CB;
+        long rows = (long)B * T;
+#pragma omp parallel for schedule(static)
+        for (int cb = 0; cb < nb; cb++) {
+            int c0 = cb * CB, c1 = c0 + CB < C ? c0 + CB : C;
+            for (long r = 0; r < rows; r++) {
+                float *g = dwpe + (size_t)pos[r] * C;
+                const float *d = dout + (size_t)r * C;
+                for (int c = c0; c < c1; c++)
+                    g[c] += d[c];
+            }
+        }
+    } else if (dwpe) {
 #pragma omp parallel for schedule(static)
         for (int t = 0; t < maxT; t++) {
             float *g = dwpe + (size_t)t * C;

@@ -6,8 +6,9 @@
 
 #include "kref.h"
 
-/* Double forward; att may be NULL. */
-static void att_ref(double *out, double *att, double *pre, const double *qkv, int B, int T, int C, int NH) {
+/* Double forward; att may be NULL. doc int32 [B,T] or NULL: keys of another document are left out. */
+static void att_ref_doc(double *out, double *att, double *pre, const double *qkv, const int32_t *doc, int B,
+                        int T, int C, int NH) {
     int hs = C / NH;
     double sc = 1.0 / sqrt((double)hs), *s = malloc((size_t)T * sizeof(double));
     for (int b = 0; b < B; b++)
@@ -17,6 +18,10 @@ static void att_ref(double *out, double *att, double *pre, const double *qkv, in
                 double mx = -INFINITY, sum = 0;
                 for (int t2 = 0; t2 <= t; t2++) {
                     const double *k = qkv + ((size_t)b * T + t2) * 3 * C + C + h * hs;
+                    if (doc && doc[b * T + t2] != doc[b * T + t]) {
+                        s[t2] = -INFINITY;
+                        continue;
+                    }
                     s[t2] = 0;
                     for (int i = 0; i < hs; i++)
                         s[t2] += q[i] * k[i];
@@ -25,7 +30,7 @@ static void att_ref(double *out, double *att, double *pre, const double *qkv, in
                 }
                 size_t row = (((size_t)b * NH + h) * T + t) * T;
                 for (int t2 = 0; t2 < T; t2++) {
-                    if (pre) pre[row + t2] = t2 <= t ? s[t2] : 0;
+                    if (pre) pre[row + t2] = t2 <= t ? s[t2] : 0; /* -inf where masked */
                     if (att) att[row + t2] = 0;
                 }
                 for (int t2 = 0; t2 <= t; t2++)
@@ -42,6 +47,10 @@ static void att_ref(double *out, double *att, double *pre, const double *qkv, in
                 }
             }
     free(s);
+}
+
+static void att_ref(double *out, double *att, double *pre, const double *qkv, int B, int T, int C, int NH) {
+    att_ref_doc(out, att, pre, qkv, NULL, B, T, C, NH);
 }
 
 /* Analytic double backward of L = sum(out * dout), given the double probabilities att. */
@@ -157,6 +166,61 @@ static void run(int B, int T, int C, int NH, float qscale, int fd) {
     free(qd), free(od), free(ad), free(pd), free(ref), free(dd);
 }
 
+/* Document ids (fsdp_attention_forward_doc): documents of uneven lengths per row, one-token ones and
+ * ids that come back; out, att, preatt against the masked double forward, masked probabilities exactly
+ * 0, the backward (which reads only att) against the analytic double backward; ids all equal give the
+ * bits of the plain forward, and NULL ids are the plain forward. */
+static void run_doc(int B, int T, int C, int NH, int kind) {
+    size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C, na = (size_t)B * NH * T * T;
+    float *qkv = malloc(nq * 4), *out = malloc(no * 4), *dout = malloc(no * 4), *att = malloc(na * 4),
+          *pre = malloc(na * 4), *dqkv = malloc(nq * 4), *out2 = malloc(no * 4), *att2 = malloc(na * 4);
+    double *qd = malloc(nq * 8), *od = malloc(no * 8), *ad = malloc(na * 8), *pd = malloc(na * 8),
+           *ref = malloc(nq * 8), *dd = malloc(no * 8);
+    int32_t *doc = malloc((size_t)B * T * sizeof(int32_t)), *same = malloc((size_t)B * T * sizeof(int32_t));
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            int32_t *d = doc + (size_t)b * T + t;
+            *d = kind == 0 ? (t + 3 * b) / (5 + 4 * b) : kind == 1 ? (t < 3 ? t : 3 + t / 17) : (t / 4) % 3;
+            same[(size_t)b * T + t] = 42;
+        }
+    kref_fill(qkv, nq, 1.0f), kref_fill(dout, no, 1.0f);
+    for (size_t i = 0; i < nq; i++)
+        qd[i] = qkv[i];
+    for (size_t i = 0; i < no; i++)
+        dd[i] = dout[i];
+    kref_fill_nan(out, no), kref_fill_nan(att, na), kref_fill_nan(pre, na);
+    CHECK_OK(fsdp_attention_forward_doc(out, pre, att, qkv, doc, B, T, C, NH));
+    att_ref_doc(od, ad, pd, qd, doc, B, T, C, NH);
+    CHECKF(kref_check_close("doc out", out, od, no, 1e-5, 1e-6 * maxabs(od, no)) == 0, "B=%d T=%d kind %d", B,
+           T, kind);
+    CHECKF(kref_check_close("doc probs", att, ad, na, 1e-5, 1e-7) == 0, "B=%d T=%d kind %d", B, T, kind);
+    int bad = 0;
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int t = 0; t < T; t++)
+                for (int t2 = 0; t2 < T; t2++) {
+                    const size_t i = (((size_t)b * NH + h) * T + t) * T + t2;
+                    const int masked = t2 > t || doc[b * T + t2] != doc[b * T + t];
+                    if (masked) bad += att[i] != 0.0f;
+                    if (t2 <= t && masked) bad += !(isinf(pre[i]) && pre[i] < 0);
+                    if (!masked) bad += fabs(pre[i] - pd[i]) > 1e-5 * (1 + fabs(pd[i]));
+                }
+    CHECKF(bad == 0, "B=%d T=%d kind %d: %d masked or preatt entries wrong", B, T, kind, bad);
+    kref_fill_nan(dqkv, nq);
+    CHECK_OK(fsdp_attention_backward(dqkv, dout, qkv, att, B, T, C, NH));
+    att_bwd_ref(ref, dd, qd, ad, B, T, C, NH);
+    CHECKF(kref_check_close("doc dqkv", dqkv, ref, nq, 1e-5, 2e-6 * maxabs(ref, nq)) == 0,
+           "B=%d T=%d kind %d", B, T, kind);
+    /* one document everywhere, or no ids: the plain forward's bits */
+    CHECK_OK(fsdp_attention_forward(out, pre, att, qkv, B, T, C, NH));
+    CHECK_OK(fsdp_attention_forward_doc(out2, NULL, att2, qkv, same, B, T, C, NH));
+    CHECK(memcmp(out, out2, no * 4) == 0 && memcmp(att, att2, na * 4) == 0);
+    CHECK_OK(fsdp_attention_forward_doc(out2, NULL, att2, qkv, NULL, B, T, C, NH));
+    CHECK(memcmp(out, out2, no * 4) == 0 && memcmp(att, att2, na * 4) == 0);
+    free(qkv), free(out), free(dout), free(att), free(pre), free(dqkv), free(out2), free(att2);
+    free(qd), free(od), free(ad), free(pd), free(ref), free(dd), free(doc), free(same);
+}
+
 /* The small shapes, with finite differences. */
 static void run_small(void) {
     run(1, 1, 4, 1, 1.0f, 1);  /* T = 1: att is 1, dq = dk = 0 */
@@ -184,6 +248,10 @@ int main(void) {
             kref_seed(3);
             run_small();
             run(1, 130, 128, 2, 1.0f, 0); /* three 64-row blocks in the sgemm form, the last of 2 rows */
+            for (int kind = 0; kind < 3; kind++) {
+                run_doc(2, 23, 24, 2, kind); /* hs 12 */
+                run_doc(1, 70, 64, 1, kind); /* hs 64: the blocked AVX-512 form; two sgemm blocks */
+            }
         }
     CHECK_OK(fsdp_simd_force(FSDP_SIMD_AUTO));
     /* the sgemm form at T around its 64-row blocks: one partial block, exactly one, one and a row */

@@ -98,6 +98,71 @@ static void test_encoder(fsdp_dtype pdt) {
     CHECK_ERR(fsdp_encoder_forward(out, tok, pte, ppe, pdt, 0, T, C, V, MAXT), FSDP_EINVAL, "B=0");
 }
 
+/* Explicit positions (packed documents: positions restart per document), against float64; positions
+ * 0..T-1 give the plain encoder's forward bits; a position outside [0, maxT) is refused. */
+static void test_encoder_pos(fsdp_dtype pdt) {
+    enum { B = 2, T = 9, C = 21, V = 7, MAXT = 6 }; /* T > maxT: allowed with positions */
+    float wte[V * C], wpe[MAXT * C], out[B * T * C], out2[B * T * C], dout[B * T * C];
+    uint16_t wteb[V * C], wpeb[MAXT * C];
+    float wter[V * C], wper[MAXT * C], dwte[V * C], dwpe[MAXT * C], pwpe[MAXT * C];
+    double ref[V * C > B * T * C ? V * C : B * T * C], tol[V * C > B * T * C ? V * C : B * T * C];
+    int tok[B * T] = {1, 2, 3, 1, 5, 6, 0, 2, 2, 3, 1, 1, 6, 5, 4, 4, 0, 1};
+    int pos[B * T] = {0, 1, 2, 0, 1, 0, 1, 2, 3, 0, 1, 2, 3, 4, 5, 0, 1, 2}; /* row 2 reaches 5 */
+    kref_fill(wte, V * C, 1.0f), kref_fill(wpe, MAXT * C, 1.0f), kref_fill(dout, B * T * C, 1.0f);
+    for (int i = 0; i < V * C; i++)
+        wteb[i] = kref_bf16(wte[i]), wter[i] = pdt ? kref_bf16_f(wteb[i]) : wte[i];
+    for (int i = 0; i < MAXT * C; i++)
+        wpeb[i] = kref_bf16(wpe[i]), wper[i] = pdt ? kref_bf16_f(wpeb[i]) : wpe[i];
+    const void *pte = pdt ? (const void *)wteb : wte, *ppe = pdt ? (const void *)wpeb : wpe;
+    kref_fill_nan(out, B * T * C);
+    CHECK_OK(fsdp_encoder_forward_pos(out, tok, pos, pte, ppe, pdt, B, T, C, V, MAXT));
+    for (int r = 0; r < B * T; r++)
+        for (int c = 0; c < C; c++) {
+            size_t i = (size_t)r * C + c;
+            ref[i] = (double)wter[tok[r] * C + c] + wper[pos[r] * C + c];
+            tol[i] = 0x1p-24 * fabs(ref[i]);
+        }
+    CHECKF(kref_check_bound("encoder_pos out", out, ref, tol, B * T * C) == 0, "pdt %d", pdt);
+    kref_fill(pwpe, MAXT * C, 3.0f);
+    for (int acc = 0; acc < 2; acc++) {
+        if (acc)
+            memcpy(dwpe, pwpe, sizeof dwpe);
+        else
+            kref_fill_nan(dwpe, MAXT * C);
+        kref_fill_nan(dwte, V * C);
+        CHECK_OK(fsdp_encoder_backward_pos(dwte, 0, dwpe, acc, dout, tok, pos, B, T, C, V, MAXT));
+        for (int p = 0; p < MAXT; p++)
+            for (int c = 0; c < C; c++) {
+                double sm = acc ? pwpe[p * C + c] : 0, a = fabs(sm);
+                for (int r = 0; r < B * T; r++)
+                    if (pos[r] == p) sm += dout[r * C + c], a += fabs(dout[r * C + c]);
+                ref[p * C + c] = sm, tol[p * C + c] = (B * T + 1) * 0x1p-24 * a;
+            }
+        CHECKF(kref_check_bound("dwpe (positions)", dwpe, ref, tol, MAXT * C) == 0, "acc %d", acc);
+        for (int v = 0; v < V; v++)
+            for (int c = 0; c < C; c++) {
+                double sm = 0, a = 0;
+                for (int r = 0; r < B * T; r++)
+                    if (tok[r] == v) sm += dout[r * C + c], a += fabs(dout[r * C + c]);
+                ref[v * C + c] = sm, tol[v * C + c] = (B * T + 1) * 0x1p-24 * a;
+            }
+        CHECKF(kref_check_bound("dwte (positions)", dwte, ref, tol, V * C) == 0, "acc %d", acc);
+    }
+    /* positions 0..T-1 of each row: the plain encoder's bits */
+    int seq[2 * 5];
+    for (int i = 0; i < 10; i++)
+        seq[i] = i % 5;
+    CHECK_OK(fsdp_encoder_forward(out, tok, pte, ppe, pdt, 2, 5, C, V, MAXT));
+    CHECK_OK(fsdp_encoder_forward_pos(out2, tok, seq, pte, ppe, pdt, 2, 5, C, V, MAXT));
+    CHECK(memcmp(out, out2, (size_t)10 * C * sizeof(float)) == 0);
+    CHECK_ERR(fsdp_encoder_forward(out, tok, pte, ppe, pdt, B, T, C, V, MAXT), FSDP_EINVAL, "maxT");
+    pos[4] = MAXT;
+    CHECK_ERR(fsdp_encoder_forward_pos(out, tok, pos, pte, ppe, pdt, B, T, C, V, MAXT), FSDP_EINVAL,
+              "position 6");
+    CHECK_ERR(fsdp_encoder_backward_pos(dwte, 0, dwpe, 0, dout, tok, pos, B, T, C, V, MAXT), FSDP_EINVAL,
+              "position 6");
+}
+
 /* ---------------------------------------------------------------- LayerNorm */
 
 static void ln_ref(double *out, const double *x, const double *w, const double *b, int N, int C) {
@@ -288,6 +353,8 @@ int main(void) {
         kref_seed(7);
         test_encoder(FSDP_F32);
         test_encoder(FSDP_BF16);
+        test_encoder_pos(FSDP_F32);
+        test_encoder_pos(FSDP_BF16);
         test_layernorm(FSDP_F32, 1, 1);
         test_layernorm(FSDP_F32, 7, 37);
         test_layernorm(FSDP_BF16, 5, 64);

@@ -54,6 +54,10 @@ struct gpt_model {
     float *d4C;       /* (N, 4C) */
     int *tokens;      /* (N) copy of the last forward's tokens */
     int *targets;     /* (N) copy of its targets */
+    int *pos;         /* (N) positions when the batch has document ids (restarting per document) */
+    int *doc;         /* (N) copy of its document ids */
+    int has_doc;      /* the last forward had document ids: attention masked, positions from pos */
+    int n_counted;    /* targets of the last forward that count (not FSDP_IGNORE_INDEX) */
 
     /* gpt_decode: the key/value cache and its per-call buffers, allocated on first use */
     float *kv;  /* (L, 2, T_max, C): keys then values of every cached position */
@@ -140,7 +144,7 @@ static size_t arena_floats(const gpt_config *c, int B, int T, int recompute) {
     n += align_f(N * C) + 2 * align_f(N);                              /* lnf, mean, rstd */
     n += align_f(N * (size_t)c->padded_vocab_size);                    /* logits */
     n += 3 * align_f(N * C) + align_f(3 * N * C) + align_f(4 * N * C); /* tmpC dres dtmpC dqkv d4C */
-    n += 2 * align_f(N); /* tokens, targets (int32, same size) */
+    n += 4 * align_f(N); /* tokens, targets, pos, doc (int32, same size) */
     return n;
 }
 
@@ -240,6 +244,8 @@ static fsdp_status ensure_arena(gpt_model_t *m, int B, int T) {
     m->d4C = TAKE(4 * N * C);
     m->tokens = (int *)TAKE(N);
     m->targets = (int *)TAKE(N);
+    m->pos = (int *)TAKE(N);
+    m->doc = (int *)TAKE(N);
 #undef TAKE
     FSDP_INVARIANT((size_t)(p - (float *)m->arena) <= nf);
     m->act_B = B, m->act_T = T, m->act_recompute = m->recompute;
@@ -446,7 +452,9 @@ static fsdp_status block_forward(gpt_model_t *m, int l, const float *x, block_ac
         fsdp_layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, w[GPT_LN1_W], w[GPT_LN1_B], pdt, N, C));
     FSDP_TRY(fsdp_matmul_forward(a->qkv, a->ln1, w[GPT_QKV_W], w[GPT_QKV_B], pdt, N, C, 3 * C));
     progress(m);
-    FSDP_TRY(fsdp_attention_forward(a->atty, NULL, a->att, a->qkv, B, T, C, NH));
+    /* with document ids the same kernel masks other documents' keys (its backward reads only att) */
+    FSDP_TRY(m->has_doc ? fsdp_attention_forward_doc(a->atty, NULL, a->att, a->qkv, m->doc, B, T, C, NH)
+                        : fsdp_attention_forward(a->atty, NULL, a->att, a->qkv, B, T, C, NH));
     progress(m);
     FSDP_TRY(fsdp_matmul_forward(m->tmpC, a->atty, w[GPT_ATTPROJ_W], w[GPT_ATTPROJ_B], pdt, N, C, C));
     progress(m);
@@ -508,21 +516,28 @@ static fsdp_status block_backward(gpt_model_t *m, int l, const float *x, const b
 
 /* ---------------------------------------------------------------- forward */
 
-static fsdp_status forward(gpt_model_t *m, const int *tokens, const int *targets, int B, int T, float *loss);
+static fsdp_status forward(gpt_model_t *m, const int *tokens, const int *targets, const int *doc, int B,
+                           int T, float *loss);
+
+fsdp_status gpt_forward(gpt_model_t *m, const int *tokens, const int *targets, int B, int T, float *loss) {
+    return gpt_forward_doc(m, tokens, targets, NULL, B, T, loss);
+}
 
 /* A forward without targets has no backward: the engine reshards it as such (nothing kept for a
  * backward that cannot come), whatever the caller set before, which is restored after. */
-fsdp_status gpt_forward(gpt_model_t *m, const int *tokens, const int *targets, int B, int T, float *loss) {
+fsdp_status gpt_forward_doc(gpt_model_t *m, const int *tokens, const int *targets, const int *doc, int B,
+                            int T, float *loss) {
     if (m == NULL || tokens == NULL) return FSDP_ERR(FSDP_EINVAL, "model and tokens must not be NULL");
-    if (targets) return forward(m, tokens, targets, B, T, loss);
+    if (targets) return forward(m, tokens, targets, doc, B, T, loss);
     const int was = fsdp_engine_no_backward(m->eng);
     FSDP_TRY(fsdp_engine_set_no_backward(m->eng, 1));
-    fsdp_status s = forward(m, tokens, targets, B, T, loss);
+    fsdp_status s = forward(m, tokens, targets, doc, B, T, loss);
     fsdp_engine_set_no_backward(m->eng, was);
     return s;
 }
 
-static fsdp_status forward(gpt_model_t *m, const int *tokens, const int *targets, int B, int T, float *loss) {
+static fsdp_status forward(gpt_model_t *m, const int *tokens, const int *targets, const int *doc, int B,
+                           int T, float *loss) {
     const gpt_config *c = &m->cfg;
     if (B < 1 || T < 1 || T > c->max_seq_len)
         return FSDP_ERR(FSDP_EINVAL, "batch B=%d T=%d: need B >= 1 and 1 <= T <= max_seq_len (%d)", B, T,
@@ -534,23 +549,29 @@ static fsdp_status forward(gpt_model_t *m, const int *tokens, const int *targets
         if (tokens[i] < 0 || tokens[i] >= V)
             return FSDP_ERR(FSDP_EINVAL, "tokens[%d] = %d is outside the vocabulary [0, %d)", i, tokens[i],
                             V);
-        if (targets && (targets[i] < 0 || targets[i] >= V))
-            return FSDP_ERR(FSDP_EINVAL, "targets[%d] = %d is outside the vocabulary [0, %d)", i, targets[i],
-                            V);
+        if (targets && targets[i] != FSDP_IGNORE_INDEX && (targets[i] < 0 || targets[i] >= V))
+            return FSDP_ERR(FSDP_EINVAL, "targets[%d] = %d is neither in [0, %d) nor FSDP_IGNORE_INDEX (%d)",
+                            i, targets[i], V, FSDP_IGNORE_INDEX);
     }
     m->logits_valid = 0;
     m->pending_backward = 0;
     FSDP_TRY(ensure_arena(m, B, T));
     memcpy(m->tokens, tokens, (size_t)N * sizeof(int));
     if (targets) memcpy(m->targets, targets, (size_t)N * sizeof(int));
+    m->has_doc = doc != NULL;
+    if (doc) {
+        memcpy(m->doc, doc, (size_t)N * sizeof(int));
+        for (int i = 0; i < N; i++) /* learned positions restart where the document id changes */
+            m->pos[i] = (i % T == 0 || doc[i] != doc[i - 1]) ? 0 : m->pos[i - 1] + 1;
+    }
     m->B = B, m->T = T;
     const fsdp_dtype pdt = m->pdt;
 
     FSDP_TRY(fsdp_unit_pre_forward(m->root));
     const void *r[GPT_ROOT_NTENSORS];
     FSDP_TRY(views(m->root, GPT_ROOT_NTENSORS, r));
-    FSDP_TRY(fsdp_encoder_forward(res_at(m, 0), m->tokens, r[GPT_WTE], r[GPT_WPE], pdt, B, T, C, Vp,
-                                  c->max_seq_len));
+    FSDP_TRY(fsdp_encoder_forward_pos(res_at(m, 0), m->tokens, m->has_doc ? m->pos : NULL, r[GPT_WTE],
+                                      r[GPT_WPE], pdt, B, T, C, Vp, c->max_seq_len));
     for (int l = 0; l < L; l++) {
         FSDP_TRY(fsdp_unit_pre_forward(m->blocks[l]));
         FSDP_TRY(block_forward(m, l, res_at(m, l), &m->acts[l], res_at(m, l + 1)));
@@ -561,7 +582,8 @@ static fsdp_status forward(gpt_model_t *m, const int *tokens, const int *targets
     FSDP_TRY(fsdp_matmul_forward(m->logits, m->lnf, r[GPT_WTE], NULL, pdt, N, C, Vp));
     if (targets) {
         float mean;
-        FSDP_TRY(fsdp_softmax_crossentropy(NULL, &mean, NULL, m->logits, m->targets, N, V, Vp, 1.0f));
+        FSDP_TRY(fsdp_softmax_crossentropy_count(NULL, &mean, &m->n_counted, NULL, m->logits, m->targets, N,
+                                                 V, Vp, 1.0f));
         if (loss) *loss = mean;
     } else if (loss) {
         *loss = NAN;
@@ -613,8 +635,9 @@ fsdp_status gpt_backward(gpt_model_t *m, float loss_scale) {
     FSDP_TRY(fsdp_unit_pre_backward(m->root));
     const void *r[GPT_ROOT_NTENSORS];
     FSDP_TRY(views(m->root, GPT_ROOT_NTENSORS, r));
-    FSDP_TRY(fsdp_softmax_crossentropy(NULL, NULL, m->logits, m->logits, m->targets, N, V, Vp,
-                                       loss_scale / (float)N));
+    /* the mean over the counted targets (all N of them unless some are FSDP_IGNORE_INDEX) */
+    const float dloss = m->n_counted > 0 ? loss_scale / (float)m->n_counted : 0.0f;
+    FSDP_TRY(fsdp_softmax_crossentropy(NULL, NULL, m->logits, m->logits, m->targets, N, V, Vp, dloss));
     float *gw, *gb;
     int aw, acc;
     FSDP_TRY(
@@ -645,7 +668,8 @@ fsdp_status gpt_backward(gpt_model_t *m, float loss_scale) {
     int awte, awpe;
     FSDP_TRY(fsdp_unit_main_grad(m->root, GPT_WTE, &gwte, &awte));
     FSDP_TRY(fsdp_unit_main_grad(m->root, GPT_WPE, &gwpe, &awpe));
-    FSDP_TRY(fsdp_encoder_backward(gwte, awte, gwpe, awpe, m->dres, m->tokens, B, T, C, Vp, c->max_seq_len));
+    FSDP_TRY(fsdp_encoder_backward_pos(gwte, awte, gwpe, awpe, m->dres, m->tokens, m->has_doc ? m->pos : NULL,
+                                       B, T, C, Vp, c->max_seq_len));
     return fsdp_unit_post_backward(m->root);
 }
 

@@ -133,9 +133,7 @@ static fsdp_status init(void **impl, fsdp_engine_t *eng, const fsdp_model_config
 static void model_free(void *impl) { gpt_free(impl); }
 
 static fsdp_status forward(void *impl, const fsdp_model_batch *b, float *loss) {
-    if (b->doc)
-        return FSDP_ERR(FSDP_EINVAL, "model gpt2: packed batches (document ids) are not supported yet");
-    return gpt_forward(impl, b->tokens, b->targets, b->B, b->T, loss);
+    return gpt_forward_doc(impl, b->tokens, b->targets, b->doc, b->B, b->T, loss);
 }
 
 static fsdp_status backward(void *impl, float loss_scale) { return gpt_backward(impl, loss_scale); }
