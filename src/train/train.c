@@ -845,7 +845,7 @@ static fsdp_status setup_perf(train_run *r) {
     FSDP_TRY(fsdp_comm_agree(r->comm, s, "measuring the GEMM peak"));
     float mine = (float)r->peak_rank_gflops, sum = mine, lo = mine, neg = -mine;
     if (r->world > 1) {
-        fsdp_comm_set_label(r->comm, "GEMM peak: sum and minimum over ranks");
+        fsdp_comm_set_label(r->comm, "train / GEMM peak: sum and minimum over ranks");
         FSDP_TRY(fsdp_comm_all_reduce(r->comm, &mine, &sum, 1, FSDP_F32, FSDP_SUM));
         FSDP_TRY(fsdp_comm_all_reduce(r->comm, &neg, &neg, 1, FSDP_F32, FSDP_MAX));
         lo = -neg;
@@ -1111,7 +1111,7 @@ static fsdp_status outlier_guard(train_run *r, step_record *rec) {
     int32_t skip = rec->z_loss > r->cfg.skip_update_z || rec->z_norm > r->cfg.skip_update_z;
     fsdp_outlier_push(r->guard, rec->loss, rec->norm);
     if (r->world > 1) {
-        fsdp_comm_set_label(r->comm, "outlier guard: skip decision");
+        fsdp_comm_set_label(r->comm, "train / outlier guard: skip decision");
         FSDP_TRY(fsdp_comm_broadcast(r->comm, &skip, 1, FSDP_I32, 0));
     }
     rec->skipped = skip != 0;
@@ -1130,7 +1130,7 @@ static fsdp_status step_straggler(train_run *r, step_record *rec) {
         return FSDP_OK;
     }
     float mine = (float)rec->prof.seconds[FSDP_PROF_COMM];
-    fsdp_comm_set_label(r->comm, "step metrics: collective waits");
+    fsdp_comm_set_label(r->comm, "train / step metrics: collective waits");
     FSDP_TRY(fsdp_comm_all_gather(r->comm, &mine, r->waits, 1, FSDP_F32));
     int lo = 0, hi = 0;
     for (int k = 1; k < r->world; k++) {

@@ -15,15 +15,17 @@ RANDOM=$seed
 echo "random seed $seed (FSDP_FAULT_SEED=$seed reproduces the stop points)"
 
 # check_message NAME NP: the first timeout message names a rank, the unit and phase (the
-# communicator's label "unit NAME / PHASE", or "engine / PHASE" for a model-wide collective), the
+# communicator's label "unit NAME / PHASE", "engine / PHASE" for a model-wide collective, or
+# "train / PHASE" for the trainer's own per-step collectives: the straggler gather, the outlier guard), the
 # collective and the timeout.
 check_message() {
     local name=$1 np=$2 msg
     msg=$(grep -m1 "not complete after" "$name.log")
     echo "  $msg"
     [[ "$msg" =~ \[rank\ [0-9]+\] ]] && [[ "$msg" =~ rank\ [0-9]+\ of\ $np ]] && ok || bad "$name: no rank in '$msg'"
-    # Per-unit collectives say "unit NAME / PHASE"; the model-wide ones (the clipping norm) "engine / PHASE".
-    [[ "$msg" =~ label\ \"(unit\ [^\"/]+|engine)\ /\ [^\"]+\" ]] && ok || bad "$name: no 'unit NAME / PHASE' label in '$msg'"
+    # Per-unit collectives say "unit NAME / PHASE"; the model-wide ones (the clipping norm) "engine / PHASE";
+    # the trainer's own (the step's straggler gather, after the step's timing) "train / PHASE".
+    [[ "$msg" =~ label\ \"(unit\ [^\"/]+|engine|train)\ /\ [^\"]+\" ]] && ok || bad "$name: no 'unit NAME / PHASE' label in '$msg'"
     [[ "$msg" =~ (all-gather|reduce-scatter|all-reduce|broadcast|barrier) ]] && ok || bad "$name: no collective in '$msg'"
     [[ "$msg" =~ timeout_s\ $TIMEOUT ]] && ok || bad "$name: the timeout is not stated in '$msg'"
 }
