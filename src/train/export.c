@@ -180,7 +180,8 @@ static fsdp_status write_config_json(const char *out, const fsdp_model_config *m
         cJSON_AddNumberToObject(j, "bos_token_id", eot >= 0 ? eot : V - 1);
         cJSON_AddNumberToObject(j, "eos_token_id", eot >= 0 ? eot : V - 1);
     }
-    /* GPT-2 without a tokenizer of its own is GPT-2's (or the byte vocabulary); another family says nothing. */
+    /* GPT-2 without a tokenizer of its own is GPT-2's (or the byte vocabulary); another family says nothing.
+     */
     const int gpt2 = !strcmp(mc->family->name, "gpt2");
     if (tpath || V == 257 || gpt2)
         cJSON_AddStringToObject(j, "tokenizer",

@@ -147,8 +147,8 @@ static void run(shape sh, int dockind, float qscale, int fd) {
     for (size_t i = 0; i < no; i++)
         dd[i] = dout[i];
     char what[128];
-    snprintf(what, sizeof what, "B=%d T=%d H=%d KV=%d hd=%d doc=%d simd=%s threads=%d", sh.B, sh.T, sh.H, sh.KV, sh.hd,
-             dockind, fsdp_simd_name(fsdp_simd_active()), omp_get_max_threads());
+    snprintf(what, sizeof what, "B=%d T=%d H=%d KV=%d hd=%d doc=%d simd=%s threads=%d", sh.B, sh.T, sh.H,
+             sh.KV, sh.hd, dockind, fsdp_simd_name(fsdp_simd_active()), omp_get_max_threads());
 
     const int nthr = omp_get_max_threads();
     kref_fill_nan(out, no), kref_fill_nan(lse, nl);

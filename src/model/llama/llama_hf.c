@@ -237,7 +237,8 @@ fsdp_status llama_hf_write_config(const fsdp_model_config *cfg, cJSON *j) {
     if (ok && c.rope_scaling == FSDP_ROPE_SCALING_LLAMA3) {
         cJSON *rs = cJSON_AddObjectToObject(j, "rope_scaling");
         ok = rs && cJSON_AddStringToObject(rs, "rope_type", "llama3") &&
-             add_float(rs, "factor", c.rope_factor) && add_float(rs, "low_freq_factor", c.rope_low_freq_factor) &&
+             add_float(rs, "factor", c.rope_factor) &&
+             add_float(rs, "low_freq_factor", c.rope_low_freq_factor) &&
              add_float(rs, "high_freq_factor", c.rope_high_freq_factor) &&
              cJSON_AddNumberToObject(rs, "original_max_position_embeddings", c.rope_original_max_pos);
     } else if (ok) {
