@@ -94,7 +94,7 @@ named() {
 named_one() {
     local msg=$4
     [[ "$msg" =~ rank\ $2\ of\ 4\ on\ host\ $3: ]] && ok || bad "$1: no 'rank $2 of 4 on host $3' in '$msg'"
-    [[ "$msg" =~ label\ \"(unit\ [^\"/]+|engine)\ /\ [^\"]+\" ]] && ok || bad "$1: no 'unit NAME / PHASE' label in '$msg'"
+    [[ "$msg" =~ label\ \"(unit\ [^\"/]+|engine|train)\ /\ [^\"]+\" ]] && ok || bad "$1: no 'unit NAME / PHASE' label in '$msg'"
     [[ "$msg" =~ \ (all-gather|reduce-scatter|all-reduce|broadcast|barrier)\ \(label ]] && ok || bad "$1: no collective in '$msg'"
     [[ "$msg" =~ timeout_s\ $TIMEOUT ]] && ok || bad "$1: the timeout is not stated in '$msg'"
 }
