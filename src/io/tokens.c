@@ -151,3 +151,113 @@ fsdp_status fsdp_tokens_write(const char *path, const void *tokens, size_t n, in
     fsdp_mem_free(buf);
     return s;
 }
+
+/* ---------------------------------------------------------------- mask files */
+
+static fsdp_status check_mask(const fsdp_mask_file *mf, const uint8_t *f, size_t n, uint64_t first_index) {
+    for (size_t i = 0; i < n; i++)
+        if (f[i] & ~FSDP_MASK_BITS)
+            return fsdp_set_error(FSDP_EFORMAT,
+                                  "%s: token %llu has mask flags 0x%02x, with bits other than loss (1) and "
+                                  "document start (2): not a mask file this version writes, or corrupt",
+                                  mf->path, (unsigned long long)(first_index + i), f[i]);
+    return FSDP_OK;
+}
+
+fsdp_status fsdp_mask_open(fsdp_mask_file *mf, const char *path, uint64_t ntok) {
+    memset(mf, 0, sizeof *mf);
+    mf->fd = -1;
+    mf->path = fsdp_strdupf("%s", path);
+    if (!mf->path) return FSDP_ERR(FSDP_ENOMEM, "no memory for a path");
+    fsdp_status s = fsdp_io_open_input(path, &mf->fd);
+    if (s != FSDP_OK) goto fail;
+    struct stat st;
+    if (fstat(mf->fd, &st) != 0) {
+        s = fsdp_set_error(FSDP_EIO, "cannot stat %s: %s", path, strerror(errno));
+        goto fail;
+    }
+    uint64_t size = (uint64_t)st.st_size;
+    if (size < FSDP_TOKENS_HEADER_BYTES) {
+        s = fsdp_set_error(FSDP_EFORMAT, "%s is %llu bytes, shorter than the %d-byte mask file header", path,
+                           (unsigned long long)size, FSDP_TOKENS_HEADER_BYTES);
+        goto fail;
+    }
+    int32_t hdr[FSDP_TOKENS_HEADER_INTS];
+    s = fsdp_io_pread_all(mf->fd, hdr, sizeof hdr, 0, path);
+    if (s != FSDP_OK) goto fail;
+    if (hdr[0] != FSDP_MASK_MAGIC) {
+        s = fsdp_set_error(FSDP_EFORMAT, "%s: bad magic %d (want %d): not a mask file", path, hdr[0],
+                           FSDP_MASK_MAGIC);
+        goto fail;
+    }
+    if (hdr[1] != FSDP_MASK_VERSION) {
+        s = fsdp_set_error(FSDP_EFORMAT, "%s: mask file version %d is not supported (want %d)", path, hdr[1],
+                           FSDP_MASK_VERSION);
+        goto fail;
+    }
+    if (hdr[2] < 0 || (uint64_t)hdr[2] != ntok) {
+        s = fsdp_set_error(
+            FSDP_EFORMAT,
+            "%s: header says %d tokens but its token file has %llu: the two files are not from "
+            "one `prepare`; prepare the data again",
+            path, hdr[2], (unsigned long long)ntok);
+        goto fail;
+    }
+    mf->ntok = ntok;
+    if (size != FSDP_TOKENS_HEADER_BYTES + ntok) {
+        s = fsdp_set_error(FSDP_EFORMAT,
+                           "%s: %llu tokens want %llu bytes of file but it has %llu: truncated or "
+                           "corrupt; prepare it again",
+                           path, (unsigned long long)ntok,
+                           (unsigned long long)(FSDP_TOKENS_HEADER_BYTES + ntok), (unsigned long long)size);
+        goto fail;
+    }
+    if (ntok <= FSDP_TOKENS_FULL_CHECK_MAX) {
+        uint8_t raw[16384];
+        for (uint64_t p = 0; p < ntok; p += sizeof raw) {
+            size_t n = (size_t)(ntok - p < sizeof raw ? ntok - p : sizeof raw);
+            s = fsdp_io_pread_all(mf->fd, raw, n, FSDP_TOKENS_HEADER_BYTES + p, path);
+            if (s != FSDP_OK) goto fail;
+            s = check_mask(mf, raw, n, p);
+            if (s != FSDP_OK) goto fail;
+        }
+    }
+    return FSDP_OK;
+fail:
+    fsdp_mask_close(mf);
+    return s;
+}
+
+fsdp_status fsdp_mask_read(const fsdp_mask_file *mf, uint64_t pos, size_t n, uint8_t *out) {
+    if (pos > mf->ntok || n > mf->ntok - pos)
+        return FSDP_ERR(FSDP_EINVAL, "%s: flags [%llu, %llu) are past its end (%llu tokens)", mf->path,
+                        (unsigned long long)pos, (unsigned long long)(pos + n), (unsigned long long)mf->ntok);
+    if (n) FSDP_TRY(fsdp_io_pread_all(mf->fd, out, n, FSDP_TOKENS_HEADER_BYTES + pos, mf->path));
+    return check_mask(mf, out, n, pos);
+}
+
+void fsdp_mask_close(fsdp_mask_file *mf) {
+    if (mf->fd >= 0) close(mf->fd);
+    mf->fd = -1;
+    free(mf->path);
+    mf->path = NULL;
+}
+
+fsdp_status fsdp_mask_write(const char *path, const uint8_t *flags, size_t n) {
+    if (n > INT32_MAX)
+        return FSDP_ERR(FSDP_EINVAL, "%s: %zu flags do not fit the header's int32 count", path, n);
+    for (size_t i = 0; i < n; i++)
+        if (flags[i] & ~FSDP_MASK_BITS)
+            return FSDP_ERR(FSDP_EINVAL,
+                            "%s: flag %zu is 0x%02x, with bits other than loss and document start", path, i,
+                            flags[i]);
+    size_t bytes = FSDP_TOKENS_HEADER_BYTES + n;
+    char *buf = NULL;
+    FSDP_TRY(fsdp_mem_alloc((void **)&buf, bytes, FSDP_MEM_OTHER));
+    int32_t hdr[FSDP_TOKENS_HEADER_INTS] = {FSDP_MASK_MAGIC, FSDP_MASK_VERSION, (int32_t)n};
+    memcpy(buf, hdr, sizeof hdr);
+    if (n) memcpy(buf + sizeof hdr, flags, n);
+    fsdp_status s = fsdp_io_write_file_atomic(path, buf, bytes, 0);
+    fsdp_mem_free(buf);
+    return s;
+}

@@ -56,4 +56,36 @@ void fsdp_tokens_close(fsdp_token_file *tf); /* safe on a zeroed or closed struc
  * width 2: tokens is uint16_t[n], version 1; width 4: tokens is uint32_t[n], version 7. */
 fsdp_status fsdp_tokens_write(const char *path, const void *tokens, size_t n, int width);
 
+/* ---- mask files: per-token flags beside a token file (X.mask beside X.bin), written by `prepare
+ * --jsonl` for fine-tuning data. Layout: the same 256 x int32 header (header[0] = FSDP_MASK_MAGIC,
+ * header[1] = FSDP_MASK_VERSION, header[2] = token count, equal to its token file's), then one uint8 of
+ * flags per token:
+ *   FSDP_MASK_LOSS (bit 0): token i counts in the loss as a target (the prediction of token i from the
+ *                           tokens before it is trained); 0: its target is FSDP_IGNORE_INDEX (a prompt,
+ *                           a user turn, the chat template's headers);
+ *   FSDP_MASK_DOC  (bit 1): a document (one JSONL row) begins at token i: attention and positions
+ *                           restart there when documents are packed.
+ * The other bits must be 0. */
+#define FSDP_MASK_MAGIC   20241203
+#define FSDP_MASK_VERSION 1
+#define FSDP_MASK_LOSS    1u
+#define FSDP_MASK_DOC     2u
+#define FSDP_MASK_BITS    (FSDP_MASK_LOSS | FSDP_MASK_DOC)
+
+typedef struct {
+    char *path;    /* copied; named in every error */
+    int fd;        /* -1 when closed */
+    uint64_t ntok; /* flags after the header */
+} fsdp_mask_file;
+
+/* Opens and validates a mask file: magic, version, count == ntok (its token file's; FSDP_EFORMAT naming
+ * both counts otherwise), size, and (up to FSDP_TOKENS_FULL_CHECK_MAX) that no unknown bit is set.
+ * FSDP_EIO when missing or unreadable. */
+fsdp_status fsdp_mask_open(fsdp_mask_file *mf, const char *path, uint64_t ntok);
+/* Reads flags [pos, pos + n); FSDP_EINVAL past the end, FSDP_EFORMAT for an unknown bit (with its index). */
+fsdp_status fsdp_mask_read(const fsdp_mask_file *mf, uint64_t pos, size_t n, uint8_t *out);
+void fsdp_mask_close(fsdp_mask_file *mf); /* safe on a zeroed or closed struct */
+/* Writes n flags as a mask file, atomically (as fsdp_tokens_write); FSDP_EINVAL for an unknown bit. */
+fsdp_status fsdp_mask_write(const char *path, const uint8_t *flags, size_t n);
+
 #endif

@@ -501,11 +501,71 @@ static void test_io_rules(void) {
     free(fifo);
 }
 
+/* Mask files: written flags read back byte for byte (header checked field by field), every malformed
+ * file refused with its reason: magic, version, a count that is not its token file's, a size that does
+ * not match, an unknown bit (with the token's index), reads past the end. */
+static void test_mask_files(void) {
+    enum { N = 5000 };
+    static uint8_t fl[N], back[N];
+    for (int i = 0; i < N; i++)
+        fl[i] = (uint8_t)((i % 7 == 0 ? FSDP_MASK_DOC : 0) | (i % 3 != 0 ? FSDP_MASK_LOSS : 0));
+    char *p = path_in("m.mask");
+    CHECK_OK(fsdp_mask_write(p, fl, N));
+    FILE *f = fopen(p, "rb");
+    int32_t hdr[256];
+    CHECK(fread(hdr, 4, 256, f) == 256);
+    fseek(f, 0, SEEK_END);
+    CHECK(ftell(f) == 1024 + N);
+    fclose(f);
+    CHECK(hdr[0] == 20241203 && hdr[1] == 1 && hdr[2] == N && hdr[3] == 0 && hdr[255] == 0);
+    fsdp_mask_file mf;
+    CHECK_ERR(fsdp_mask_open(&mf, p, N + 1), FSDP_EFORMAT,
+              "header says 5000 tokens but its token file has 5001");
+    CHECK_OK(fsdp_mask_open(&mf, p, N));
+    CHECK_OK(fsdp_mask_read(&mf, 0, N, back));
+    CHECK(memcmp(back, fl, N) == 0);
+    CHECK_OK(fsdp_mask_read(&mf, 4990, 10, back));
+    CHECK(memcmp(back, fl + 4990, 10) == 0);
+    CHECK_ERR(fsdp_mask_read(&mf, 4991, 10, back), FSDP_EINVAL, "past its end");
+    fsdp_mask_close(&mf);
+    fsdp_mask_close(&mf);
+    uint8_t bad[3] = {1, 4, 0};
+    CHECK_ERR(fsdp_mask_write(p, bad, 3), FSDP_EINVAL, "flag 1 is 0x04");
+    /* Hand-made files: an unknown bit, wrong magic, wrong version, one byte short. */
+    int32_t h[256] = {20241203, 1, 3};
+    f = fopen(p, "wb");
+    fwrite(h, 4, 256, f);
+    fwrite(bad, 1, 3, f);
+    fclose(f);
+    CHECK_ERR(fsdp_mask_open(&mf, p, 3), FSDP_EFORMAT, "token 1 has mask flags 0x04");
+    h[0] = 20240520;
+    f = fopen(p, "wb");
+    fwrite(h, 4, 256, f);
+    fwrite(fl, 1, 3, f);
+    fclose(f);
+    CHECK_ERR(fsdp_mask_open(&mf, p, 3), FSDP_EFORMAT, "not a mask file");
+    h[0] = 20241203;
+    h[1] = 2;
+    f = fopen(p, "wb");
+    fwrite(h, 4, 256, f);
+    fwrite(fl, 1, 3, f);
+    fclose(f);
+    CHECK_ERR(fsdp_mask_open(&mf, p, 3), FSDP_EFORMAT, "version 2");
+    h[1] = 1;
+    f = fopen(p, "wb");
+    fwrite(h, 4, 256, f);
+    fwrite(fl, 1, 2, f);
+    fclose(f);
+    CHECK_ERR(fsdp_mask_open(&mf, p, 3), FSDP_EFORMAT, "truncated");
+    free(p);
+}
+
 int main(void) {
     snprintf(dir, sizeof dir, "%s/tmp_test_data_XXXXXX", FSDP_BINARY_DIR);
     if (!mkdtemp(dir)) return 1;
     test_round_trip();
     test_round_trip32();
+    test_mask_files();
     test_bad_files();
     test_prepare();
     test_loader();
