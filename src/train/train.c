@@ -906,6 +906,183 @@ static fsdp_status check_mem_limit(train_run *r) {
         fsdp_mem_cat_name(big), p.predicted.peak[big], limit);
 }
 
+/* ---------------------------------------------------------------- agreement between ranks */
+
+static uint64_t fnv1a(uint64_t h, const void *p, size_t n) {
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 0x100000001b3ull;
+    return h;
+}
+
+/* A file's fingerprint: its size and its first `head` bytes (the whole file with head 0); 1 when the
+ * file is absent, its type when it is not a regular file (opened without blocking and not read: a
+ * FIFO is refused, naming it, when the data is opened). */
+static uint64_t file_fingerprint(const char *path, size_t head) {
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return 1;
+    struct stat st = {0};
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return ((uint64_t)st.st_mode << 8) | 3;
+    }
+    uint64_t h = 0xcbf29ce484222325ull, size = (uint64_t)st.st_size;
+    unsigned char buf[4096];
+    size_t total = 0;
+    ssize_t got;
+    while ((head == 0 || total < head) && (got = read(fd, buf, sizeof buf)) > 0) {
+        size_t n = (size_t)got;
+        if (head && total + n > head) n = head - total;
+        h = fnv1a(h, buf, n);
+        total += n;
+    }
+    close(fd);
+    return fnv1a(h, &size, sizeof size) | 2; /* never 1 */
+}
+
+/* Settings a rank may legitimately hold its own value of: its host's cores, memory and GEMM peak, and
+ * the paths of the data and checkpoint folders (a host may mount them elsewhere: the data's content is
+ * compared instead, and check_shared_folder finds a checkpoint folder the ranks do not share). */
+static int per_rank_setting(const char *name) {
+    return !strcmp(name, "threads") || !strcmp(name, "mem-limit") || !strcmp(name, "peak-gflops") ||
+           !strcmp(name, "data") || !strcmp(name, "checkpoint-dir");
+}
+
+/* Before anything is built: every rank's resolved settings (the config record, less the per-rank ones)
+ * and the data folder's fingerprint (train.bin's and val.bin's size and header, meta.json and
+ * tokenizer.json whole) against rank 0's, one hash per entry and one all-gather. A difference is an
+ * error naming each differing entry and the ranks that hold another value than rank 0's. */
+static fsdp_status agree_settings(train_run *r) {
+    if (r->world == 1) return FSDP_OK;
+    static const char *const files[] = {"train.bin", "val.bin", "meta.json", "tokenizer.json"};
+    static const size_t heads[] = {1024, 1024, 0, 0};
+    enum { NFILES = sizeof files / sizeof files[0] };
+    cJSON *j = fsdp_train_config_to_json(&r->cfg);
+    fsdp_status s = j ? FSDP_OK : FSDP_ERR(FSDP_ENOMEM, "no memory for the settings record");
+    int n = 0;
+    for (cJSON *it = j ? j->child : NULL; it; it = it->next)
+        n++;
+    const int total = n + NFILES;
+    /* The entry count is the code's, the same on every rank; checked all the same (a MAX and a MIN). */
+    int64_t *mine = j ? calloc((size_t)total, sizeof *mine) : NULL;
+    int64_t *all = j ? calloc((size_t)total * (size_t)r->world, sizeof *all) : NULL;
+    if (s == FSDP_OK && (!mine || !all))
+        s = FSDP_ERR(FSDP_ENOMEM, "no memory for %d ranks' settings", r->world);
+    int k = 0;
+    for (cJSON *it = j ? j->child : NULL; s == FSDP_OK && it; it = it->next, k++) {
+        if (per_rank_setting(it->string)) continue;
+        char *v = cJSON_PrintUnformatted(it);
+        if (!v) {
+            s = FSDP_ERR(FSDP_ENOMEM, "no memory for the settings record");
+            break;
+        }
+        mine[k] = (int64_t)fnv1a(fnv1a(0xcbf29ce484222325ull, it->string, strlen(it->string)), v, strlen(v));
+        free(v);
+    }
+    for (int f = 0; s == FSDP_OK && f < NFILES; f++) {
+        char *p = fsdp_strdupf("%s/%s", r->cfg.data, files[f]);
+        if (!p) {
+            s = FSDP_ERR(FSDP_ENOMEM, "no memory for a path");
+            break;
+        }
+        mine[n + f] = (int64_t)file_fingerprint(p, heads[f]);
+        free(p);
+    }
+    s = fsdp_comm_agree(r->comm, s, "recording the settings");
+    if (s == FSDP_OK) {
+        int64_t cnt[2] = {total, -total}, red[2];
+        fsdp_comm_set_label(r->comm, "train / agreeing on the settings");
+        s = fsdp_comm_all_reduce(r->comm, cnt, red, 2, FSDP_I64, FSDP_MAX);
+        if (s == FSDP_OK && (red[0] != total || -red[1] != total)) {
+            s = fsdp_set_error(FSDP_EINVAL,
+                               "the ranks record different numbers of settings (%d here, %lld to %lld): "
+                               "they run different builds of fsdp-train",
+                               total, (long long)-red[1], (long long)red[0]);
+            s = fsdp_comm_agree(r->comm, s, "counting the settings");
+        } else if (s == FSDP_OK) {
+            s = fsdp_comm_all_gather(r->comm, mine, all, (size_t)total, FSDP_I64);
+        }
+    }
+    char msg[1536];
+    size_t len = 0;
+    int differ = 0;
+    for (int e = 0; s == FSDP_OK && e < total; e++) {
+        int first = 1;
+        for (int q = 1; q < r->world; q++) {
+            if (all[(size_t)q * (size_t)total + (size_t)e] == all[e]) continue;
+            if (first && len < sizeof msg) {
+                const char *name = e < n ? NULL : files[e - n];
+                if (e < n) {
+                    cJSON *it = j->child;
+                    for (int i = 0; i < e; i++)
+                        it = it->next;
+                    name = it->string;
+                }
+                len += (size_t)snprintf(msg + len, sizeof msg - len, "%s%s%s%s (ranks", differ ? "; " : "",
+                                        e < n ? "--" : r->cfg.data, e < n ? "" : "/", name);
+                differ++;
+            }
+            if (len < sizeof msg) len += (size_t)snprintf(msg + len, sizeof msg - len, " %d", q);
+            first = 0;
+        }
+        if (!first && len < sizeof msg)
+            len += (size_t)snprintf(msg + len, sizeof msg - len, " differ from rank 0)");
+    }
+    if (s == FSDP_OK && differ)
+        s = fsdp_set_error(
+            FSDP_EINVAL,
+            "the ranks disagree on %d setting%s or data file%s: %s. Every rank must be given the "
+            "same settings and the same data folder; nothing was built or trained",
+            differ, differ == 1 ? "" : "s", differ == 1 ? "" : "s", msg);
+    /* Every rank found the same differences: agreed, so the job ends without an abort. */
+    if (differ) s = fsdp_comm_agree(r->comm, s, "comparing the settings");
+    free(mine);
+    free(all);
+    cJSON_Delete(j);
+    return s;
+}
+
+/* Every rank sees the checkpoint folder rank 0 sees (multi-host: a folder on each host's own disk
+ * would hold each host's shards apart): rank 0 writes a fresh nonce into a file there, every rank
+ * reads it back. Found at start, not when a resume cannot find its shards. */
+static fsdp_status check_shared_folder(train_run *r) {
+    if (r->world == 1) return FSDP_OK;
+    const char *dir = r->cfg.checkpoint_dir;
+    char *p = fsdp_strdupf("%s/.shared-test", dir);
+    fsdp_status s = p ? FSDP_OK : FSDP_ERR(FSDP_ENOMEM, "no memory for a path");
+    int64_t nonce = (int64_t)(fsdp_time_s() * 1e9) ^ ((int64_t)getpid() << 20);
+    if (s == FSDP_OK && r->rank == 0) {
+        FILE *f = fopen(p, "wb");
+        if (!f || fprintf(f, "%lld\n", (long long)nonce) < 0 || fflush(f) != 0 || fsync(fileno(f)) != 0)
+            s = FSDP_ERR(FSDP_EIO, "--checkpoint-dir %s: cannot write %s: %s", dir, p, strerror(errno));
+        if (f) fclose(f);
+    }
+    s = fsdp_comm_agree(r->comm, s, "writing the checkpoint folder's shared-test file");
+    if (s == FSDP_OK) {
+        fsdp_comm_set_label(r->comm, "train / checking that the ranks share the checkpoint folder");
+        s = fsdp_comm_broadcast(r->comm, &nonce, 1, FSDP_I64, 0);
+        if (s != FSDP_OK) {
+            free(p);
+            return s;
+        }
+        long long got = 0;
+        FILE *f = fopen(p, "rb");
+        int ok = f && fscanf(f, "%lld", &got) == 1 && got == (long long)nonce;
+        if (f) fclose(f);
+        if (!ok)
+            s = fsdp_set_error(
+                FSDP_EINVAL,
+                "--checkpoint-dir %s is not the folder rank 0 sees: rank %d %s rank 0's %s (each "
+                "host its own disk?); the ranks must share one checkpoint folder. Nothing was "
+                "trained or saved",
+                dir, r->rank, f ? "reads another file than" : "cannot find", p);
+        s = fsdp_comm_agree(r->comm, s, "checking that the ranks share the checkpoint folder");
+    }
+    if (r->rank == 0 && p) unlink(p);
+    free(p);
+    return s;
+}
+
 /* The settings every rank agrees on, the checkpoint folder (this run's alone, writable), the data, the
  * model and its memory plan, the config record. */
 static fsdp_status run_setup(train_run *r) {
@@ -914,6 +1091,7 @@ static fsdp_status run_setup(train_run *r) {
     fsdp_status s = resolve_config(c, r->world);
     if (s == FSDP_OK && c->init_from && realpath(c->init_from, r->init_abs)) c->init_from = r->init_abs;
     FSDP_TRY(fsdp_comm_agree(comm, s, "checking the settings"));
+    FSDP_TRY(agree_settings(r));
     if (!c->resume && c->steps == 0) return FSDP_OK; /* run_start says so */
     /* The checkpoint folder first: it exists, this run alone uses it (every rank's lock, held to the
      * end), and every rank can write a file into it — found now, not at the first save. */
@@ -922,6 +1100,7 @@ static fsdp_status run_setup(train_run *r) {
     if (s == FSDP_OK) s = fsdp_ckpt_lock(c->checkpoint_dir, r->rank, &r->lock);
     if (s == FSDP_OK) s = probe_folder(c->checkpoint_dir, r->rank);
     FSDP_TRY(fsdp_comm_agree(comm, s, "locking the checkpoint folder"));
+    FSDP_TRY(check_shared_folder(r));
 
     r->threads = fsdp_train_threads(c, comm);
     omp_set_num_threads(r->threads);
