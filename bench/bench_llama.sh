@@ -4,10 +4,13 @@
 # autocast) on the same shape, batch and CPU, one after the other in one run (the machine's load changes
 # slowly, so compare the ratios of one run). Steps after the first are averaged. Peak memory per rank:
 # fsdp.c's tracked peak and RSS, PyTorch's ru_maxrss. TORCH_PYTHON: a venv with PyPI's torch 2.x and
-# transformers 4.46 (e.g. /tmp/torch2/bin/python); never the repository's .venv.
+# transformers 4.46 (e.g. /tmp/torch2/bin/python); never the repository's .venv. At 2 ranks it also runs
+# PyTorch FSDP2 (tools/bench_fsdp2_llama.py: fully_shard per decoder layer and root, gloo, 1 thread per
+# rank) right after fsdp.c's 2-rank run and prints the ratio and both sides' peak memory per rank.
 # SHAPE: smollm (SmolLM2-135M: L30 C576 9/3 heads I1536 V49152 tied) | qwen05 (Qwen2.5-0.5B: L24 C896
 # 14/2 heads I4864 V151936 tied, q/k/v biases). Env: B (4), T (256), STEPS (3), MODES (fsdp.c's: mixed fp32),
-# TORCH_MODES (fp32 bf16; bf16 autocast is slow on CPUs without AVX512-BF16: over 5 minutes for 3 steps here).
+# TORCH_MODES (fp32 bf16; bf16 autocast is slow on CPUs without AVX512-BF16: over 5 minutes for 3 steps here),
+# FSDP2_MODES (fp32; bf16 = MixedPrecisionPolicy with bf16 parameters, equally slow there).
 set -uo pipefail
 BUILD=$1 PY=$2
 shift 2
@@ -28,7 +31,7 @@ fsdp() { # NP PRECISION ARGS...
                --sample-tokens 0 --checkpoint-every 0 --checkpoint-dir "$W/ck$((++RUNS))" --log-every 1 --precision $prec)
     if [ "$np" = 1 ]; then "${cmd[@]}" >"$W/f.log" 2>&1; else "$SRC/tests/mpirun.sh" $np "${cmd[@]}" >"$W/f.log" 2>&1; fi ||
         { echo "fsdp-train failed: $(tail -3 "$W/f.log")"; return; }
-    python3 - "$W/f.log" $np $prec <<'PY'
+    python3 - "$W/f.log" $np $prec "$W/f$np.tps" <<'PY'
 import re, sys
 t = open(sys.argv[1]).read()
 tps = [float(x) for x in re.findall(r"\| ([0-9.]+) tok/s", t)][1:]
@@ -37,6 +40,7 @@ pk = re.search(r"peak memory ([0-9.]+ [GM]iB) per rank", t)
 rss = re.findall(r"RSS ([0-9.]+ [GM]iB)", t)
 print(f"fsdp.c {sys.argv[3]:5s} {sys.argv[2]} rank(s): {sum(tps)/len(tps):8.1f} tokens/s  (MFU vs the start-up "
       f"probe {sum(mfu)/len(mfu):.0f}%), tracked peak {pk.group(1) if pk else '?'}, RSS {rss[-1] if rss else '?'} per rank")
+open(sys.argv[4], "w").write(str(sum(tps) / len(tps)))
 PY
 }
 torch_run() { # MODE ARGS...
@@ -45,6 +49,22 @@ torch_run() { # MODE ARGS...
     "$PY" "$SRC/tools/bench_torch_llama.py" "$@" --B $B --T $T --steps $((STEPS - 1)) --threads 2 --mode $mode 2>"$W/t.err" |
         python3 -c 'import json, sys; r = json.loads(sys.stdin.read()); print("torch %s %-5s 1 rank   : %8.1f tokens/s  (%d threads), peak RSS %.2f GiB" % (r["torch"], r["mode"], r["tokens_per_s"], r["threads"], r["peak_rss"] / 2**30))' ||
         echo "torch failed: $(tail -2 "$W/t.err")"
+}
+fsdp2_run() { # MODE ARGS... (after fsdp 2: compares with its tokens/s)
+    local mode=$1
+    shift
+    "$PY" "$SRC/tools/bench_fsdp2_llama.py" "$@" --B $B --T $T --steps $((STEPS - 1)) --world 2 --threads 1 --mode $mode \
+        2>"$W/t.err" | python3 -c '
+import json, sys
+r = json.loads(sys.stdin.read())
+rss = ", ".join("%.2f" % (x / 2**30) for x in r["peak_rss"])
+try:
+    ratio = " (fsdp.c mixed 2 ranks: %.2fx)" % (float(open(sys.argv[1]).read()) / r["tokens_per_s"])
+except (OSError, ValueError):
+    ratio = ""
+print("torch %s FSDP2 %-5s 2 ranks: %8.1f tokens/s  (%d thread per rank)%s, peak RSS per rank %s GiB"
+      % (r["torch"], r["mode"], r["tokens_per_s"], r["threads"], ratio, rss))' "$W/f2.tps" ||
+        echo "FSDP2 failed: $(tail -2 "$W/t.err")"
 }
 for s in $SHAPES; do
     case $s in
@@ -58,5 +78,7 @@ for s in $SHAPES; do
     echo "== $s"
     for prec in ${MODES:-mixed fp32}; do fsdp 1 $prec "${F[@]}" --threads 2; done
     for m in ${TORCH_MODES-fp32 bf16}; do torch_run $m "${P[@]}"; done
+    rm -f "$W/f2.tps"
     fsdp 2 mixed "${F[@]}" --threads 1
+    for m in ${FSDP2_MODES-fp32}; do fsdp2_run $m "${P[@]}"; done
 done
