@@ -4,6 +4,7 @@
 #include "data/data.h"
 
 #include "core/core.h"
+#include "fsdp_model.h"
 #include "data/bpe.h"
 #include "io/io.h"
 #include "io/json.h"
@@ -305,6 +306,7 @@ fsdp_status fsdp_loader_init(fsdp_loader *L, const char *path, int vocab, int ba
                              int rank, int world) {
     memset(L, 0, sizeof *L);
     L->file.fd = -1;
+    L->mask.fd = -1;
     if (batch <= 0 || T <= 0 || micro <= 0 || world <= 0 || rank < 0 || rank >= world)
         return FSDP_ERR(FSDP_EINVAL,
                         "bad loader shape: --batch %d, --seq-len %d, --micro-batches %d, rank %d of %d",
@@ -332,8 +334,28 @@ fsdp_status fsdp_loader_init(fsdp_loader *L, const char *path, int vocab, int ba
     }
     s = fsdp_mem_alloc((void **)&L->buf, sizeof(int32_t) * ((size_t)L->b * (size_t)T + 1), FSDP_MEM_OTHER);
     if (s != FSDP_OK) goto fail;
+    {
+        /* X.mask beside X.bin (a path not ending in .bin: PATH.mask) */
+        size_t n = strlen(path);
+        size_t stem = (n >= 4 && strcmp(path + n - 4, ".bin") == 0) ? n - 4 : n;
+        char *mp = NULL;
+        s = fsdp_mem_alloc((void **)&mp, stem + 6, FSDP_MEM_OTHER);
+        if (s != FSDP_OK) goto fail;
+        memcpy(mp, path, stem);
+        memcpy(mp + stem, ".mask", 6);
+        if (access(mp, F_OK) == 0) {
+            s = fsdp_mask_open(&L->mask, mp, L->file.ntok);
+            if (s == FSDP_OK)
+                s = fsdp_mem_alloc((void **)&L->mbuf, (size_t)L->b * (size_t)T + 1, FSDP_MEM_OTHER);
+        }
+        fsdp_mem_free(mp);
+        if (s != FSDP_OK) goto fail;
+    }
     return FSDP_OK;
 fail:
+    fsdp_mem_free(L->buf);
+    L->buf = NULL;
+    fsdp_mask_close(&L->mask);
     fsdp_tokens_close(&L->file);
     return s;
 }
@@ -341,6 +363,9 @@ fail:
 void fsdp_loader_free(fsdp_loader *L) {
     fsdp_mem_free(L->buf);
     L->buf = NULL;
+    fsdp_mem_free(L->mbuf);
+    L->mbuf = NULL;
+    fsdp_mask_close(&L->mask);
     fsdp_tokens_close(&L->file);
 }
 
@@ -355,6 +380,12 @@ fsdp_status fsdp_loader_micro(fsdp_loader *L, int m, int32_t *inputs, int32_t *t
             inputs[i * T + t] = L->buf[i * T + t];
             targets[i * T + t] = L->buf[i * T + t + 1];
         }
+    if (L->mask.fd >= 0) {
+        FSDP_TRY(fsdp_mask_read(&L->mask, L->pos + s0 * T, b * T + 1, L->mbuf));
+        for (size_t i = 0; i < b; i++)
+            for (size_t t = 0; t < T; t++)
+                if (!(L->mbuf[i * T + t + 1] & FSDP_MASK_LOSS)) targets[i * T + t] = FSDP_IGNORE_INDEX;
+    }
     return FSDP_OK;
 }
 

@@ -48,9 +48,13 @@ fsdp_status fsdp_data_meta_vocab(const char *dir, int *vocab);
  * Micro-batch m on rank r of `world` gets sequences m*(batch/micro) + r*b + [0, b) with
  * b = batch / (micro * world): disjoint across ranks and micro-batches, and the same global batch
  * for every world size. After a step pos advances by batch*T; a batch that would run past the end
- * of the file wraps to 0 (epoch + 1). */
+ * of the file wraps to 0 (epoch + 1).
+ * A mask file beside the token file (X.mask beside X.bin, io/tokens.h), when it exists, is opened and
+ * validated with it: a target whose token lacks FSDP_MASK_LOSS becomes FSDP_IGNORE_INDEX. */
 typedef struct {
     fsdp_token_file file;
+    fsdp_mask_file mask; /* fd -1: no mask file, every target counts */
+    uint8_t *mbuf;       /* (b*T + 1) flags staging, with a mask file */
     int batch, T, micro, rank, world;
     int b;          /* sequences per rank per micro-batch */
     uint64_t pos;   /* token index of the current global batch */
@@ -63,11 +67,13 @@ typedef struct {
 } fsdp_loader_state;
 
 /* Errors: batch not divisible by micro*world (FSDP_EINVAL naming --batch, --micro-batches and the
- * world size), file smaller than one global batch (FSDP_EFORMAT naming the file and sizes). */
+ * world size), file smaller than one global batch (FSDP_EFORMAT naming the file and sizes), a mask file
+ * that does not match the token file or is unreadable (fsdp_mask_open's errors). */
 fsdp_status fsdp_loader_init(fsdp_loader *L, const char *path, int vocab, int batch, int T, int micro,
                              int rank, int world);
 void fsdp_loader_free(fsdp_loader *L);
-/* inputs, targets: (b, T) int32 each, micro-batch m of the current global batch for this rank. */
+/* inputs, targets: (b, T) int32 each, micro-batch m of the current global batch for this rank; targets
+ * are FSDP_IGNORE_INDEX where the mask file says the token is not a loss target. */
 fsdp_status fsdp_loader_micro(fsdp_loader *L, int m, int32_t *inputs, int32_t *targets);
 /* Moves to the next global batch. */
 void fsdp_loader_advance(fsdp_loader *L);

@@ -560,6 +560,62 @@ static void test_mask_files(void) {
     free(p);
 }
 
+/* Loader with a mask file: every target of every rank/micro-batch slice, for world sizes 1..3 and
+ * 1 or 2 micro-batches over two steps, is its token where the flag has FSDP_MASK_LOSS and
+ * FSDP_IGNORE_INDEX (-100) elsewhere; the index of each target is recomputed from the documented
+ * layout. A mask whose count is not the token file's fails fsdp_loader_init; the file name is X.mask
+ * beside X.bin. */
+static void test_loader_mask(void) {
+    enum { N = 3001, B = 12, T = 8 };
+    static uint16_t tok[N];
+    static uint8_t fl[N];
+    for (int i = 0; i < N; i++) {
+        tok[i] = (uint16_t)(i % 1000);
+        fl[i] = (uint8_t)(((i * 7) % 5 < 3 ? FSDP_MASK_LOSS : 0) | (i % 11 == 0 ? FSDP_MASK_DOC : 0));
+    }
+    char *p = path_in("lm.bin"), *pm = path_in("lm.mask");
+    CHECK_OK(fsdp_tokens_write(p, tok, N, 2));
+    CHECK_OK(fsdp_mask_write(pm, fl, N));
+    int32_t in[B * T], tg[B * T];
+    long n_ignored = 0;
+    for (int world = 1; world <= 3; world++)
+        for (int micro = 1; micro <= 2; micro++) {
+            if (B % (micro * world)) continue;
+            int b = B / (micro * world);
+            for (int r = 0; r < world; r++) {
+                fsdp_loader L;
+                CHECK_OK(fsdp_loader_init(&L, p, 1000, B, T, micro, r, world));
+                for (int step = 0; step < 2; step++) {
+                    for (int m = 0; m < micro; m++) {
+                        CHECK_OK(fsdp_loader_micro(&L, m, in, tg));
+                        for (int i = 0; i < b; i++)
+                            for (int t = 0; t < T; t++) {
+                                long idx =
+                                    (long)L.pos + ((long)m * (B / micro) + (long)r * b + i) * T + t + 1;
+                                int want = (fl[idx] & FSDP_MASK_LOSS) ? (int)(idx % 1000) : -100;
+                                CHECK(in[i * T + t] == (int)((idx - 1) % 1000));
+                                CHECK(tg[i * T + t] == want);
+                                n_ignored += want == -100;
+                            }
+                    }
+                    fsdp_loader_advance(&L);
+                }
+                fsdp_loader_free(&L);
+            }
+        }
+    CHECK(n_ignored > 0);
+    char *p2 = path_in("lm2.bin"), *pm2 = path_in("lm2.mask");
+    CHECK_OK(fsdp_tokens_write(p2, tok, N, 2));
+    CHECK_OK(fsdp_mask_write(pm2, fl, N - 1));
+    fsdp_loader L;
+    CHECK_ERR(fsdp_loader_init(&L, p2, 1000, B, T, 1, 0, 1), FSDP_EFORMAT, "3000 tokens");
+    fsdp_loader_free(&L);
+    free(p);
+    free(pm);
+    free(p2);
+    free(pm2);
+}
+
 int main(void) {
     snprintf(dir, sizeof dir, "%s/tmp_test_data_XXXXXX", FSDP_BINARY_DIR);
     if (!mkdtemp(dir)) return 1;
@@ -569,6 +625,7 @@ int main(void) {
     test_bad_files();
     test_prepare();
     test_loader();
+    test_loader_mask();
     test_prepare32();
     test_io_rules();
     char cmd[600];
