@@ -908,6 +908,8 @@ static fsdp_status check_mem_limit(train_run *r) {
 
 /* ---------------------------------------------------------------- agreement between ranks */
 
+static fsdp_status data_tokenizer_id(const char *data, char *out, size_t cap);
+
 static uint64_t fnv1a(uint64_t h, const void *p, size_t n) {
     const unsigned char *b = p;
     for (size_t i = 0; i < n; i++)
@@ -1174,6 +1176,13 @@ static fsdp_status run_setup(train_run *r) {
     }
     r->cj = fsdp_train_config_to_json(c);
     if (!r->cj) return FSDP_ERR(FSDP_ENOMEM, "no memory for the config record");
+    { /* the data's tokenizer, which a resume must find unchanged */
+        char tk[32];
+        s = data_tokenizer_id(c->data, tk, sizeof tk);
+        if (s == FSDP_OK && !cJSON_AddStringToObject(r->cj, "data-tokenizer", tk))
+            s = FSDP_ERR(FSDP_ENOMEM, "no memory for the config record");
+        FSDP_TRY(fsdp_comm_agree(comm, s, "fingerprinting the data's tokenizer"));
+    }
     if (c->init_from && !c->resume) { /* where the run starts: the folder and its fingerprint */
         uint32_t crc = 0;
         char fp[32];
@@ -1184,6 +1193,122 @@ static fsdp_status run_setup(train_run *r) {
         FSDP_TRY(fsdp_comm_agree(comm, s, "fingerprinting --init-from"));
     }
     return setup_perf(r);
+}
+
+/* The data folder's tokenizer.json as the manifest records it: "crc32c:XXXXXXXX" of the whole file,
+ * or "none" (byte-level data). */
+static fsdp_status data_tokenizer_id(const char *data, char *out, size_t cap) {
+    char *p = fsdp_strdupf("%s/tokenizer.json", data);
+    if (!p) return FSDP_ERR(FSDP_ENOMEM, "no memory for a path");
+    int fd = open(p, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+        fsdp_status s =
+            errno == ENOENT ? FSDP_OK : fsdp_set_error(FSDP_EIO, "cannot open %s: %s", p, strerror(errno));
+        snprintf(out, cap, "none");
+        free(p);
+        return s;
+    }
+    struct stat st;
+    fsdp_status s = fstat(fd, &st) == 0 && S_ISREG(st.st_mode)
+                        ? FSDP_OK
+                        : fsdp_set_error(FSDP_EIO, "%s is not a regular file", p);
+    uint32_t crc = 0;
+    unsigned char buf[65536];
+    ssize_t got;
+    while (s == FSDP_OK && (got = read(fd, buf, sizeof buf)) > 0)
+        crc = fsdp_crc32c(crc, buf, (size_t)got);
+    if (s == FSDP_OK && got < 0) s = fsdp_set_error(FSDP_EIO, "cannot read %s: %s", p, strerror(errno));
+    close(fd);
+    free(p);
+    snprintf(out, cap, "crc32c:%08x", (unsigned)crc);
+    return s;
+}
+
+/* The flag that sets a field fsdp_model_config_diff names. */
+static const char *model_field_flag(const char *field) {
+    static const char *const map[][2] = {
+        {"model", "model"},
+        {"n_layer", "layers"},
+        {"n_embd", "width"},
+        {"n_head", "heads"},
+        {"n_kv_head", "kv-heads"},
+        {"head_dim", "head-dim"},
+        {"intermediate", "intermediate"},
+        {"vocab_size", "vocab"},
+        {"padded_vocab_size", "vocab"},
+        {"max_seq_len", "max-seq-len"},
+        {"tie_embeddings", "tie-embeddings"},
+        {"qkv_bias", "qkv-bias"},
+        {"qk_norm", "qk-norm"},
+        {"norm_eps", "norm-eps"},
+        {"rope_theta", "rope-theta"},
+        {"rope_scaling", "rope-scaling"},
+        {"rope_factor", "rope-factor"},
+        {"rope_low_freq_factor", "rope-low-freq-factor"},
+        {"rope_high_freq_factor", "rope-high-freq-factor"},
+        {"rope_original_max_pos", "rope-original-max-pos"},
+    };
+    for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
+        if (!strcmp(map[i][0], field)) return map[i][1];
+    return NULL;
+}
+
+/* --resume continues the checkpoint's model on the checkpoint's vocabulary and tokenizer: a different
+ * shape (--heads, --layers, ...), vocabulary (--vocab, meta.json's) or data tokenizer.json than the
+ * manifest records is refused naming the field, before anything is loaded. */
+static fsdp_status check_resume_drift(train_run *r, const char *step_dir) {
+    fsdp_ckpt_reader *rd = NULL;
+    FSDP_TRY(fsdp_ckpt_open(&rd, step_dir));
+    const cJSON *mj = fsdp_ckpt_config(rd);
+    char *what = fsdp_strdupf("%s/manifest.json", step_dir);
+    fsdp_train_config theirs = r->cfg;
+    fsdp_model_config mine_mc, their_mc;
+    fsdp_status s = what ? FSDP_OK : FSDP_ERR(FSDP_ENOMEM, "no memory for a path");
+    if (s == FSDP_OK) s = fsdp_train_config_from_json(&theirs, mj, what);
+    if (s == FSDP_OK) s = fsdp_train_model_config(&theirs, &their_mc);
+    if (s == FSDP_OK) s = fsdp_train_model_config(&r->cfg, &mine_mc);
+    /* The manifest's numbers went through JSON text (15 significant digits): a real-valued field
+     * within a relative 1e-9 of the checkpoint's is the same. */
+    double *pairs[][2] = {{&their_mc.norm_eps, &mine_mc.norm_eps},
+                          {&their_mc.rope_theta, &mine_mc.rope_theta},
+                          {&their_mc.rope_factor, &mine_mc.rope_factor},
+                          {&their_mc.rope_low_freq_factor, &mine_mc.rope_low_freq_factor},
+                          {&their_mc.rope_high_freq_factor, &mine_mc.rope_high_freq_factor}};
+    for (size_t k = 0; s == FSDP_OK && k < sizeof pairs / sizeof pairs[0]; k++)
+        if (fabs(*pairs[k][0] - *pairs[k][1]) <= 1e-9 * fmax(fabs(*pairs[k][0]), fabs(*pairs[k][1])))
+            *pairs[k][1] = *pairs[k][0];
+    const char *field = s == FSDP_OK ? fsdp_model_config_diff(&their_mc, &mine_mc) : NULL;
+    if (field) {
+        const char *flag = model_field_flag(field);
+        cJSON *ours = fsdp_train_config_to_json(&r->cfg);
+        const cJSON *a = flag ? cJSON_GetObjectItemCaseSensitive(mj, flag) : NULL;
+        const cJSON *b = flag && ours ? cJSON_GetObjectItemCaseSensitive(ours, flag) : NULL;
+        char *av = a ? cJSON_PrintUnformatted(a) : NULL, *bv = b ? cJSON_PrintUnformatted(b) : NULL;
+        s = fsdp_set_error(
+            FSDP_EINVAL,
+            "--resume: the checkpoint is of another model shape: this run's model differs from the "
+            "checkpoint's in %s (--%s: %s in %s, %s "
+            "in this run): resume with the checkpoint's settings%s; nothing was loaded or "
+            "trained",
+            field, flag ? flag : field, av ? av : "its default", what, bv ? bv : "the default",
+            !strcmp(flag ? flag : "", "vocab") ? " and the data it was trained on" : "");
+        free(av);
+        free(bv);
+        cJSON_Delete(ours);
+    }
+    const cJSON *tk = s == FSDP_OK ? cJSON_GetObjectItemCaseSensitive(mj, "data-tokenizer") : NULL;
+    char now[32];
+    if (cJSON_IsString(tk)) s = data_tokenizer_id(r->cfg.data, now, sizeof now);
+    if (cJSON_IsString(tk) && s == FSDP_OK && strcmp(tk->valuestring, now) != 0)
+        s = fsdp_set_error(
+            FSDP_EINVAL,
+            "--resume: --data %s's tokenizer.json (%s) is not the one the checkpoint was trained "
+            "with (%s records %s): resume on the data the run started with; nothing was loaded "
+            "or trained",
+            r->cfg.data, now, what, tk->valuestring);
+    free(what);
+    fsdp_ckpt_close(rd);
+    return s;
 }
 
 /* Resume, or start fresh (never on top of an existing run's checkpoints); the steps to train; every
@@ -1203,6 +1328,7 @@ static fsdp_status run_start(train_run *r, int *nothing) {
     if (c->resume) {
         char *step_dir = NULL;
         s = fsdp_ckpt_resolve(c->checkpoint_dir, &step_dir);
+        if (s == FSDP_OK) s = check_resume_drift(r, step_dir);
         if (s == FSDP_OK) s = fsdp_ckpt_load(r->rm.eng, step_dir, &r->st);
         if (s == FSDP_OK) s = carry_init_from(step_dir, r->cj);
         if (s == FSDP_OK) {

@@ -3,7 +3,8 @@
 # item 4): a setting given differently to one rank (mpirun's MPMD form, `-np 1 A : -np 1 B`), a data
 # folder with other contents on one rank, and a checkpoint folder the ranks do not share are named
 # errors before any model is built, with nothing trained or saved; the settings a rank may hold its
-# own value of (--threads) still train.
+# own value of (--threads) still train. A resume with another model shape, vocabulary or data
+# tokenizer than the checkpoint's is refused naming the field.
 BIN=$1 MPIRUN=$2 WORK=$3 FAULT_LIB=$4
 # shellcheck source=lib.sh
 . "$(dirname "$0")/lib.sh"
@@ -59,5 +60,39 @@ if timeout 300 "$MPIRUN" 1 "$BIN" "${A[@]}" --checkpoint-dir ck_ok : -np 1 "$BIN
     ok
 else
     bad "per-rank --threads or a copy of the data: $(grep error ok.log | head -3)"
+fi
+
+# Resume refuses drift from the checkpoint's model, vocabulary and tokenizer, naming the field, and
+# leaves the checkpoint folder as it was (checksums of every file).
+# drift NAME PATTERN ARGS...: `train --resume ARGS` on ck_ok fails with PATTERN, ck_ok unchanged.
+drift() {
+    local name=$1 pat=$2
+    shift 2
+    local before
+    before=$(snapshot ck_ok)
+    if timeout 120 "$BIN" train "${TINY[@]}" --steps 4 --checkpoint-dir ck_ok --resume "$@" >"$name.log" 2>&1; then
+        bad "$name: a resume with another model or data trained"
+    elif ! grep -q -E -e "$pat" "$name.log"; then
+        bad "$name: no message matching '$pat': $(grep error "$name.log" | head -3)"
+    elif [ "$before" != "$(snapshot ck_ok)" ] || [ -e ck_ok/step_000004 ]; then
+        bad "$name: the checkpoint folder changed"
+    else
+        ok
+    fi
+}
+drift heads 'differs from the checkpoint.s in n_head \(--heads: 2 in ck_ok/step_000002/manifest.json, 4 in this run\)' \
+    --heads 4
+drift layers 'in n_layer \(--layers: 2 in ck_ok/step_000002/manifest.json, 3 in this run\)' --layers 3
+drift vocab 'in vocab_size \(--vocab: 257 in ck_ok/step_000002/manifest.json, 300 in this run\)' --vocab 300
+# A tokenizer.json appears in the data folder (the run was byte-level): its crc32c against "none".
+printf '{"model": {"type": "BPE"}}' >data/tokenizer.json
+drift tokenizer "--data data's tokenizer.json \(crc32c:[0-9a-f]{8}\) is not the one the checkpoint was trained with \(ck_ok/step_000002/manifest.json records none\)"
+rm -f data/tokenizer.json
+# The same settings resume.
+if timeout 120 "$BIN" train "${TINY[@]}" --steps 3 --checkpoint-dir ck_ok --resume >resume.log 2>&1 &&
+    [ -e ck_ok/step_000003 ]; then
+    ok
+else
+    bad "resume with the checkpoint's settings: $(grep error resume.log | head -3)"
 fi
 finish
