@@ -1159,6 +1159,16 @@ static fsdp_status run_setup(train_run *r) {
                 (unsigned long long)fsdp_loader_num_batches(&r->train), c->batch, c->seq_len,
                 r->have_val ? ", val.bin for validation" : "");
 
+    if (c->sample_tokens >
+        0) { /* the tokenizer the end-of-run sample uses: checked now, not after training */
+        char *tpath = NULL;
+        fsdp_bpe *bpe = NULL;
+        s = find_tokenizer(NULL, c->init_from, c->data, &tpath);
+        if (s == FSDP_OK) s = load_tokenizer(tpath, c->vocab, &bpe);
+        fsdp_bpe_free(bpe);
+        free(tpath);
+        FSDP_TRY(fsdp_comm_agree(comm, s, "loading the tokenizer"));
+    }
     FSDP_TRY(fsdp_comm_agree(comm, check_mem_limit(r), "checking the memory plan against the memory"));
     size_t bt = (size_t)r->train.b * (size_t)c->seq_len;
     s = fsdp_mem_alloc((void **)&r->in, sizeof(int32_t) * bt, FSDP_MEM_ACTIVATION);

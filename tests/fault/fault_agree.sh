@@ -88,6 +88,19 @@ drift vocab 'in vocab_size \(--vocab: 257 in ck_ok/step_000002/manifest.json, 30
 printf '{"model": {"type": "BPE"}}' >data/tokenizer.json
 drift tokenizer "--data data's tokenizer.json \(crc32c:[0-9a-f]{8}\) is not the one the checkpoint was trained with \(ck_ok/step_000002/manifest.json records none\)"
 rm -f data/tokenizer.json
+# Before step 1 (issue 28 item 5): a data folder whose tokenizer.json the end-of-run sample cannot
+# load fails before training, not after it: no step, no checkpoint.
+printf '{"model": {"type": "BPE"}}' >data/tokenizer.json
+if timeout 120 "$BIN" train "${TINY[@]}" --steps 2 --sample-tokens 4 --checkpoint-dir ck_tok >tok.log 2>&1; then
+    bad "a run with a broken data tokenizer.json succeeded"
+elif ! grep -q 'error: data/tokenizer.json: "pre_tokenizer" is missing' tok.log; then
+    bad "tokenizer: $(grep error tok.log | head -2)"
+elif grep -q -E 'step +1 ' tok.log || [ -e ck_tok/latest ]; then
+    bad "tokenizer: it trained or saved before refusing the tokenizer"
+else
+    ok
+fi
+rm -f data/tokenizer.json
 # The same settings resume.
 if timeout 120 "$BIN" train "${TINY[@]}" --steps 3 --checkpoint-dir ck_ok --resume >resume.log 2>&1 &&
     [ -e ck_ok/step_000003 ]; then
