@@ -1,6 +1,7 @@
 /* fixture.h — header-only reader of the GPT-2 reference fixture written by tools/gpt2_reference.py
  * (layout documented there): validates magic, version, header and record sizes against the file size
- * and returns typed records by name. Errors are fsdp_status with a message, never an abort. */
+ * and returns typed records by name; gpt_fixture_load_unit loads a unit's "w.<unit>.<tensor>" weights.
+ * Errors are fsdp_status with a message, never an abort. */
 #ifndef FSDP_TEST_MODEL_FIXTURE_H
 #define FSDP_TEST_MODEL_FIXTURE_H
 
@@ -233,6 +234,26 @@ static inline fsdp_status gpt_fixture_get_i32(const gpt_fixture *fx, const char 
     fsdp_status s = gpt_fixture_find(fx, name, FX_I32, numel, &r);
     if (s != FSDP_OK) return s;
     memcpy(out, r->data, numel * 4);
+    return FSDP_OK;
+}
+
+/* Loads every non-alias tensor of unit u from the fixture's "w.<unit>.<tensor>" records (all ranks
+ * pass the same data); `who` names the caller in the out-of-memory message. */
+static inline fsdp_status gpt_fixture_load_unit(const gpt_fixture *fx, fsdp_unit_t *u, const char *who) {
+    for (int t = 0; t < fsdp_unit_num_tensors(u); t++) {
+        fsdp_tensor_info ti;
+        fsdp_status s = fsdp_unit_tensor_info(u, t, &ti);
+        if (s != FSDP_OK) return s;
+        if (ti.alias_of >= 0) continue;
+        char name[64];
+        snprintf(name, sizeof name, "w.%s.%s", fsdp_unit_name(u), ti.name);
+        float *buf = malloc(ti.numel * sizeof(float));
+        if (!buf) return fsdp_set_error(FSDP_ENOMEM, "%s: %zu floats", who, ti.numel);
+        s = gpt_fixture_get_f32(fx, name, ti.numel, buf);
+        if (s == FSDP_OK) s = fsdp_unit_load_tensor(u, t, buf, -1);
+        free(buf);
+        if (s != FSDP_OK) return s;
+    }
     return FSDP_OK;
 }
 

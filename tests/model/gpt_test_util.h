@@ -48,20 +48,8 @@ static inline fsdp_status gt_load_weights(gpt_model_t *m, const gpt_fixture *fx)
     int L = gpt_get_config(m)->n_layer;
     for (int ui = -1; ui < L; ui++) {
         fsdp_unit_t *u = ui < 0 ? gpt_root_unit(m) : gpt_block_unit(m, ui);
-        for (int t = 0; t < fsdp_unit_num_tensors(u); t++) {
-            fsdp_tensor_info ti;
-            fsdp_status s = fsdp_unit_tensor_info(u, t, &ti);
-            if (s != FSDP_OK) return s;
-            if (ti.alias_of >= 0) continue;
-            char name[64];
-            snprintf(name, sizeof name, "w.%s.%s", fsdp_unit_name(u), ti.name);
-            float *buf = malloc(ti.numel * sizeof(float));
-            if (!buf) return fsdp_set_error(FSDP_ENOMEM, "gt_load_weights: %zu floats", ti.numel);
-            s = gpt_fixture_get_f32(fx, name, ti.numel, buf);
-            if (s == FSDP_OK) s = fsdp_unit_load_tensor(u, t, buf, -1);
-            free(buf);
-            if (s != FSDP_OK) return s;
-        }
+        fsdp_status s = gpt_fixture_load_unit(fx, u, "gt_load_weights");
+        if (s != FSDP_OK) return s;
     }
     return FSDP_OK;
 }

@@ -31,21 +31,8 @@ static inline fsdp_status lt_fixture_config(const gpt_fixture *fx, fsdp_model_co
 /* Loads every non-alias tensor of every unit of e from the fixture's "w.<unit>.<tensor>" records. */
 static inline fsdp_status lt_load_weights(fsdp_engine_t *e, const gpt_fixture *fx) {
     for (int ui = 0; ui < fsdp_engine_num_units(e); ui++) {
-        fsdp_unit_t *u = fsdp_engine_unit(e, ui);
-        for (int t = 0; t < fsdp_unit_num_tensors(u); t++) {
-            fsdp_tensor_info ti;
-            fsdp_status s = fsdp_unit_tensor_info(u, t, &ti);
-            if (s != FSDP_OK) return s;
-            if (ti.alias_of >= 0) continue;
-            char name[64];
-            snprintf(name, sizeof name, "w.%s.%s", fsdp_unit_name(u), ti.name);
-            float *buf = malloc(ti.numel * sizeof(float));
-            if (!buf) return fsdp_set_error(FSDP_ENOMEM, "lt_load_weights: %zu floats", ti.numel);
-            s = gpt_fixture_get_f32(fx, name, ti.numel, buf);
-            if (s == FSDP_OK) s = fsdp_unit_load_tensor(u, t, buf, -1);
-            free(buf);
-            if (s != FSDP_OK) return s;
-        }
+        fsdp_status s = gpt_fixture_load_unit(fx, fsdp_engine_unit(e, ui), "lt_load_weights");
+        if (s != FSDP_OK) return s;
     }
     return FSDP_OK;
 }
