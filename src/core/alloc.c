@@ -48,7 +48,7 @@ static size_t tl_n, tl_cap;
 #define MEM_REUSE_MAX ((size_t)512 << 20)
 /* 8 slots let ~77K page faults per fp32 step through (GPT-2-124M, B=4, T=64, world 1: more big blocks
  * are free at once than 8); 32 take them to ~0 (perf stat, steps 6 minus steps 2) and the step 1.02-1.17x
- * faster, side by side (BENCHMARKS.md). The byte bound is unchanged. */
+ * faster, side by side (docs/benchmarks-history.md, round 4). The byte bound is unchanged. */
 #define MEM_REUSE_SLOTS 32
 static void *reuse_blk[MEM_REUSE_SLOTS];
 static size_t reuse_size[MEM_REUSE_SLOTS]; /* block bytes (header included); 0: empty slot */

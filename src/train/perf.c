@@ -10,8 +10,7 @@
 #include <string.h>
 
 /* Square sizes: 512, or 1024 where four of those fit the budget (2 x 1024^3 = 2.1 GFLOP, ~7 ms at the
- * ~300 GFLOP/s of 2 Zen 3 cores: large enough for oneDNN's blocked kernels to reach their rate;
- * BENCHMARKS.md's square peaks at 1024 are within a few % of 2048's). */
+ * ~300 GFLOP/s of 2 Zen 3 cores: large enough for oneDNN's blocked kernels to reach their rate). */
 #define PEAK_MAX 1024
 
 /* Seconds of one S^3 GEMM; < 0 on failure. */
