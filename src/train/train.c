@@ -621,6 +621,14 @@ static fsdp_status generate(fsdp_model_t *model, const fsdp_train_config *c, fsd
 
 /* ---------------------------------------------------------------- evaluation */
 
+/* Targets of (n) that count in the loss (not FSDP_IGNORE_INDEX). */
+static int64_t count_targets(const int32_t *tg, size_t n) {
+    int64_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        k += tg[i] != FSDP_IGNORE_INDEX;
+    return k;
+}
+
 /* Mean validation loss over eval_batches global batches from the start of val.bin (all ranks). */
 static fsdp_status evaluate(run_model *rm, fsdp_loader *val, const fsdp_train_config *c, fsdp_comm_t *comm,
                             int32_t *in, int32_t *tg, float *out) {
@@ -628,23 +636,34 @@ static fsdp_status evaluate(run_model *rm, fsdp_loader *val, const fsdp_train_co
     int batches = (uint64_t)c->eval_batches < nb ? c->eval_batches : (int)nb;
     fsdp_loader_state st0 = {0, 0};
     FSDP_TRY(fsdp_loader_set_state(val, st0));
+    /* the mean over every counted target of the batches (sum of per-target losses / their count, all
+     * ranks); with unmasked data a mean of equal-count means, as before; no counted target: 0 */
+    const size_t n_tg = (size_t)val->b * (size_t)val->T;
     double sum = 0;
-    int count = 0;
+    int64_t count = 0;
     FSDP_TRY(fsdp_engine_set_no_backward(rm->eng, 1)); /* targets, but no backward: nothing kept */
     for (int k = 0; k < batches; k++) {
         for (int m = 0; m < val->micro; m++) {
             float loss;
             FSDP_TRY(fsdp_loader_micro(val, m, in, tg));
+            const int64_t cnt = count_targets(tg, n_tg);
             fsdp_model_batch mb = {.tokens = in, .targets = tg, .B = val->b, .T = val->T};
             FSDP_TRY(fsdp_model_forward(rm->model, &mb, &loss));
-            sum += loss;
-            count++;
+            if (cnt > 0) sum += (double)loss * (double)cnt;
+            count += cnt;
         }
         fsdp_loader_advance(val);
     }
     FSDP_TRY(fsdp_engine_reshard_all(rm->eng));
     FSDP_TRY(fsdp_engine_set_no_backward(rm->eng, 0));
-    float mean = (float)(sum / (count > 0 ? count : 1)), g = mean;
+    int64_t gcount = count;
+    if (fsdp_comm_size(comm) > 1) {
+        fsdp_comm_set_label(comm, "train / eval target count");
+        FSDP_TRY(fsdp_comm_all_reduce(comm, &count, &gcount, 1, FSDP_I64, FSDP_SUM));
+    }
+    /* scaled as the step's loss: each rank's share times the world, averaged across ranks */
+    const double w = (double)fsdp_comm_size(comm);
+    float mean = gcount > 0 ? (float)(sum * w / (double)gcount) : 0.0f, g = mean;
     if (fsdp_comm_size(comm) > 1) FSDP_TRY(fsdp_comm_all_reduce(comm, &mean, &g, 1, FSDP_F32, FSDP_AVG));
     *out = g;
     return FSDP_OK;
@@ -1458,7 +1477,13 @@ static fsdp_status step_straggler(train_run *r, step_record *rec) {
 }
 
 /* One optimizer step: the micro-batches' forward and backward (the engine reduces the gradients
- * into the shards), clipping, AdamW; the loss averaged over the global batch. */
+ * into the shards), clipping, AdamW. The loss and its gradient are the mean over the counted targets
+ * of the whole global batch: every rank counts its micro-batches' targets first and one all-reduce
+ * sums the counts (C). Micro-batch m of this rank, with count_m targets, returns the mean over them
+ * and the engine scales the reduced gradient by 1 / (world x micro), so its backward's loss_scale is
+ * count_m x world x micro / C (exactly 1 when every micro-batch counts as many targets: unmasked data
+ * give the same bits as a mean of means). A global batch with no counted target updates nothing and
+ * counts as skipped (loss and grad norm 0). */
 static fsdp_status train_step(train_run *r, int step, step_record *rec) {
     const fsdp_train_config *c = &r->cfg;
     fsdp_engine_t *eng = r->rm.eng;
@@ -1469,21 +1494,47 @@ static fsdp_status train_step(train_run *r, int step, step_record *rec) {
     fsdp_trace_begin(span, "step");
     rec->step = step;
     rec->lr = fsdp_train_lr(c, step);
+    const size_t n_tg = (size_t)r->train.b * (size_t)c->seq_len;
+    int64_t local = 0, global = 0;
+    for (int m = 0; m < c->micro_batches; m++) {
+        FSDP_TRY(fsdp_loader_micro(&r->train, m, r->in, r->tg));
+        local += count_targets(r->tg, n_tg);
+    }
+    global = local;
+    if (r->world > 1) {
+        fsdp_comm_set_label(r->comm, "train / target count");
+        FSDP_TRY(fsdp_comm_all_reduce(r->comm, &local, &global, 1, FSDP_I64, FSDP_SUM));
+    }
     FSDP_TRY(fsdp_engine_begin_step(eng, c->micro_batches));
     double lsum = 0;
+    const double wm = (double)r->world * (double)c->micro_batches;
     for (int m = 0; m < c->micro_batches; m++) {
         float loss = 0;
         FSDP_TRY(fsdp_engine_begin_micro(eng, m));
         FSDP_TRY(fsdp_loader_micro(&r->train, m, r->in, r->tg));
+        const int64_t cnt = count_targets(r->tg, n_tg);
+        const float scale = global > 0 ? (float)((double)cnt * wm / (double)global) : 0.0f;
         fsdp_model_batch mb = {.tokens = r->in, .targets = r->tg, .B = r->train.b, .T = c->seq_len};
         FSDP_TRY(fsdp_model_forward(r->rm.model, &mb, &loss));
-        FSDP_TRY(fsdp_model_backward(r->rm.model, 1.0f));
-        lsum += loss;
+        FSDP_TRY(fsdp_model_backward(r->rm.model, scale));
+        if (cnt > 0) lsum += (double)loss * (double)scale;
     }
     FSDP_TRY(fsdp_engine_clip_grad_norm(eng, (float)c->clip, &rec->norm));
     float loss = (float)(lsum / c->micro_batches);
     rec->loss = loss;
     if (r->world > 1) FSDP_TRY(fsdp_comm_all_reduce(r->comm, &loss, &rec->loss, 1, FSDP_F32, FSDP_AVG));
+    if (global == 0) { /* nothing to learn from: no update, no entry in the outlier window */
+        rec->loss = 0;
+        rec->norm = 0;
+        rec->z_loss = rec->z_norm = NAN;
+        rec->skipped = 1;
+        r->skipped++;
+        fsdp_trace_end(span, "step");
+        fsdp_loader_advance(&r->train);
+        rec->dt = fsdp_time_s() - t0;
+        fsdp_prof_get(&rec->prof);
+        return step_straggler(r, rec);
+    }
     FSDP_TRY(outlier_guard(r, rec));
     if (!rec->skipped) {
         fsdp_adamw_config ac = fsdp_adamw_config_default();

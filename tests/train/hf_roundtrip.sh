@@ -7,7 +7,7 @@
 # Part text: a model with its own BPE tokenizer (trained by tokenizers): prepare --tokenizer, fine-tune,
 # sample text; the export folder (with tokenizer.json) loads in AutoTokenizer + GPT2LMHeadModel, whose
 # greedy generate() gives the same text as fsdp-train sample.
-# usage: hf_roundtrip.sh FSDP_TRAIN MPIRUN_SH PYTHON WORKDIR PART   PART: load | finetune | damaged | text
+# usage: hf_roundtrip.sh FSDP_TRAIN MPIRUN_SH PYTHON WORKDIR PART   PART: load | finetune | damaged | text | mask
 # PYTHON: the test venv's python (tools/test-deps.sh); without transformers the test fails.
 set -uo pipefail
 BIN=$1 MPIRUN=$2 PY=$3 WORK=$4 PART=$5
@@ -56,6 +56,41 @@ if [ "$PART" = load ]; then
     [ -f m_sharded/model.safetensors.index.json ] && [ ! -f m_sharded/model.safetensors ] && ok || bad "sharded fixture has an index"
     # The comparison can fail: another model's logits do not pass.
     "$PY" "$FIX" compare m_single l_bf16_1.bin >neg.log 2>&1 && bad "compare accepted another model's logits" || ok
+fi
+
+# Part mask: loss masks (X.mask beside X.bin) with uneven counted targets per sequence, rank and
+# micro-batch: the step-1 loss and pre-clip gradient norm at 1, 2 and 3 ranks with 1 and 4 micro-batches
+# equal transformers' (float64: summed cross-entropy over the counted targets / their global count) to
+# 1e-5 relative, and a batch with no counted target is skipped (loss 0, no update, never NaN).
+if [ "$PART" = mask ]; then
+    MR="$SRC/tests/train/mask_ref.py"
+    make_model m_single single
+    "$PY" "$MR" data data 4000 7 || bad "mask data"
+    read -r RL RN RC < <("$PY" "$MR" ref m_single data 24 32) || bad "reference"
+    [ "${RC:-0}" -gt 0 ] && ok || bad "the reference counted no target"
+    for np in 1 2 3; do
+        for mb in 1 4; do
+            run $np --init-from m_single --data data --seq-len 32 --batch 24 --micro-batches $mb --precision fp32 \
+                --eval-every 0 --sample-tokens 0 --threads 1 --steps 1 --checkpoint-dir "ck_${np}_$mb" --metrics "m_${np}_$mb.jsonl" \
+                >"m_${np}_$mb.log" 2>&1 || bad "masked run at $np ranks, $mb micro-batches: $(tail -3 "m_${np}_$mb.log")"
+            "$PY" "$MR" check "m_${np}_$mb.jsonl" "$RL" "$RN" && ok || bad "loss/grad norm at $np ranks, $mb micro-batches"
+        done
+    done
+    # The check can fail: the unmasked mean (another loss) is refused.
+    "$PY" "$MR" check m_1_1.jsonl "$("$PY" -c "print($RL * 1.01)")" "$RN" >neg.log 2>&1 && bad "check accepted a 1% different loss" || ok
+    # No counted target in the batch: skipped, loss 0, not NaN.
+    mkdir -p empty && cp data/train.bin data/val.bin data/meta.json empty/ &&
+        "$PY" -c "
+import numpy as np, sys
+sys.path.insert(0, '$SRC/tests/train')
+from mask_ref import write, read
+for n in ('train', 'val'):
+    write('empty/' + n + '.mask', 20241203, 1, np.zeros(len(read('empty/' + n + '.bin', np.uint16)), np.uint8))
+" || bad "empty mask"
+    run 2 --init-from m_single --data empty --seq-len 32 --batch 12 --precision fp32 --eval-every 1 --eval-batches 1 \
+        --sample-tokens 0 --threads 1 --steps 1 --checkpoint-dir ck_e --metrics e.jsonl >e.log 2>&1 || bad "all-masked run: $(tail -3 e.log)"
+    grep -q '"loss": 0,.*"skipped": 1' e.jsonl && ok || bad "all-masked step not skipped with loss 0: $(cat e.jsonl)"
+    grep -qi nan e.log e.jsonl && bad "NaN in the all-masked run: $(grep -i nan e.log e.jsonl | head -3)" || ok
 fi
 
 if [ "$PART" = finetune ]; then
