@@ -30,6 +30,8 @@ static const fsdp_env_var VARS[] = {
      "an fp32 GEMM operand wider than this many columns is multiplied in column blocks (0: never)"},
     {"FSDP_MIXED_COMPUTE", FSDP_ENV_CHOICE, 0, 0, "auto|bf16|f32", "auto",
      "the mixed-precision GEMM maths when the program leaves it on auto (--mixed-compute)"},
+    {"FSDP_TEST_NONFINITE", FSDP_ENV_TEXT, 0, 0, NULL, "unset",
+     "test fault: <step>:loss or <step>:norm, that training step's global loss or grad norm reads NaN"},
     {"FSDP_TEST_SKIP_COLLECTIVE", FSDP_ENV_TEXT, 0, 0, NULL, "unset",
      "test fault: <rank>:<n>[:stall|:hang] or <rank>:@TEXT[:stall], a rank skips a collective (comm.c)"},
 };

@@ -155,12 +155,13 @@ fsdp_status fsdp_engine_clip_grad_norm(fsdp_engine_t *e, float max_norm, float *
     /* One F32 all-reduce of the double as a (hi, lo) float pair keeps ~48 bits of the local sums. */
     float pair[2];
     pair[0] = (float)local;
-    pair[1] = (float)(local - (double)pair[0]);
+    pair[1] = isfinite(pair[0]) ? (float)(local - (double)pair[0]) : 0.0f; /* Inf stays Inf, not NaN */
     /* HYBRID: every group holds the same gradient, so the shard group's sum is the whole norm */
     fsdp_comm_set_label(e->shard_comm, "engine / clip-grad-norm all-reduce");
     FSDP_TRY(fsdp_comm_all_reduce(e->shard_comm, pair, pair, 2, FSDP_F32, FSDP_SUM));
     double total = (double)pair[0] + (double)pair[1];
-    float nrm = (float)sqrt(total > 0.0 ? total : 0.0);
+    /* A NaN or Inf gradient makes the norm NaN or Inf (never 0), for the caller to see. */
+    float nrm = (float)sqrt(total > 0.0 || isnan(total) ? total : 0.0);
     *norm = nrm;
     if (max_norm > 0.0f) {
         /* torch.nn.utils.clip_grad_norm_: coef = max_norm / (norm + 1e-6) in fp32, applied if < 1. */

@@ -168,6 +168,9 @@ static const opt_def opts[] = {
      "outlier guard: skip the optimizer update of a step whose loss or grad norm lies more than Z "
      "standard deviations above the mean of the last --skip-update-window steps (0: off); skips are "
      "counted in the step line and --metrics"},
+    {"skip-nonfinite", OPT_BOOL, F(skip_nonfinite), 0, 1, NULL, C_TRAIN,
+     "a step whose loss or grad norm is NaN or Inf skips its optimizer update (counted like the "
+     "outlier guard's skips) instead of stopping the run with an error naming the step (the default)"},
     {"skip-update-window", OPT_INT, F(skip_update_window), 2, 4096, NULL, C_TRAIN,
      "steps of loss and grad-norm statistics the outlier guard compares against (it acts once the "
      "window is full; a resumed run starts a new window)"},
@@ -270,6 +273,7 @@ fsdp_train_config fsdp_train_config_default(void) {
     c.peak_gflops = 0;
     c.skip_update_z = 0;
     c.skip_update_window = 128;
+    c.skip_nonfinite = 0;
     c.sample_tokens = 200;
     c.prompt = "";
     c.temperature = 0.8;

@@ -84,6 +84,7 @@ typedef struct {
     double peak_gflops; /* MFU's per-rank peak: 0 measure at start-up, > 0 this GFLOP/s, < 0 no MFU */
     double
         skip_update_z; /* outlier guard: skip an update whose loss or grad norm z-score exceeds it (0: off) */
+    int skip_nonfinite;     /* a step with a NaN/Inf loss or grad norm skips its update (0: stops the run) */
     int skip_update_window; /* steps of running statistics the z-scores are taken against */
     int sample_tokens;      /* generated at the end of training (0: none) */
 

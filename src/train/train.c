@@ -1453,6 +1453,23 @@ static fsdp_status outlier_guard(train_run *r, step_record *rec) {
     return FSDP_OK;
 }
 
+/* FSDP_TEST_NONFINITE=<step>:loss|norm (tests only): that step's global loss or grad norm reads NaN on
+ * every rank, as a diverged step would. */
+static fsdp_status nonfinite_inject(int step, step_record *rec) {
+    const char *v = fsdp_env_value("FSDP_TEST_NONFINITE");
+    if (v == NULL || *v == '\0') return FSDP_OK;
+    char *end = NULL;
+    long at = strtol(v, &end, 10);
+    if (end == v || *end != ':' || (strcmp(end + 1, "loss") != 0 && strcmp(end + 1, "norm") != 0))
+        return FSDP_ERR(FSDP_EINVAL, "FSDP_TEST_NONFINITE='%s': expected <step>:loss or <step>:norm", v);
+    if (at != step) return FSDP_OK;
+    if (strcmp(end + 1, "loss") == 0)
+        rec->loss = NAN;
+    else
+        rec->norm = NAN;
+    return FSDP_OK;
+}
+
 /* The step's straggler: every rank's time waiting for collectives in the step (core/prof.h's comm
  * class), gathered; the rank that waited least arrived last, and the longest wait minus its own is
  * how long the others waited for it. One all-gather of a float per rank, after the step's timing. */
@@ -1535,7 +1552,26 @@ static fsdp_status train_step(train_run *r, int step, step_record *rec) {
         fsdp_prof_get(&rec->prof);
         return step_straggler(r, rec);
     }
-    FSDP_TRY(outlier_guard(r, rec));
+    FSDP_TRY(nonfinite_inject(step, rec));
+    if (!isfinite(rec->loss) || !isfinite(rec->norm)) {
+        /* Both are global (the loss all-reduced, the norm over every shard): every rank takes the same
+         * branch. The weights have not moved; the error comes before any checkpoint or export. */
+        const char *which = !isfinite(rec->loss) ? "loss" : "grad norm";
+        const double v = !isfinite(rec->loss) ? rec->loss : rec->norm;
+        if (!c->skip_nonfinite)
+            return fsdp_comm_agree(
+                r->comm,
+                FSDP_ERR(FSDP_ESTATE,
+                         "step %d: the %s is %s (non-finite); stopped before the update, nothing saved "
+                         "for this step (--skip-nonfinite skips such updates instead)",
+                         step, which, isnan(v) ? "NaN" : "Inf"),
+                "the non-finite check");
+        rec->z_loss = rec->z_norm = NAN; /* kept out of the outlier guard's window */
+        rec->skipped = 1;
+        r->skipped++;
+    } else {
+        FSDP_TRY(outlier_guard(r, rec));
+    }
     if (!rec->skipped) {
         fsdp_adamw_config ac = fsdp_adamw_config_default();
         ac.lr = (float)rec->lr;
@@ -1579,20 +1615,22 @@ static fsdp_status log_step(train_run *r, const step_record *rec) {
     const size_t rss = getrusage(RUSAGE_SELF, &ru) == 0 ? (size_t)ru.ru_maxrss * 1024 : 0; /* KiB on Linux */
     const size_t peak_b = fsdp_mem_total_peak();
     const double mem_pct = r->mem_total > 0 ? 100.0 * (double)rss / r->mem_total : 0;
-    char zl[32], zn[32];
+    char zl[32], zn[32], ls[32], gn[32];
+    snprintf(ls, sizeof ls, isfinite(rec->loss) ? "%.9g" : "null", rec->loss);
+    snprintf(gn, sizeof gn, isfinite(rec->norm) ? "%.9g" : "null", rec->norm);
     snprintf(zl, sizeof zl, isfinite(rec->z_loss) ? "%.4g" : "null", rec->z_loss);
     snprintf(zn, sizeof zn, isfinite(rec->z_norm) ? "%.4g" : "null", rec->z_norm);
     char line[2048];
     int n = snprintf(line, sizeof line,
-                     "{\"step\": %d, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, "
+                     "{\"step\": %d, \"loss\": %s, \"lr\": %.9g, \"grad_norm\": %s, "
                      "\"tokens_per_s\": %.1f, \"tokens_per_s_per_rank\": %.1f, \"step_s\": %.6f, "
                      "\"peak_mem_bytes\": %zu, \"peak_rss_bytes\": %zu, \"mem_total_bytes\": %.0f, "
                      "\"mem_pct\": %.3f, \"tflops\": %.6g, \"peak_gflops\": %.6g, \"mfu\": %.6g, "
                      "\"skipped\": %d, \"skipped_total\": %d, \"z_loss\": %s, \"z_grad_norm\": %s, "
                      "\"straggler_rank\": %d, \"straggler_s\": %.6f, \"comm_wait_s\": [",
-                     rec->step, rec->loss, rec->lr, rec->norm, tps, tps / r->world, rec->dt, peak_b, rss,
-                     r->mem_total, mem_pct, flops / 1e12, r->peak_total_gflops, mfu, rec->skipped, r->skipped,
-                     zl, zn, rec->straggler, rec->straggler_s);
+                     rec->step, ls, rec->lr, gn, tps, tps / r->world, rec->dt, peak_b, rss, r->mem_total,
+                     mem_pct, flops / 1e12, r->peak_total_gflops, mfu, rec->skipped, r->skipped, zl, zn,
+                     rec->straggler, rec->straggler_s);
     for (int k = 0; k < r->world && n > 0 && (size_t)n < sizeof line - 64; k++)
         n += snprintf(line + n, sizeof line - (size_t)n, "%s%.6f", k ? ", " : "", (double)r->waits[k]);
     if (n > 0 && (size_t)n < sizeof line)
@@ -1613,11 +1651,11 @@ static fsdp_status log_step(train_run *r, const step_record *rec) {
         if (r->world > 1)
             snprintf(strag, sizeof strag, " | straggler rank %d +%.1f ms", rec->straggler,
                      1e3 * rec->straggler_s);
-        if (r->guard)
+        if (r->guard || c->skip_nonfinite)
             snprintf(skip, sizeof skip, " | skipped %d%s", r->skipped, rec->skipped ? " (this)" : "");
         if (r->tty) {
-            fprintf(r->o, "\rstep %d/%d | loss %.4f | %.0f tok/s | %.3g TFLOPS%s | ETA %s | peak %s   ",
-                    rec->step, c->steps, rec->loss, r->rr.tokens_per_s, flops / 1e12, mfus, eta, peak);
+            fprintf(r->o, "\rstep %d/%d | loss %.4f | %.0f tok/s | %.3g TFLOPS%s | ETA %s | peak %s%s   ",
+                    rec->step, c->steps, rec->loss, r->rr.tokens_per_s, flops / 1e12, mfus, eta, peak, skip);
             fflush(r->o);
         } else if (rec->step == r->first || rec->step == r->last || rec->step % c->log_every == 0 ||
                    rec->skipped) {

@@ -1,6 +1,6 @@
 # tests/fault/fault.cmake — reliability tests of the fsdp-train program (label fault): a hang that
 # becomes an error, ranks that disagree on their settings, data or checkpoint folder, a rank killed
-# mid-training and mid-checkpoint, a full disk while saving
+# mid-training and mid-checkpoint, a full disk while saving, a NaN loss or grad norm (fault_nonfinite.sh)
 # (tests/fault/*.sh, with the LD_PRELOAD fault library fault_inject.c), FIFOs, device nodes and
 # self-overwrites, concurrent runs, unwritable outputs and a full --metrics disk (fault_files.sh), bad
 # values for every flag
@@ -12,7 +12,7 @@ if(TARGET fsdp-train)
   set_target_properties(fsdp_fault_inject PROPERTIES LIBRARY_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}/tests)
   # The preload would put a second sanitizer runtime into ASan processes: plain builds only.
   if(NOT FSDP_SANITIZE)
-    foreach(part hang kill_train kill_ckpt disk_full agree)
+    foreach(part hang kill_train kill_ckpt disk_full agree nonfinite)
       add_test(NAME fault/${part}
         COMMAND ${PROJECT_SOURCE_DIR}/tests/fault/fault_${part}.sh $<TARGET_FILE:fsdp-train>
                 ${PROJECT_SOURCE_DIR}/tests/mpirun.sh ${PROJECT_BINARY_DIR}/tmp_fault_${part}

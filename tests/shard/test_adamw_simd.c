@@ -1,7 +1,8 @@
 /* test_adamw_simd.c — the SIMD paths of the optimizer agree with the scalar reference: AdamW (decay
  * and no-decay tensors, lengths with vector tails, a tensor long enough for the OpenMP split) gives
  * the same bits on every path this CPU has; clip_grad_norm's norm matches a float64 sum and the
- * clipped gradients are exactly g * (max_norm / (norm + 1e-6f)). */
+ * clipped gradients are exactly g * (max_norm / (norm + 1e-6f)); a NaN (Inf) gradient gives a NaN (Inf)
+ * norm, never 0. */
 #include "fsdp.h"
 #include "test_util.h"
 
@@ -73,6 +74,16 @@ static void run(fsdp_simd path, result *r) {
             r->clip_bad += memcmp(&want, &ga[i], 4) != 0;
         }
         CHECK_OK(fsdp_engine_adamw_step(e, &oc));
+    }
+    /* One NaN (then one Inf) gradient element: the norm is NaN (Inf), never 0, measured or clipping. */
+    for (int k = 0; k < 4; k++) {
+        const float bad = k < 2 ? NAN : INFINITY, max_norm = k % 2 ? 1.0f : 0.0f;
+        float norm = 0;
+        CHECK_OK(fsdp_engine_zero_grad(e));
+        (sv.grad + ia.offset)[NA / 2] = bad;
+        CHECK_OK(fsdp_engine_clip_grad_norm(e, max_norm, &norm));
+        CHECKF(k < 2 ? isnan(norm) : isinf(norm) && norm > 0, "%s: gradient %g, max_norm %g: norm %g",
+               fsdp_simd_name(path), (double)bad, (double)max_norm, (double)norm);
     }
     memcpy(r->pa, sv.master + ia.offset, NA * 4);
     memcpy(r->pb, sv.master + ib.offset, NB * 4);
