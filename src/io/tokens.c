@@ -34,6 +34,27 @@ static fsdp_status check_convert(const fsdp_token_file *tf, const void *raw, siz
     return FSDP_OK;
 }
 
+/* Opens path (an open fd in *fd, closed by the caller) and reads its 256-int header and size; kind
+ * ("token", "mask") names the file in messages. */
+static fsdp_status open_header(const char *path, const char *kind, int *fd, int32_t *hdr, uint64_t *size) {
+    fsdp_status s = fsdp_io_open_input(path, fd);
+    if (s != FSDP_OK) {
+        if (errno == ENOENT)
+            s = fsdp_set_error(FSDP_EIO,
+                               "cannot open %s file %s: %s (run `fsdp-train prepare` or tools/setup.sh "
+                               "first, or pass --data DIR)",
+                               kind, path, strerror(ENOENT));
+        return s;
+    }
+    struct stat st;
+    if (fstat(*fd, &st) != 0) return fsdp_set_error(FSDP_EIO, "cannot stat %s: %s", path, strerror(errno));
+    *size = (uint64_t)st.st_size;
+    if (*size < FSDP_TOKENS_HEADER_BYTES)
+        return fsdp_set_error(FSDP_EFORMAT, "%s is %llu bytes, shorter than the %d-byte %s file header", path,
+                              (unsigned long long)*size, FSDP_TOKENS_HEADER_BYTES, kind);
+    return fsdp_io_pread_all(*fd, hdr, FSDP_TOKENS_HEADER_BYTES, 0, path);
+}
+
 fsdp_status fsdp_tokens_open(fsdp_token_file *tf, const char *path, int vocab) {
     memset(tf, 0, sizeof *tf);
     tf->fd = -1;
@@ -41,29 +62,9 @@ fsdp_status fsdp_tokens_open(fsdp_token_file *tf, const char *path, int vocab) {
     tf->path = fsdp_strdupf("%s", path);
     if (!tf->path) return FSDP_ERR(FSDP_ENOMEM, "no memory for a path");
     tf->vocab = vocab;
-    fsdp_status s;
-    s = fsdp_io_open_input(path, &tf->fd);
-    if (s != FSDP_OK) {
-        if (errno == ENOENT)
-            s = fsdp_set_error(FSDP_EIO,
-                               "cannot open token file %s: %s (run `fsdp-train prepare` or tools/setup.sh "
-                               "first, or pass --data DIR)",
-                               path, strerror(ENOENT));
-        goto fail;
-    }
-    struct stat st;
-    if (fstat(tf->fd, &st) != 0) {
-        s = fsdp_set_error(FSDP_EIO, "cannot stat %s: %s", path, strerror(errno));
-        goto fail;
-    }
-    uint64_t size = (uint64_t)st.st_size;
-    if (size < FSDP_TOKENS_HEADER_BYTES) {
-        s = fsdp_set_error(FSDP_EFORMAT, "%s is %llu bytes, shorter than the %d-byte token file header", path,
-                           (unsigned long long)size, FSDP_TOKENS_HEADER_BYTES);
-        goto fail;
-    }
     int32_t hdr[FSDP_TOKENS_HEADER_INTS];
-    s = fsdp_io_pread_all(tf->fd, hdr, sizeof hdr, 0, path);
+    uint64_t size = 0;
+    fsdp_status s = open_header(path, "token", &tf->fd, hdr, &size);
     if (s != FSDP_OK) goto fail;
     if (hdr[0] == FSDP_TOKENS_MAGIC && hdr[1] == FSDP_TOKENS_VERSION) {
         tf->width = 2;
@@ -169,21 +170,9 @@ fsdp_status fsdp_mask_open(fsdp_mask_file *mf, const char *path, uint64_t ntok) 
     mf->fd = -1;
     mf->path = fsdp_strdupf("%s", path);
     if (!mf->path) return FSDP_ERR(FSDP_ENOMEM, "no memory for a path");
-    fsdp_status s = fsdp_io_open_input(path, &mf->fd);
-    if (s != FSDP_OK) goto fail;
-    struct stat st;
-    if (fstat(mf->fd, &st) != 0) {
-        s = fsdp_set_error(FSDP_EIO, "cannot stat %s: %s", path, strerror(errno));
-        goto fail;
-    }
-    uint64_t size = (uint64_t)st.st_size;
-    if (size < FSDP_TOKENS_HEADER_BYTES) {
-        s = fsdp_set_error(FSDP_EFORMAT, "%s is %llu bytes, shorter than the %d-byte mask file header", path,
-                           (unsigned long long)size, FSDP_TOKENS_HEADER_BYTES);
-        goto fail;
-    }
     int32_t hdr[FSDP_TOKENS_HEADER_INTS];
-    s = fsdp_io_pread_all(mf->fd, hdr, sizeof hdr, 0, path);
+    uint64_t size = 0;
+    fsdp_status s = open_header(path, "mask", &mf->fd, hdr, &size);
     if (s != FSDP_OK) goto fail;
     if (hdr[0] != FSDP_MASK_MAGIC) {
         s = fsdp_set_error(FSDP_EFORMAT, "%s: bad magic %d (want %d): not a mask file", path, hdr[0],
