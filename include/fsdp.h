@@ -54,6 +54,10 @@ extern "C" {
 #define FSDP_VERSION_MAJOR 0
 #define FSDP_VERSION_MINOR 1
 
+/* A target equal to this is not counted in the loss (PyTorch's ignore_index): the models
+ * (fsdp_model.h) skip it, the data loader (src/data) writes it for masked tokens. */
+#define FSDP_IGNORE_INDEX (-100)
+
 /* ---------------------------------------------------------------- core: status */
 
 typedef enum {

@@ -30,8 +30,7 @@ extern "C" {
 struct cJSON;
 typedef struct fsdp_model_family fsdp_model_family;
 
-/* A target equal to this is not counted in the loss (PyTorch's ignore_index). */
-#define FSDP_IGNORE_INDEX (-100)
+/* FSDP_IGNORE_INDEX (a target not counted in the loss) is defined in fsdp.h. */
 
 #define FSDP_MODEL_CONFIG_VERSION 1
 

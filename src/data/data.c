@@ -4,7 +4,6 @@
 #include "data/data.h"
 
 #include "core/core.h"
-#include "fsdp_model.h"
 #include "data/bpe.h"
 #include "io/io.h"
 #include "io/json.h"
