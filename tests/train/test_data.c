@@ -501,6 +501,15 @@ static void test_io_rules(void) {
     free(fifo);
 }
 
+/* A mask file written by hand: header (magic, version, count 3), then n flag bytes. */
+static void write_mask_raw(const char *path, int32_t magic, int32_t version, const uint8_t *fl, size_t n) {
+    int32_t h[256] = {magic, version, 3};
+    FILE *f = fopen(path, "wb");
+    fwrite(h, 4, 256, f);
+    fwrite(fl, 1, n, f);
+    fclose(f);
+}
+
 /* Mask files: written flags read back byte for byte (header checked field by field), every malformed
  * file refused with its reason: magic, version, a count that is not its token file's, a size that does
  * not match, an unknown bit (with the token's index), reads past the end. */
@@ -532,30 +541,13 @@ static void test_mask_files(void) {
     uint8_t bad[3] = {1, 4, 0};
     CHECK_ERR(fsdp_mask_write(p, bad, 3), FSDP_EINVAL, "flag 1 is 0x04");
     /* Hand-made files: an unknown bit, wrong magic, wrong version, one byte short. */
-    int32_t h[256] = {20241203, 1, 3};
-    f = fopen(p, "wb");
-    fwrite(h, 4, 256, f);
-    fwrite(bad, 1, 3, f);
-    fclose(f);
+    write_mask_raw(p, 20241203, 1, bad, 3);
     CHECK_ERR(fsdp_mask_open(&mf, p, 3), FSDP_EFORMAT, "token 1 has mask flags 0x04");
-    h[0] = 20240520;
-    f = fopen(p, "wb");
-    fwrite(h, 4, 256, f);
-    fwrite(fl, 1, 3, f);
-    fclose(f);
+    write_mask_raw(p, 20240520, 1, fl, 3);
     CHECK_ERR(fsdp_mask_open(&mf, p, 3), FSDP_EFORMAT, "not a mask file");
-    h[0] = 20241203;
-    h[1] = 2;
-    f = fopen(p, "wb");
-    fwrite(h, 4, 256, f);
-    fwrite(fl, 1, 3, f);
-    fclose(f);
+    write_mask_raw(p, 20241203, 2, fl, 3);
     CHECK_ERR(fsdp_mask_open(&mf, p, 3), FSDP_EFORMAT, "version 2");
-    h[1] = 1;
-    f = fopen(p, "wb");
-    fwrite(h, 4, 256, f);
-    fwrite(fl, 1, 2, f);
-    fclose(f);
+    write_mask_raw(p, 20241203, 1, fl, 2);
     CHECK_ERR(fsdp_mask_open(&mf, p, 3), FSDP_EFORMAT, "truncated");
     free(p);
 }
