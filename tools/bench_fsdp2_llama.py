@@ -23,6 +23,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from bench_torch_llama import build_model  # tools/, beside this script
+
 
 def fsdp2_api():
     try:
@@ -39,13 +41,7 @@ def worker(rank, a, port):
     import transformers
     fully_shard, MixedPrecisionPolicy = fsdp2_api()
     torch.manual_seed(0)  # same initial weights on every rank before sharding
-    kw = dict(hidden_size=a.C, intermediate_size=a.I, num_hidden_layers=a.L, num_attention_heads=a.NH,
-              num_key_value_heads=a.NKV, vocab_size=a.V, max_position_embeddings=max(a.T, 2048),
-              tie_word_embeddings=a.tie, attn_implementation="sdpa")
-    if a.arch == "llama":
-        m = transformers.LlamaForCausalLM(transformers.LlamaConfig(**kw, head_dim=a.C // a.NH))
-    else:
-        m = transformers.Qwen2ForCausalLM(transformers.Qwen2Config(**kw))
+    m = build_model(a)
     n = sum(p.numel() for p in m.parameters())
     mp_kw = {}
     if a.mode == "bf16":

@@ -15,6 +15,17 @@ import time
 import torch
 
 
+def build_model(a):
+    """A random transformers model of the shape in a (--arch, --L, --C, --NH, --NKV, --I, --V, --T, --tie)."""
+    import transformers
+    kw = dict(hidden_size=a.C, intermediate_size=a.I, num_hidden_layers=a.L, num_attention_heads=a.NH,
+              num_key_value_heads=a.NKV, vocab_size=a.V, max_position_embeddings=max(a.T, 2048),
+              tie_word_embeddings=a.tie, attn_implementation="sdpa")
+    if a.arch == "llama":
+        return transformers.LlamaForCausalLM(transformers.LlamaConfig(**kw, head_dim=a.C // a.NH))
+    return transformers.Qwen2ForCausalLM(transformers.Qwen2Config(**kw))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--arch", default="llama", choices=["llama", "qwen2"])
@@ -27,13 +38,7 @@ def main():
     if a.threads:
         torch.set_num_threads(a.threads)
     import transformers
-    kw = dict(hidden_size=a.C, intermediate_size=a.I, num_hidden_layers=a.L, num_attention_heads=a.NH,
-              num_key_value_heads=a.NKV, vocab_size=a.V, max_position_embeddings=max(a.T, 2048),
-              tie_word_embeddings=a.tie, attn_implementation="sdpa")
-    if a.arch == "llama":
-        m = transformers.LlamaForCausalLM(transformers.LlamaConfig(**kw, head_dim=a.C // a.NH))
-    else:
-        m = transformers.Qwen2ForCausalLM(transformers.Qwen2Config(**kw))
+    m = build_model(a)
     m.train()
     opt = torch.optim.AdamW(m.parameters(), lr=1e-4, weight_decay=0.1, fused=False)
     g = torch.Generator().manual_seed(0)
