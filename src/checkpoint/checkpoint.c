@@ -202,14 +202,84 @@ fsdp_status fsdp_ckpt_write_manifest(const char *path, int world, const cJSON *c
         cJSON_AddItemToArray(shj, x);
     }
     text = cJSON_Print(j);
+    char *sealed = NULL;
+    size_t sealed_len = 0;
     if (!text) {
         s = FSDP_ERR(FSDP_ENOMEM, "no memory to print %s", path);
     } else {
-        s = fsdp_io_write_file_atomic(path, text, strlen(text), 0);
+        s = fsdp_ckpt_manifest_seal(text, strlen(text), &sealed, &sealed_len);
+        if (s == FSDP_OK) s = fsdp_io_write_file_atomic(path, sealed, sealed_len, 0);
     }
+    free(sealed);
     free(text);
     cJSON_Delete(j);
     return s;
+}
+
+/* The manifest's checksum is its last field, over every byte before it (checkpoint.h). */
+#define SEAL_KEY "\"manifest_crc32c\": \""
+#define SEAL_END "\"\n}\n"
+
+fsdp_status fsdp_ckpt_manifest_seal(const char *json, size_t len, char **out, size_t *out_len) {
+    *out = NULL;
+    *out_len = 0;
+    while (len > 0 && strchr(" \t\r\n", json[len - 1]) != NULL && json[len - 1] != '\0')
+        len--;
+    if (len == 0 || json[len - 1] != '}')
+        return FSDP_ERR(FSDP_EINVAL, "a manifest to seal must be a JSON object ending in '}'");
+    len--; /* the closing brace; the checksum field goes before a new one */
+    while (len > 0 && strchr(" \t\r\n", json[len - 1]) != NULL && json[len - 1] != '\0')
+        len--;
+    const char *sep = len > 0 && json[len - 1] == '{' ? "\n\t" : ",\n\t";
+    size_t pre = len + strlen(sep), total = pre + strlen(SEAL_KEY) + 8 + strlen(SEAL_END);
+    char *t = malloc(total + 1);
+    if (!t) return FSDP_ERR(FSDP_ENOMEM, "no memory for a manifest of %zu bytes", len);
+    memcpy(t, json, len);
+    memcpy(t + len, sep, strlen(sep));
+    snprintf(t + pre, total + 1 - pre, SEAL_KEY "%08x" SEAL_END, (unsigned)fsdp_crc32c(0, t, pre));
+    *out = t;
+    *out_len = total;
+    return FSDP_OK;
+}
+
+/* Checks a manifest's last field, "manifest_crc32c": 8 hex digits, the CRC32C of every byte before the
+ * field's key. Errors name the file; every one says "manifest checksum". */
+static fsdp_status manifest_verify(const char *text, size_t len, const char *path) {
+    const size_t kl = strlen(SEAL_KEY), el = strlen(SEAL_END);
+    size_t pos = len; /* the last occurrence of the key */
+    for (size_t i = len >= kl ? len - kl + 1 : 0; i-- > 0;)
+        if (memcmp(text + i, SEAL_KEY, kl) == 0) {
+            pos = i;
+            break;
+        }
+    if (pos == len)
+        return fsdp_set_error(FSDP_EFORMAT,
+                              "%s: manifest checksum missing (no \"manifest_crc32c\" field): the file is "
+                              "damaged or was written before manifests were checksummed; this version "
+                              "cannot verify it, so it is not read",
+                              path);
+    unsigned stored = 0;
+    int good = len == pos + kl + 8 + el && memcmp(text + pos + kl + 8, SEAL_END, el) == 0;
+    for (size_t i = 0; good && i < 8; i++) {
+        char c = text[pos + kl + i];
+        int v = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+        if (v < 0) good = 0;
+        stored = stored << 4 | (unsigned)(v < 0 ? 0 : v);
+    }
+    if (!good)
+        return fsdp_set_error(FSDP_EFORMAT,
+                              "%s: manifest checksum field damaged (\"manifest_crc32c\" must be the file's "
+                              "last field, 8 lowercase hex digits): the file is corrupt; use an earlier "
+                              "checkpoint",
+                              path);
+    unsigned crc = fsdp_crc32c(0, text, pos);
+    if (crc != stored)
+        return fsdp_set_error(
+            FSDP_EFORMAT,
+            "%s: manifest checksum mismatch (CRC32C stored %08x, computed %08x): the file is "
+            "corrupt; use an earlier checkpoint",
+            path, stored, crc);
+    return FSDP_OK;
 }
 
 /* ---------------------------------------------------------------- save protocol */
@@ -726,6 +796,7 @@ fsdp_status fsdp_ckpt_open(fsdp_ckpt_reader **out, const char *step_dir) {
         goto fail;
     }
     s = fsdp_io_read_file(r->manifest_path, &text, &len);
+    if (s == FSDP_OK) s = manifest_verify(text, len, r->manifest_path);
     if (s != FSDP_OK) goto fail;
     s = fsdp_json_parse(text, len, r->manifest_path, &r->manifest);
     if (s != FSDP_OK) goto fail;

@@ -2,8 +2,10 @@
  *
  * On disk, one folder per step under the checkpoint folder:
  *   CKPT/step_000100/manifest.json      config, world size, step, every unit's tensors (name, shape,
- *                                       offset in the unit's flat buffer), padded sizes, and every
- *                                       shard file's size and CRC32C
+ *                                       offset in the unit's flat buffer), padded sizes, every
+ *                                       shard file's size and CRC32C, and last its own checksum:
+ *                                       "manifest_crc32c": "xxxxxxxx" (8 hex digits, the CRC32C of
+ *                                       every byte before the key), then "\n}\n"
  *   CKPT/step_000100/rank_00000.bin ... one per rank: 128-byte header (magic "FSDPSHRD", version,
  *                                       rank, world, units, step, payload size, payload CRC32C,
  *                                       header CRC32C), then the payload:
@@ -72,7 +74,7 @@ fsdp_status fsdp_ckpt_save_parts(fsdp_comm_t *comm, const char *ckpt_dir, const 
 
 /* The two writing steps save_parts runs, exposed for tests that fake other world sizes in one process:
  * one rank's shard file (written and fsynced; *crc and *bytes: its payload CRC32C and file size), and
- * the manifest of a step folder. */
+ * the manifest of a step folder (sealed by fsdp_ckpt_manifest_seal). */
 fsdp_status fsdp_ckpt_write_shard(const char *path, int rank, int world, int n_units,
                                   const fsdp_ckpt_unit *units, const fsdp_ckpt_part *parts,
                                   const fsdp_ckpt_state *st, uint32_t *crc, uint64_t *bytes);
@@ -80,8 +82,16 @@ fsdp_status fsdp_ckpt_write_manifest(const char *path, int world, const struct c
                                      const fsdp_ckpt_unit *units, const fsdp_ckpt_state *st,
                                      const uint32_t *crcs, const uint64_t *bytes);
 
+/* A manifest's text with its checksum as the last field: json (len bytes, a JSON object ending in '}'
+ * and optional white space) with that brace replaced by ',\n\t"manifest_crc32c": "xxxxxxxx"\n}\n',
+ * the CRC32C of every byte before the key. *out: malloc'd (free()). FSDP_EINVAL if json does not end
+ * in '}'. (Tests use it to make a changed manifest that still passes the checksum.) */
+fsdp_status fsdp_ckpt_manifest_seal(const char *json, size_t len, char **out, size_t *out_len);
+
 typedef struct fsdp_ckpt_reader fsdp_ckpt_reader;
-/* Opens a step folder: parses manifest.json and checks every shard file's presence, header and size
+/* Opens a step folder: verifies manifest.json's checksum (a manifest without one, or whose bytes do
+ * not match it, is FSDP_EFORMAT "manifest checksum ...", naming the file, before anything in it is
+ * used), parses it and checks every shard file's presence, header and size
  * (payload checksums are verified on first read from a file). Errors name the file and the fault. */
 fsdp_status fsdp_ckpt_open(fsdp_ckpt_reader **out, const char *step_dir);
 void fsdp_ckpt_close(fsdp_ckpt_reader *r);

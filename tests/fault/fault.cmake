@@ -2,7 +2,8 @@
 # becomes an error, ranks that disagree on their settings, data or checkpoint folder, a rank killed
 # mid-training and mid-checkpoint, a full disk while saving, a NaN loss or grad norm (fault_nonfinite.sh)
 # (tests/fault/*.sh, with the LD_PRELOAD fault library fault_inject.c), FIFOs, device nodes and
-# self-overwrites, concurrent runs, unwritable outputs and a full --metrics disk (fault_files.sh), bad
+# self-overwrites, concurrent runs, unwritable outputs and a full --metrics disk (fault_files.sh), files
+# changed under the reader: flipped manifest bits (fault_integrity.sh), bad
 # values for every flag
 # (test_flags.c), and a short training run under valgrind memcheck (tools/valgrind-check.sh).
 if(TARGET fsdp-train)
@@ -18,6 +19,14 @@ if(TARGET fsdp-train)
                 ${PROJECT_SOURCE_DIR}/tests/mpirun.sh ${PROJECT_BINARY_DIR}/tmp_fault_${part}
                 $<TARGET_FILE:fsdp_fault_inject>)
       set_tests_properties(fault/${part} PROPERTIES LABELS "script;fault" TIMEOUT 600)
+    endforeach()
+    # Files that changed under us (issue 28 items 2, 3a): manifest bit flips.
+    foreach(part manifest)
+      add_test(NAME fault/integrity_${part}
+        COMMAND ${PROJECT_SOURCE_DIR}/tests/fault/fault_integrity.sh $<TARGET_FILE:fsdp-train>
+                ${PROJECT_SOURCE_DIR}/tests/mpirun.sh ${PROJECT_BINARY_DIR}/tmp_integrity_${part}
+                $<TARGET_FILE:fsdp_fault_inject> ${part})
+      set_tests_properties(fault/integrity_${part} PROPERTIES LABELS "script;fault" TIMEOUT 300)
     endforeach()
     # Files that are not what they seem, concurrent runs, outputs that must not be lost (issue 14).
     foreach(part inputs outputs lock preflight metrics noop exitcodes)

@@ -3,7 +3,8 @@
  * rank_00000.bin of a known-good checkpoint (fuzz_ckpt.h).
  * Input: byte 0 = fix-up flags, bytes 1.. = the shard file. Checksums would stop a fuzzer at the
  * header, so the flags let it repair them: bit 0 recomputes the payload CRC32C into the header, bit 1
- * the header CRC32C, bit 2 rewrites the manifest's record of the file (bytes, crc32c) to match.
+ * the header CRC32C, bit 2 rewrites the manifest's record of the file (bytes, crc32c) to match (the
+ * manifest is always resealed: fsdp_ckpt_manifest_seal).
  * FSDP_FUZZ_SEED_OUT=FILE writes flag byte 0 + the good shard there (how corpus/shard/ was made). */
 #include "fuzz_ckpt.h"
 
@@ -18,6 +19,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     base_manifest = cJSON_Parse(text);
     free(text);
     if (!base_manifest) abort();
+    cJSON_DeleteItemFromObjectCaseSensitive(base_manifest, "manifest_crc32c"); /* resealed per input */
     const char *seed = getenv("FSDP_FUZZ_SEED_OUT");
     if (seed) {
         snprintf(p, sizeof p, "%s/rank_00000.bin", fuzz_step_dir);
@@ -59,9 +61,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         cJSON_ReplaceItemInObjectCaseSensitive(e, "crc32c",
                                                cJSON_CreateNumber(n >= 32 ? (double)get32(f, 28) : 0.0));
     }
-    char *text = cJSON_Print(m);
+    char *text = cJSON_Print(m), *sealed = NULL;
+    size_t sealed_len = 0;
+    if (!text || fsdp_ckpt_manifest_seal(text, strlen(text), &sealed, &sealed_len) != FSDP_OK) abort();
     snprintf(p, sizeof p, "%s/manifest.json", fuzz_step_dir);
-    fuzz_write(p, text, strlen(text));
+    fuzz_write(p, sealed, sealed_len);
+    free(sealed);
     free(text);
     cJSON_Delete(m);
     free(f);

@@ -1,7 +1,8 @@
 /* test_checkpoint.c — the checkpoint format without an engine: CRC32C, a world-1 save through the
  * commit protocol, a faked 3-rank checkpoint read back as 1, 2, 4 and 5 ranks would (re-slicing by
  * global offset, padding zeroed), every corruption case (flipped payload/header byte, truncated,
- * missing or foreign shard file, broken manifest) with a message naming the file, never-overwrite,
+ * missing or foreign shard file, broken manifest, every single-bit flip of the manifest caught by its
+ * checksum) with a message naming the file, never-overwrite,
  * and a save that hits a full disk (file size limit) leaving the previous checkpoint loadable.
  * Values are a function of (unit, element), so every expectation is computed here. */
 #include "test_util.h"
@@ -124,6 +125,73 @@ static void copy_file(const char *from, const char *to) {
     fsdp_mem_free(d);
 }
 
+/* Writes json to path with its checksum (fsdp_ckpt_manifest_seal). */
+static void write_sealed(const char *path, const char *json) {
+    char *t = NULL;
+    size_t n = 0;
+    CHECK_OK(fsdp_ckpt_manifest_seal(json, strlen(json), &t, &n));
+    FILE *f = fopen(path, "wb");
+    fwrite(t, 1, n, f);
+    fclose(f);
+    free(t);
+}
+
+static void write_bytes(const char *path, const char *b, size_t n) {
+    FILE *f = fopen(path, "wb");
+    fwrite(b, 1, n, f);
+    fclose(f);
+}
+
+/* Issue 28 item 2: every single-bit flip of the manifest m of step folder `step` is refused by its
+ * checksum (before JSON parsing), naming the file; without the field (an older manifest) it is
+ * refused too; resealed it opens again. */
+static void test_manifest_checksum(const char *step, const char *m) {
+    char *orig = NULL;
+    size_t n = 0;
+    CHECK_OK(fsdp_io_read_file(m, &orig, &n));
+    CHECK(n > 100 && strstr(orig, "\"manifest_crc32c\": \"") != NULL);
+    char *t = malloc(n);
+    fsdp_ckpt_reader *r = NULL;
+    size_t refused = 0, named = 0;
+    for (size_t bit = 0; bit < 8 * n; bit++) {
+        memcpy(t, orig, n);
+        t[bit / 8] ^= (char)(1 << (bit % 8));
+        write_bytes(m, t, n);
+        if (fsdp_ckpt_open(&r, step) == FSDP_EFORMAT)
+            refused++;
+        else
+            fsdp_ckpt_close(r);
+        named +=
+            strstr(fsdp_last_error(), "manifest checksum") != NULL && strstr(fsdp_last_error(), m) != NULL;
+    }
+    CHECK(refused == 8 * n && named == 8 * n);
+    if (refused != 8 * n || named != 8 * n)
+        fprintf(stderr, "  %zu of %zu bit flips refused, %zu named\n", refused, 8 * n, named);
+    /* cut off the checksum: valid JSON, no field */
+    char *at = strstr(orig, ",\n\t\"manifest_crc32c\"");
+    CHECK(at != NULL);
+    if (at) {
+        size_t k = (size_t)(at - orig);
+        memcpy(t, orig, k);
+        memcpy(t + k, "\n}\n", 4); /* with its NUL: write_sealed takes a string */
+        write_bytes(m, t, k + 3);
+        CHECK_ERR(fsdp_ckpt_open(&r, step), FSDP_EFORMAT, "manifest checksum missing");
+        /* a changed value, resealed, opens: the checksum is what refused it */
+        write_sealed(m, t);
+        CHECK_OK(fsdp_ckpt_open(&r, step));
+        fsdp_ckpt_close(r);
+    }
+    /* the seal's own input check */
+    char *o = NULL;
+    size_t on = 0;
+    CHECK_ERR(fsdp_ckpt_manifest_seal("[1]", 3, &o, &on), FSDP_EINVAL, "ending in '}'");
+    write_bytes(m, orig, n);
+    CHECK_OK(fsdp_ckpt_open(&r, step));
+    fsdp_ckpt_close(r);
+    free(t);
+    fsdp_mem_free(orig);
+}
+
 static void test_crc(void) {
     CHECK(fsdp_crc32c(0, "123456789", 9) == 0xE3069283u); /* the standard CRC-32C check value */
     char buf[1000];
@@ -187,25 +255,22 @@ static void test_reslice_and_corruption(void) {
     copy_file(save, f1);
     CHECK_OK(fsdp_ckpt_open(&r, step));
     fsdp_ckpt_close(r);
-    /* manifest: broken JSON, then a wrong version */
+    /* manifest (sealed, so the checksum passes and what is behind it is tested): broken JSON, a
+     * repeated key, a wrong version */
     char *m = fsdp_strdupf("%s/manifest.json", step), *msave = fsdp_strdupf("%s/manifest.save", dir);
     copy_file(m, msave);
-    FILE *f = fopen(m, "wb");
-    fputs("{\"version\": 1, \"units\": [", f);
-    fclose(f);
+    write_sealed(m, "{\"version\": 1, \"units\": [}");
     CHECK_ERR(fsdp_ckpt_open(&r, step), FSDP_EFORMAT, "not valid JSON");
     CHECK(strstr(fsdp_last_error(), m) != NULL);
-    f = fopen(m, "wb"); /* a repeated key (issue 28 item 5) */
-    fputs("{\"version\": 1, \"step\": 1, \"step\": 2}", f);
-    fclose(f);
+    write_sealed(m, "{\"version\": 1, \"step\": 1, \"step\": 2}"); /* issue 28 item 5 */
     CHECK_ERR(fsdp_ckpt_open(&r, step), FSDP_EFORMAT, "the key \"step\" appears twice");
-    f = fopen(m, "wb");
-    fputs("{\"version\": 9, \"world_size\": 3, \"step\": 7}", f);
-    fclose(f);
+    write_sealed(m, "{\"version\": 9, \"world_size\": 3, \"step\": 7}");
     CHECK_ERR(fsdp_ckpt_open(&r, step), FSDP_EFORMAT, "version");
     copy_file(msave, m);
     CHECK_OK(fsdp_ckpt_open(&r, step));
     fsdp_ckpt_close(r);
+    test_manifest_checksum(step, m);
+    copy_file(msave, m);
     char *none = fsdp_strdupf("%s/none", dir);
     CHECK_ERR(fsdp_ckpt_open(&r, none), FSDP_EIO, none);
     free(none);
