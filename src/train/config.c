@@ -54,7 +54,13 @@ static const opt_def opts[] = {
     {"config", OPT_STR, F(config_file), 0, 0, NULL, C_ALL,
      "TOML file of settings, keyed like the flags without the dashes (seq-len = 128, recompute = true, "
      "text = [\"a.txt\"]); read first, so flags on the command line override it"},
-    {"data", OPT_STR, F(data), 0, 0, NULL, C_TRAIN, "folder with train.bin and val.bin (fsdp-train prepare)"},
+    {"data", OPT_STR, F(data), 0, 0, NULL, C_TRAIN,
+     "folder with train.bin and val.bin (fsdp-train prepare), a folder of llm.c-style shards "
+     "(*_train_*.bin, *_val_*.bin) or a quoted glob of shards ('dir/fineweb_train_*.bin'; validation: the "
+     "pattern with \"val\" for its last \"train\")"},
+    {"shuffle", OPT_INT, F(shuffle), 0, 1, NULL, C_TRAIN,
+     "a new order of the training sequences every epoch, seeded by --seed and the epoch (the same at every "
+     "world size; validation stays in file order); 0: file order"},
     {"model", OPT_ENUM, F(model), 0, 0, fsdp_train_model_names, C_TRAIN,
      "model family: gpt2 (LayerNorm, learned positions, GELU, tied head) or llama (RMSNorm, RoPE, SwiGLU, "
      "grouped-query attention: Llama, SmolLM2, Qwen2/3, Mistral); --init-from sets it from config.json"},
@@ -111,7 +117,7 @@ static const opt_def opts[] = {
      "validation loss every N steps (0: off)"},
     {"eval-batches", OPT_INT, F(eval_batches), 1, 1 << 20, NULL, C_TRAIN, "global batches per validation"},
     {"seed", OPT_I64, F(seed), 0, 9.007199254740992e15, NULL, C_TRAIN | C_SAMPLE,
-     "seed of the initial weights (train) and of sampling"},
+     "seed of the initial weights and of --shuffle's order (train), and of sampling"},
     {"precision", OPT_ENUM, F(precision), 0, 0, precision_names, C_TRAIN,
      "fp32 (reference) or mixed (bf16 params on the wire and in memory, fp32 master and main_grad)"},
     {"mixed-compute", OPT_ENUM, F(mixed_compute), 0, 0, mixed_compute_names, C_TRAIN,
@@ -242,6 +248,7 @@ fsdp_train_config fsdp_train_config_default(void) {
     c.seq_len = 128;
     c.max_seq_len = 0;
     c.data = "data/fortunes";
+    c.shuffle = 1;
     c.batch = 32;
     c.micro_batches = 1;
     c.lr = 2e-3;

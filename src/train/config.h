@@ -45,7 +45,8 @@ typedef struct {
     int max_seq_len;     /* longest sequence (GPT-2: position table size); 0: = seq_len */
 
     /* data and batch */
-    const char *data; /* folder with train.bin and val.bin */
+    const char *data; /* folder with train.bin and val.bin, a folder of shards or a glob (data/data.h) */
+    int shuffle;      /* 1: a seeded order of the training sequences per epoch; 0: file order */
     int batch;        /* global sequences per step, for any world size */
     int micro_batches;
 

@@ -194,12 +194,16 @@ static fsdp_status apply_init_from(fsdp_train_config *c) {
     FSDP_TRY(fsdp_hf_read_config(c->init_from, c));
     int v = 0;
     FSDP_TRY(fsdp_data_meta_vocab(c->data, &v));
-    if (v > 0 && v != c->vocab)
-        return fsdp_set_error(
-            FSDP_EINVAL,
-            "%s/meta.json: the data's vocabulary (%d) is not --init-from %s's (%d): prepare "
-            "the text with `fsdp-train prepare --tokenizer %s/tokenizer.json`",
-            c->data, v, c->init_from, c->vocab, c->init_from);
+    if (v > 0 && v != c->vocab) {
+        char *dir = fsdp_data_dir(c->data);
+        fsdp_status s =
+            fsdp_set_error(FSDP_EINVAL,
+                           "%s/meta.json: the data's vocabulary (%d) is not --init-from %s's (%d): "
+                           "prepare the text with `fsdp-train prepare --tokenizer %s/tokenizer.json`",
+                           dir ? dir : c->data, v, c->init_from, c->vocab, c->init_from);
+        free(dir);
+        return s;
+    }
     return FSDP_OK;
 }
 
@@ -508,7 +512,9 @@ static fsdp_status find_tokenizer(const char *flag, const char *init_from, const
     if (flag) *path = strdup(flag);
     for (int i = 0; i < 2 && !flag && !*path; i++) {
         if (!dirs[i]) continue;
-        char *p = fsdp_strdupf("%s/tokenizer.json", dirs[i]);
+        char *dir = i == 1 ? fsdp_data_dir(dirs[i]) : strdup(dirs[i]); /* --data may be a glob */
+        char *p = dir ? fsdp_strdupf("%s/tokenizer.json", dir) : NULL;
+        free(dir);
         if (!p) return FSDP_ERR(FSDP_ENOMEM, "no memory for a path");
         if (access(p, F_OK) == 0)
             *path = p;
@@ -768,10 +774,10 @@ typedef struct {
     run_model rm;
     fsdp_loader train, val;
     int have_val;
-    int32_t *in, *tg; /* one micro-batch's input and target tokens (b, T) */
-    char *train_path, *val_path;
-    int metrics, lock; /* file descriptors, -1 when closed */
-    cJSON *cj;         /* the config the checkpoints record */
+    int32_t *in, *tg;      /* one micro-batch's input and target tokens (b, T) */
+    fsdp_data_files files; /* --data's training and validation shards */
+    int metrics, lock;     /* file descriptors, -1 when closed */
+    cJSON *cj;             /* the config the checkpoints record */
     fsdp_ckpt_state st;
     fsdp_plan plan;
     int first, last; /* the steps this run trains */
@@ -928,6 +934,7 @@ static fsdp_status check_mem_limit(train_run *r) {
 /* ---------------------------------------------------------------- agreement between ranks */
 
 static fsdp_status data_tokenizer_id(const char *data, char *out, size_t cap);
+static cJSON *data_shards_json(const fsdp_loader *L);
 
 static uint64_t fnv1a(uint64_t h, const void *p, size_t n) {
     const unsigned char *b = p;
@@ -961,6 +968,33 @@ static uint64_t file_fingerprint(const char *path, size_t head) {
     return fnv1a(h, &size, sizeof size) | 2; /* never 1 */
 }
 
+/* The shards --data names (data/data.h) when they are not a folder's train.bin and val.bin (those have
+ * entries of their own): each one's name without its folder and file_fingerprint(head); 0 for a folder's
+ * train.bin, 1 when they cannot be listed (opening the data says why). */
+static uint64_t shards_fingerprint(const char *data, size_t head) {
+    fsdp_data_files f;
+    if (fsdp_data_files_find(data, &f) != FSDP_OK) return 1;
+    const char *b0 = strrchr(f.train[0], '/');
+    uint64_t h = 0;
+    if (fsdp_data_is_glob(data) || f.n_train > 1 || strcmp(b0 ? b0 + 1 : f.train[0], "train.bin") != 0) {
+        h = 0xcbf29ce484222325ull;
+        for (int list = 0; list < 2; list++) {
+            char **p = list ? f.val : f.train;
+            int n = list ? f.n_val : f.n_train;
+            h = fnv1a(h, &n, sizeof n);
+            for (int i = 0; i < n; i++) {
+                const char *b = strrchr(p[i], '/');
+                b = b ? b + 1 : p[i];
+                uint64_t fp = file_fingerprint(p[i], head);
+                h = fnv1a(fnv1a(h, b, strlen(b) + 1), &fp, sizeof fp);
+            }
+        }
+        h |= 2;
+    }
+    fsdp_data_files_free(&f);
+    return h;
+}
+
 /* Settings a rank may legitimately hold its own value of: its host's cores, memory and GEMM peak, and
  * the paths of the data and checkpoint folders (a host may mount them elsewhere: the data's content is
  * compared instead, and check_shared_folder finds a checkpoint folder the ranks do not share). */
@@ -971,12 +1005,14 @@ static int per_rank_setting(const char *name) {
 
 /* Before anything is built: every rank's resolved settings (the config record, less the per-rank ones)
  * and the data folder's fingerprint (train.bin's and val.bin's size and header, meta.json and
- * tokenizer.json whole) against rank 0's, one hash per entry and one all-gather. A difference is an
- * error naming each differing entry and the ranks that hold another value than rank 0's. */
+ * tokenizer.json whole, the shards' names, sizes and headers) against rank 0's, one hash per entry and one
+ * all-gather. A difference is an error naming each differing entry and the ranks that hold another value than
+ * rank 0's. */
 static fsdp_status agree_settings(train_run *r) {
     if (r->world == 1) return FSDP_OK;
-    static const char *const files[] = {"train.bin", "val.bin", "meta.json", "tokenizer.json"};
-    static const size_t heads[] = {1024, 1024, 0, 0};
+    /* the last entry: the shards (shards_fingerprint) */
+    static const char *const files[] = {"train.bin", "val.bin", "meta.json", "tokenizer.json", "*"};
+    static const size_t heads[] = {1024, 1024, 0, 0, 1024};
     enum { NFILES = sizeof files / sizeof files[0] };
     cJSON *j = fsdp_train_config_to_json(&r->cfg);
     fsdp_status s = j ? FSDP_OK : FSDP_ERR(FSDP_ENOMEM, "no memory for the settings record");
@@ -1001,7 +1037,13 @@ static fsdp_status agree_settings(train_run *r) {
         free(v);
     }
     for (int f = 0; s == FSDP_OK && f < NFILES; f++) {
-        char *p = fsdp_strdupf("%s/%s", r->cfg.data, files[f]);
+        if (f == NFILES - 1) {
+            mine[n + f] = (int64_t)shards_fingerprint(r->cfg.data, heads[f]);
+            continue;
+        }
+        char *dir = fsdp_data_dir(r->cfg.data);
+        char *p = dir ? fsdp_strdupf("%s/%s", dir, files[f]) : NULL;
+        free(dir);
         if (!p) {
             s = FSDP_ERR(FSDP_ENOMEM, "no memory for a path");
             break;
@@ -1039,8 +1081,14 @@ static fsdp_status agree_settings(train_run *r) {
                         it = it->next;
                     name = it->string;
                 }
-                len += (size_t)snprintf(msg + len, sizeof msg - len, "%s%s%s%s (ranks", differ ? "; " : "",
-                                        e < n ? "--" : r->cfg.data, e < n ? "" : "/", name);
+                if (e == total - 1)
+                    len += (size_t)snprintf(msg + len, sizeof msg - len,
+                                            "%sthe shards of --data %s (names, sizes, first KiB) (ranks",
+                                            differ ? "; " : "", r->cfg.data);
+                else
+                    len +=
+                        (size_t)snprintf(msg + len, sizeof msg - len, "%s%s%s%s (ranks", differ ? "; " : "",
+                                         e < n ? "--" : r->cfg.data, e < n ? "" : "/", name);
                 differ++;
             }
             if (len < sizeof msg) len += (size_t)snprintf(msg + len, sizeof msg - len, " %d", q);
@@ -1104,6 +1152,68 @@ static fsdp_status check_shared_folder(train_run *r) {
     return s;
 }
 
+/* --data's shards (data/data.h): the training loader (shuffled with --shuffle, seeded by --seed) and,
+ * with --eval-every, the validation loader in file order; validation data smaller than one batch only
+ * turns evaluation off, a corrupt file is an error. Every file is validated before step 1. */
+static fsdp_status open_data(train_run *r) {
+    const fsdp_train_config *c = &r->cfg;
+    fsdp_status s = fsdp_data_files_find(c->data, &r->files);
+    /* The data set's files are never outputs, read by this run or not. */
+    for (int i = 0; s == FSDP_OK && i < r->files.n_val; i++)
+        fsdp_io_note_input(r->files.val[i]);
+    char *dir = s == FSDP_OK ? fsdp_data_dir(c->data) : NULL;
+    char *meta_path = dir ? fsdp_strdupf("%s/meta.json", dir) : NULL;
+    if (meta_path) fsdp_io_note_input(meta_path);
+    free(meta_path);
+    free(dir);
+    fsdp_loader_args a = {.paths = (const char *const *)r->files.train,
+                          .n_paths = r->files.n_train,
+                          .vocab = c->vocab,
+                          .batch = c->batch,
+                          .T = c->seq_len,
+                          .micro = c->micro_batches,
+                          .rank = r->rank,
+                          .world = r->world,
+                          .shuffle = c->shuffle,
+                          .seed = (uint64_t)c->seed};
+    if (s == FSDP_OK) s = fsdp_loader_open(&r->train, &a);
+    if (s == FSDP_OK && c->eval_every > 0 && r->files.n_val > 0) {
+        a.paths = (const char *const *)r->files.val;
+        a.n_paths = r->files.n_val;
+        a.shuffle = 0;
+        a.allow_short = 1;
+        s = fsdp_loader_open(&r->val, &a);
+        r->have_val = s == FSDP_OK && fsdp_loader_num_batches(&r->val) > 0;
+        if (s == FSDP_OK && !r->have_val) {
+            fsdp_loader_free(&r->val);
+            if (r->o)
+                fprintf(r->o, "note: %s%s smaller than one batch: no validation\n", r->files.val[0],
+                        r->files.n_val > 1 ? " and the other validation shards are" : " is");
+        }
+    } else if (s == FSDP_OK && c->eval_every > 0 && r->o) {
+        fprintf(r->o, "note: no %s: no validation\n", r->files.val_desc);
+    }
+    FSDP_TRY(fsdp_comm_agree(r->comm, s, "opening the data"));
+    if (r->o) {
+        const fsdp_loader *L = &r->train;
+        if (L->n_shards == 1)
+            fprintf(r->o, "data: %s: %llu tokens", r->files.train[0], (unsigned long long)L->ntok);
+        else
+            fprintf(r->o, "data: %d shards %s ... %s: %llu tokens, %llu sequences", L->n_shards,
+                    r->files.train[0], r->files.train[L->n_shards - 1], (unsigned long long)L->ntok,
+                    (unsigned long long)L->nseq);
+        const char *v = r->have_val ? strrchr(r->files.val[0], '/') : NULL;
+        fprintf(r->o, " (%llu batches of %d x %d, %s)", (unsigned long long)fsdp_loader_num_batches(L),
+                c->batch, c->seq_len, c->shuffle ? "shuffled every epoch" : "in file order");
+        if (r->have_val && r->files.n_val == 1)
+            fprintf(r->o, ", %s for validation", v ? v + 1 : r->files.val[0]);
+        else if (r->have_val)
+            fprintf(r->o, ", %d validation shards", r->files.n_val);
+        fprintf(r->o, "\n");
+    }
+    return FSDP_OK;
+}
+
 /* The settings every rank agrees on, the checkpoint folder (this run's alone, writable), the data, the
  * model and its memory plan, the config record. */
 static fsdp_status run_setup(train_run *r) {
@@ -1143,41 +1253,7 @@ static fsdp_status run_setup(train_run *r) {
         fprintf(r->o, "%s\n", any ? "" : "  environment: no FSDP_* knob set (docs/ENV.md)");
     }
     FSDP_TRY(agree_gemm_path(r));
-    r->train_path = fsdp_strdupf("%s/train.bin", c->data);
-    r->val_path = fsdp_strdupf("%s/val.bin", c->data);
-    if (!r->train_path || !r->val_path) return FSDP_ERR(FSDP_ENOMEM, "no memory for paths");
-    /* The data set's files are never outputs, read by this run or not. */
-    fsdp_io_note_input(r->val_path);
-    char *meta_path = fsdp_strdupf("%s/meta.json", c->data);
-    if (meta_path) fsdp_io_note_input(meta_path);
-    free(meta_path);
-    s = fsdp_loader_init(&r->train, r->train_path, c->vocab, c->batch, c->seq_len, c->micro_batches, r->rank,
-                         r->world);
-    if (s == FSDP_OK && c->eval_every > 0 && access(r->val_path, F_OK) == 0) {
-        /* val.bin too small for one batch only turns evaluation off; a corrupt one is an error */
-        fsdp_token_file probe;
-        s = fsdp_tokens_open(&probe, r->val_path, c->vocab);
-        if (s == FSDP_OK) {
-            int big = probe.ntok >= (uint64_t)c->batch * (uint64_t)c->seq_len + 1;
-            fsdp_tokens_close(&probe);
-            if (big) {
-                s = fsdp_loader_init(&r->val, r->val_path, c->vocab, c->batch, c->seq_len, c->micro_batches,
-                                     r->rank, r->world);
-                r->have_val = s == FSDP_OK;
-            } else if (r->o) {
-                fprintf(r->o, "note: %s is smaller than one batch: no validation\n", r->val_path);
-            }
-        }
-    } else if (s == FSDP_OK && c->eval_every > 0 && r->o) {
-        fprintf(r->o, "note: no %s: no validation\n", r->val_path);
-    }
-    FSDP_TRY(fsdp_comm_agree(comm, s, "opening the data"));
-    if (r->o)
-        fprintf(r->o, "data: %s: %llu tokens (%llu batches of %d x %d)%s\n", r->train_path,
-                (unsigned long long)r->train.file.ntok,
-                (unsigned long long)fsdp_loader_num_batches(&r->train), c->batch, c->seq_len,
-                r->have_val ? ", val.bin for validation" : "");
-
+    FSDP_TRY(open_data(r));
     if (c->sample_tokens >
         0) { /* the tokenizer the end-of-run sample uses: checked now, not after training */
         char *tpath = NULL;
@@ -1212,6 +1288,13 @@ static fsdp_status run_setup(train_run *r) {
             s = FSDP_ERR(FSDP_ENOMEM, "no memory for the config record");
         FSDP_TRY(fsdp_comm_agree(comm, s, "fingerprinting the data's tokenizer"));
     }
+    { /* the training shards in their order, which a resume must find unchanged */
+        cJSON *sh = data_shards_json(&r->train);
+        if (!sh || !cJSON_AddItemToObject(r->cj, "data-shards", sh)) {
+            cJSON_Delete(sh);
+            return FSDP_ERR(FSDP_ENOMEM, "no memory for the config record");
+        }
+    }
     if (c->init_from && !c->resume) { /* where the run starts: the folder and its fingerprint */
         uint32_t crc = 0;
         char fp[32];
@@ -1224,10 +1307,73 @@ static fsdp_status run_setup(train_run *r) {
     return setup_perf(r);
 }
 
+/* The training shards as the manifest records them: [[file name, tokens], ...] in their order (the
+ * names without their folder: the data may move). */
+static cJSON *data_shards_json(const fsdp_loader *L) {
+    cJSON *a = cJSON_CreateArray();
+    for (int i = 0; a && i < L->n_shards; i++) {
+        const char *name = strrchr(L->shards[i].file.path, '/');
+        cJSON *e = cJSON_CreateArray();
+        if (!e || !cJSON_AddItemToArray(a, e) ||
+            !cJSON_AddItemToArray(e, cJSON_CreateString(name ? name + 1 : L->shards[i].file.path)) ||
+            !cJSON_AddItemToArray(e, cJSON_CreateNumber((double)L->shards[i].file.ntok))) {
+            cJSON_Delete(a);
+            return NULL;
+        }
+    }
+    return a;
+}
+
+/* --resume continues the checkpoint's order of the data: the same --shuffle, with shuffling the same
+ * --seed, and the same training shards (names and token counts, in order; a manifest without the record,
+ * written before shards existed, is not checked). A manifest without "shuffle" was written before
+ * shuffling existed: file order. Errors name the field, both values and the manifest. */
+static fsdp_status check_data_drift(const train_run *r, const cJSON *mj, const char *what) {
+    const cJSON *sh = cJSON_GetObjectItemCaseSensitive(mj, "shuffle");
+    const cJSON *sd = cJSON_GetObjectItemCaseSensitive(mj, "seed");
+    int their_shuffle = cJSON_IsNumber(sh) ? sh->valueint : 0;
+    if (their_shuffle != r->cfg.shuffle)
+        return fsdp_set_error(FSDP_EINVAL,
+                              "--resume: --shuffle %d in %s, %d in this run: the run would not continue the "
+                              "checkpoint's order of the data; resume with --shuffle %d (nothing was loaded "
+                              "or trained)",
+                              their_shuffle, what, r->cfg.shuffle, their_shuffle);
+    if (r->cfg.shuffle && cJSON_IsNumber(sd) && sd->valuedouble != (double)r->cfg.seed)
+        return fsdp_set_error(
+            FSDP_EINVAL,
+            "--resume: --seed %.0f in %s, %lld in this run: --seed orders the shuffled data; "
+            "resume with --seed %.0f (nothing was loaded or trained)",
+            sd->valuedouble, what, (long long)r->cfg.seed, sd->valuedouble);
+    const cJSON *theirs = cJSON_GetObjectItemCaseSensitive(mj, "data-shards");
+    if (!theirs) return FSDP_OK;
+    cJSON *mine = data_shards_json(&r->train);
+    if (!mine) return FSDP_ERR(FSDP_ENOMEM, "no memory for the list of shards");
+    fsdp_status s = FSDP_OK;
+    if (!cJSON_Compare(theirs, mine, 1)) {
+        int n = cJSON_GetArraySize(theirs), m = cJSON_GetArraySize(mine), i = 0;
+        while (i < n && i < m && cJSON_Compare(cJSON_GetArrayItem(theirs, i), cJSON_GetArrayItem(mine, i), 1))
+            i++;
+        char *a = i < n ? cJSON_PrintUnformatted(cJSON_GetArrayItem(theirs, i)) : NULL;
+        char *b = i < m ? cJSON_PrintUnformatted(cJSON_GetArrayItem(mine, i)) : NULL;
+        s = fsdp_set_error(
+            FSDP_EINVAL,
+            "--resume: the training shards (data-shards) differ from the checkpoint's: shard %d "
+            "is %s in %s (of %d shards) and %s in --data %s (of %d) ([file, tokens]): resume "
+            "on the data the run started with (nothing was loaded or trained)",
+            i + 1, a ? a : "missing", what, n, b ? b : "missing", r->cfg.data, m);
+        free(a);
+        free(b);
+    }
+    cJSON_Delete(mine);
+    return s;
+}
+
 /* The data folder's tokenizer.json as the manifest records it: "crc32c:XXXXXXXX" of the whole file,
  * or "none" (byte-level data). */
 static fsdp_status data_tokenizer_id(const char *data, char *out, size_t cap) {
-    char *p = fsdp_strdupf("%s/tokenizer.json", data);
+    char *dir = fsdp_data_dir(data);
+    char *p = dir ? fsdp_strdupf("%s/tokenizer.json", dir) : NULL;
+    free(dir);
     if (!p) return FSDP_ERR(FSDP_ENOMEM, "no memory for a path");
     int fd = open(p, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) {
@@ -1335,6 +1481,7 @@ static fsdp_status check_resume_drift(train_run *r, const char *step_dir) {
             "with (%s records %s): resume on the data the run started with; nothing was loaded "
             "or trained",
             r->cfg.data, now, what, tk->valuestring);
+    if (s == FSDP_OK) s = check_data_drift(r, mj, what);
     free(what);
     fsdp_ckpt_close(rd);
     return s;
@@ -1808,8 +1955,7 @@ static void run_free(train_run *r) {
     model_free(&r->rm);
     fsdp_loader_free(&r->val);
     fsdp_loader_free(&r->train);
-    free(r->val_path);
-    free(r->train_path);
+    fsdp_data_files_free(&r->files);
 }
 
 fsdp_status fsdp_train_run(const fsdp_train_config *cfg, fsdp_comm_t *comm, FILE *out,
@@ -1821,7 +1967,6 @@ fsdp_status fsdp_train_run(const fsdp_train_config *cfg, fsdp_comm_t *comm, FILE
     r->rank = fsdp_comm_rank(comm);
     r->world = fsdp_comm_size(comm);
     r->o = r->rank == 0 ? out : NULL;
-    r->train.file.fd = r->val.file.fd = -1;
     r->metrics = r->lock = -1;
     r->rr = (fsdp_train_result){0, 0, NAN, NAN, 0};
     fsdp_io_inputs_reset();

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # fault_agree.sh BIN MPIRUN WORK FAULT_LIB — the ranks of one job agree on what they run (issue 28
 # item 4): a setting given differently to one rank (mpirun's MPMD form, `-np 1 A : -np 1 B`), a data
-# folder with other contents on one rank, and a checkpoint folder the ranks do not share are named
+# folder (or a folder of shards) with other contents on one rank, and a checkpoint folder the ranks do not share are named
 # errors before any model is built, with nothing trained or saved; the settings a rank may hold its
 # own value of (--threads) still train. A resume with another model shape, vocabulary or data
 # tokenizer than the checkpoint's is refused naming the field.
@@ -45,6 +45,12 @@ refused layers 'disagree on 2 settings or data files: --layers \(ranks 1 differ 
 D2=(train "${TINY[@]/#data/data2}" --steps 2)
 refused data 'data2?/train\.bin \(ranks 1 differ from rank 0\); data2?/val\.bin \(ranks 1 differ' ck_data \
     1 "$BIN" "${A[@]}" --checkpoint-dir ck_data : -np 1 "$BIN" "${D2[@]}" --checkpoint-dir ck_data
+# Shard folders (*_train_*.bin) whose second training shard differs on rank 1: the shards are named.
+mkdir -p shA shB
+cp data/train.bin shA/a_train_000.bin && cp data/train.bin shA/a_train_001.bin && cp data/val.bin shA/a_val_000.bin &&
+    cp shA/* shB/ && cp data2/train.bin shB/a_train_001.bin && cp data/meta.json shA/ && cp data/meta.json shB/ || bad "shard folders"
+refused shards 'the shards of --data sh[AB] \(names, sizes, first KiB\) \(ranks 1 differ from rank 0\)' ck_shards \
+    1 "$BIN" "${A[@]}" --data shA --checkpoint-dir ck_shards : -np 1 "$BIN" "${A[@]}" --data shB --checkpoint-dir ck_shards
 # A checkpoint folder the ranks do not share (each host its own disk: here two folders).
 mkdir -p ck_own1
 refused shared "ck_own1 is not the folder rank 0 sees: rank 1 cannot find rank 0's ck_own1/.shared-test" ck_own0 \

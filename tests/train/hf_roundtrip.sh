@@ -61,7 +61,8 @@ fi
 # Part mask: loss masks (X.mask beside X.bin) with uneven counted targets per sequence, rank and
 # micro-batch: the step-1 loss and pre-clip gradient norm at 1, 2 and 3 ranks with 1 and 4 micro-batches
 # equal transformers' (float64: summed cross-entropy over the counted targets / their global count) to
-# 1e-5 relative, and a batch with no counted target is skipped (loss 0, no update, never NaN).
+# 1e-5 relative, and a batch with no counted target is skipped (loss 0, no update, never NaN). The
+# reference takes the first global batch in file order: the runs pass --shuffle 0.
 if [ "$PART" = mask ]; then
     MR="$SRC/tests/train/mask_ref.py"
     make_model m_single single
@@ -70,7 +71,7 @@ if [ "$PART" = mask ]; then
     [ "${RC:-0}" -gt 0 ] && ok || bad "the reference counted no target"
     for np in 1 2 3; do
         for mb in 1 4; do
-            run $np --init-from m_single --data data --seq-len 32 --batch 24 --micro-batches $mb --precision fp32 \
+            run $np --init-from m_single --data data --shuffle 0 --seq-len 32 --batch 24 --micro-batches $mb --precision fp32 \
                 --eval-every 0 --sample-tokens 0 --threads 1 --steps 1 --checkpoint-dir "ck_${np}_$mb" --metrics "m_${np}_$mb.jsonl" \
                 >"m_${np}_$mb.log" 2>&1 || bad "masked run at $np ranks, $mb micro-batches: $(tail -3 "m_${np}_$mb.log")"
             "$PY" "$MR" check "m_${np}_$mb.jsonl" "$RL" "$RN" && ok || bad "loss/grad norm at $np ranks, $mb micro-batches"

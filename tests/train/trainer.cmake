@@ -3,7 +3,7 @@
 # of cli_basic: /usr/bin/python3 with Debian's python3-torch (tools/test-deps.sh, which tools/test.sh
 # calls, installs it); without torch that check fails rather than being skipped.
 if(TARGET fsdp-train)
-  foreach(part basic resume reshard bad)
+  foreach(part basic resume reshard shuffle bad)
     add_test(NAME train/cli_${part}
       COMMAND ${PROJECT_SOURCE_DIR}/tests/train/trainer_cli.sh $<TARGET_FILE:fsdp-train>
               ${PROJECT_SOURCE_DIR}/tests/mpirun.sh ${PROJECT_BINARY_DIR}/tmp_cli_${part} ${part})

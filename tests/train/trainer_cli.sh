@@ -4,7 +4,8 @@
 # another world size (2 -> 3 and 2 -> 1 ranks), sample, export, and every bad-input case of the
 # trainer issue: each must fail with a non-zero exit and a message naming the file or flag, and
 # leave existing checkpoints byte for byte as they were.
-# usage: trainer_cli.sh FSDP_TRAIN_BINARY MPIRUN_SH WORKDIR [part]   part: basic | resume | reshard | bad
+# usage: trainer_cli.sh FSDP_TRAIN_BINARY MPIRUN_SH WORKDIR [part]   part: basic | resume | reshard |
+#        shuffle | bad
 set -uo pipefail
 BIN=$1
 MPIRUN=$2
@@ -119,6 +120,95 @@ w = max(abs(x - y) / abs(x) for x, y in zip(a, b))
 print(f"1 vs 2 ranks: worst relative loss difference {w:.2e}")
 raise SystemExit(0 if w < 1e-4 else 1)
 PY
+fi
+
+if [ "$PART" = shuffle ] || [ "$PART" = all ]; then
+    # Shards cut from train.bin with one token of overlap (a sequence never spans two shards), so that
+    # the 3 shards hold exactly the sequences of their concatenation cat/train.bin, in the same order:
+    # runs on the folder, on a glob of it and on the concatenation are the same run, shuffled or not.
+    mkdir -p sh cat
+    python3 - <<'PY' || bad "making the shards"
+import struct
+def read(p):
+    b = open(p, "rb").read()
+    return list(struct.unpack(f"<{(len(b) - 1024) // 2}H", b[1024:]))
+def write(p, t):
+    h = [0] * 256
+    h[0], h[1], h[2] = 20240520, 1, len(t)
+    with open(p, "wb") as f:
+        f.write(struct.pack("<256i", *h)); f.write(struct.pack(f"<{len(t)}H", *t))
+t, T, at = read("data/train.bin"), 32, 0
+for i, k in enumerate((97, 41, 150)):  # sequences per shard: 288 in all, 24 batches of 12
+    write(f"sh/x_train_{i:03d}.bin", t[at * T : (at + k) * T + 1]); at += k
+write("cat/train.bin", t[: at * T + 1])
+v = read("data/val.bin")[: 40 * T + 1]
+write("sh/x_val_000.bin", v); write("cat/val.bin", v)
+PY
+    cp data/meta.json sh/ && cp data/meta.json cat/
+    SH=("${TINY[@]}" --steps 60 --eval-every 20 --eval-batches 2) # 60 steps: two and a half epochs
+    same_run() { # same_run A.jsonl B.jsonl: every step's loss and grad_norm, and the validation losses of
+        # --eval-every (not of a --stop-at), equal as printed
+        python3 - "$1" "$2" <<'PY'
+import json, sys
+run = lambda f: {(d["step"], k): d[k] for d in map(json.loads, open(f)) for k in ("loss", "grad_norm", "val_loss")
+                 if k in d and (k != "val_loss" or d["step"] % 20 == 0)}
+a, b = run(sys.argv[1]), run(sys.argv[2])
+sys.exit(0 if a == b and len(a) == 2 * 60 + 3 else 1)
+PY
+    }
+    "$BIN" "${SH[@]}" --data sh --checkpoint-dir ck_sh --metrics sh.jsonl >sh.log 2>&1 || bad "shard folder run: $(tail -3 sh.log)"
+    grep -q "data: 3 shards sh/x_train_000.bin ... sh/x_train_002.bin: .* 288 sequences (24 batches of 12 x 32, shuffled every epoch), x_val_000.bin for validation" sh.log &&
+        ok || bad "data line: $(grep '^data' sh.log)"
+    "$BIN" "${SH[@]}" --data cat --checkpoint-dir ck_cat --metrics cat.jsonl >cat.log 2>&1 || bad "concatenation run: $(tail -3 cat.log)"
+    same_run sh.jsonl cat.jsonl && ok || bad "3 shards and their concatenation train differently"
+    "$BIN" "${SH[@]}" --data 'sh/x_train_*.bin' --checkpoint-dir ck_glob --metrics glob.jsonl >glob.log 2>&1 || bad "glob run: $(tail -3 glob.log)"
+    same_run sh.jsonl glob.jsonl && ok || bad "the glob trains differently from the folder"
+    "$BIN" "${SH[@]}" --data sh --shuffle 0 --checkpoint-dir ck_sh0 --metrics sh0.jsonl >sh0.log 2>&1 || bad "--shuffle 0 run: $(tail -3 sh0.log)"
+    "$BIN" "${SH[@]}" --data cat --shuffle 0 --checkpoint-dir ck_cat0 --metrics cat0.jsonl >cat0.log 2>&1 || bad "--shuffle 0 concatenation: $(tail -3 cat0.log)"
+    same_run sh0.jsonl cat0.jsonl && ok || bad "file order: 3 shards and their concatenation train differently"
+    same_run sh.jsonl sh0.jsonl && bad "--shuffle 1 trains as --shuffle 0" || ok
+    # resume bit for bit across epoch boundaries: stopped at step 25 (the second epoch), resumed
+    "$BIN" "${SH[@]}" --data sh --checkpoint-dir ck_shr --metrics shr.jsonl --stop-at 25 >shr1.log 2>&1 || bad "stop at 25: $(tail -3 shr1.log)"
+    "$BIN" "${SH[@]}" --data sh --checkpoint-dir ck_shr --metrics shr.jsonl --resume >shr2.log 2>&1 || bad "resume: $(tail -3 shr2.log)"
+    grep -q "resumed from ck_shr/step_000025 at step 25 (data position 384, epoch 1)" shr2.log && ok || bad "resumed at 25: $(grep resumed shr2.log)"
+    same_run sh.jsonl shr.jsonl && ok || bad "the shuffled resume is not bit-exact"
+    cmp -s ck_sh/step_000060/rank_00000.bin ck_shr/step_000060/rank_00000.bin && ok || bad "final shards differ after the resume"
+    # 2 ranks stopped at 25, resumed on 2 (bit for bit), 1 and 3 ranks (the same order of data: the
+    # losses of the 2-rank run up to float summation order)
+    "$MPIRUN" 2 "$BIN" "${SH[@]}" --data sh --checkpoint-dir ck_sh2 --metrics sh2.jsonl >sh2.log 2>&1 || bad "2-rank run: $(tail -3 sh2.log)"
+    "$MPIRUN" 2 "$BIN" "${SH[@]}" --data sh --checkpoint-dir ck_s2 --stop-at 25 >s2.log 2>&1 || bad "2-rank stop at 25: $(tail -3 s2.log)"
+    for np in 2 1 3; do
+        rm -rf ck_s2_$np s2_$np.jsonl && cp -r ck_s2 ck_s2_$np
+        "$MPIRUN" $np "$BIN" "${SH[@]}" --data sh --checkpoint-dir ck_s2_$np --metrics s2_$np.jsonl --resume >s2_$np.log 2>&1 ||
+            bad "resume on $np ranks: $(tail -3 s2_$np.log)"
+    done
+    python3 - <<'PY' && ok || bad "resumed 2-rank checkpoint: other data order on 1/3 ranks, or not bit-exact on 2"
+import json
+# (step, "loss" or "val_loss") -> value, of the steps after 25
+val = lambda f: {(d["step"], k): d[k] for d in map(json.loads, open(f)) for k in ("loss", "val_loss") if k in d and d["step"] > 25}
+ref, worst = val("sh2.jsonl"), {}
+for np in (2, 1, 3):
+    got = val(f"s2_{np}.jsonl")
+    assert sorted(got) == sorted(ref) and len(ref) == 35 + 2, (np, sorted(set(ref) ^ set(got)))
+    worst[np] = max(abs(got[k] - ref[k]) / abs(ref[k]) for k in ref)
+print("worst relative loss difference of the resumed runs (2, 1, 3 ranks):", worst)
+raise SystemExit(0 if worst[2] == 0 and worst[1] < 1e-4 and worst[3] < 1e-4 else 1)
+PY
+    cmp -s ck_sh2/step_000060/rank_00001.bin ck_s2_2/step_000060/rank_00001.bin && ok || bad "2-rank final shard differs after the resume"
+    # a resume that would change the order of the data is refused, naming the field; nothing changes
+    snap=$(snapshot ck_s2)
+    expect_fail "--shuffle 1 in ck_s2/step_000025/manifest.json, 0 in this run" rs_shuffle "$BIN" "${SH[@]}" --data sh --shuffle 0 --checkpoint-dir ck_s2 --resume
+    expect_fail "--seed 1337 in ck_s2/step_000025/manifest.json, 7 in this run" rs_seed "$BIN" "${SH[@]}" --data sh --seed 7 --checkpoint-dir ck_s2 --resume
+    expect_fail 'the training shards (data-shards) differ from the checkpoint'"'"'s: shard 1 is ["x_train_000.bin",3105]' rs_shards "$BIN" "${SH[@]}" --data cat --checkpoint-dir ck_s2 --resume
+    [ "$snap" = "$(snapshot ck_s2)" ] && ok || bad "a refused resume changed ck_s2"
+    # every shard validated before step 1: an id past the vocabulary in shard 2, named with its index
+    mkdir -p shbad && cp sh/* shbad/
+    python3 -c "
+f = open('shbad/x_train_001.bin', 'r+b'); f.seek(1024 + 2 * 1000); f.write((300).to_bytes(2, 'little'))"
+    expect_fail "shbad/x_train_001.bin: token 1000 has id 300" sh_badid "$BIN" "${SH[@]}" --data shbad --checkpoint-dir ck_shbad
+    expect_fail "shbad/x_train_001.bin: token 1000 has id 300" sh_badid2 "$MPIRUN" 2 "$BIN" "${SH[@]}" --data shbad --checkpoint-dir ck_shbad2
+    expect_fail "--data sh/y_train_*.bin matches no file" sh_noglob "$BIN" "${SH[@]}" --data 'sh/y_train_*.bin' --checkpoint-dir ck_shno
+    [ ! -e ck_shbad/latest ] && [ ! -e ck_shno/latest ] && ok || bad "a refused data set left a checkpoint"
 fi
 
 if [ "$PART" = bad ] || [ "$PART" = all ]; then
