@@ -4,6 +4,7 @@
  * fused tensors split, tied tensors stored once), plus the family's config.json beside it. Reads shard files
  * directly, so it needs no engine and no particular world size. */
 #include "train/train.h"
+#include "train/model_load.h"
 
 #include "core/core.h"
 #include "fsdp_model.h"

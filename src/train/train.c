@@ -1,7 +1,7 @@
 /* train.c — the training loop of `fsdp-train` and its sampling command: builds the engine and the model
- * (include/fsdp_model.h) from the settings, resumes from a checkpoint or initialises, then runs steps
- * (micro-batches, clipping, AdamW with warmup + cosine LR), evaluates, writes metrics, shows progress,
- * checkpoints, and generates a sample. Every rank runs the same code; only rank 0 writes output. */
+ * (include/fsdp_model.h) from the settings (model_load.c), resumes from a checkpoint or initialises, then
+ * runs steps (micro-batches, clipping, AdamW with warmup + cosine LR), evaluates, writes metrics, shows
+ * progress, checkpoints, and generates a sample. Every rank runs the same code; only rank 0 writes output. */
 #define _GNU_SOURCE
 #include "train/train.h"
 
@@ -13,6 +13,7 @@
 #include "checkpoint/checkpoint.h"
 #include "data/data.h"
 #include "train/hf.h"
+#include "train/model_load.h"
 #include "train/perf.h"
 #include "io/io.h"
 
@@ -120,74 +121,6 @@ static void fmt_eta(char *buf, size_t cap, double s) {
 
 /* ---------------------------------------------------------------- model set-up */
 
-typedef struct {
-    fsdp_engine_t *eng;
-    fsdp_model_t *model;
-} run_model;
-
-static void model_free(run_model *rm) {
-    fsdp_model_free(rm->model);
-    fsdp_engine_free(rm->eng);
-    rm->model = NULL;
-    rm->eng = NULL;
-}
-
-/* The engine and model settings of cfg: one place, used by the run and by its memory plan. */
-static fsdp_engine_config engine_config_of(const fsdp_train_config *cfg) {
-    fsdp_engine_config ec = fsdp_engine_config_default();
-    ec.strategy = (fsdp_strategy)cfg->strategy;
-    ec.compute_dtype = cfg->precision == FSDP_PRECISION_MIXED ? FSDP_BF16 : FSDP_F32;
-    ec.reduce_dtype = (fsdp_dtype)cfg->reduce_dtype;
-    ec.main_grad = (fsdp_main_grad_policy)cfg->main_grad;
-    ec.accum = (fsdp_accum_mode)cfg->accum;
-    ec.seed = (uint64_t)cfg->seed;
-    ec.max_inflight = cfg->max_inflight;
-    ec.shard_group = cfg->shard_group;
-    return ec;
-}
-
-/* The model of cfg: its family's defaults, then every shape setting cfg gives (0 / -1: the default). */
-fsdp_status fsdp_train_model_config(const fsdp_train_config *cfg, fsdp_model_config *mc) {
-    FSDP_TRY(fsdp_model_config_init(mc, fsdp_train_model_names[cfg->model]));
-    mc->n_layer = cfg->layers;
-    mc->n_embd = cfg->width;
-    mc->n_head = cfg->heads;
-    mc->vocab_size = cfg->vocab;
-    mc->padded_vocab_size = 0;
-    mc->max_seq_len = cfg->max_seq_len;
-    mc->recompute = cfg->recompute;
-    if (cfg->kv_heads > 0) mc->n_kv_head = cfg->kv_heads;
-    if (cfg->head_dim > 0) mc->head_dim = cfg->head_dim;
-    if (cfg->intermediate > 0) mc->intermediate = cfg->intermediate;
-    if (cfg->tie_embeddings >= 0) mc->tie_embeddings = cfg->tie_embeddings;
-    if (cfg->qkv_bias) mc->qkv_bias = 1;
-    if (cfg->qk_norm) mc->qk_norm = 1;
-    if (cfg->norm_eps > 0) mc->norm_eps = cfg->norm_eps;
-    if (cfg->rope_theta > 0) mc->rope_theta = cfg->rope_theta;
-    if (cfg->rope_scaling) {
-        mc->rope_scaling = cfg->rope_scaling;
-        mc->rope_factor = cfg->rope_factor;
-        mc->rope_low_freq_factor = cfg->rope_low_freq_factor;
-        mc->rope_high_freq_factor = cfg->rope_high_freq_factor;
-        mc->rope_original_max_pos = cfg->rope_original_max_pos;
-    }
-    if (cfg->hf_architecture > 0)
-        snprintf(mc->hf_architecture, sizeof mc->hf_architecture, "%s",
-                 fsdp_train_hf_arch_names[cfg->hf_architecture]);
-    return fsdp_model_config_validate(mc);
-}
-
-static fsdp_status model_build(const fsdp_train_config *cfg, fsdp_comm_t *comm, run_model *rm) {
-    memset(rm, 0, sizeof *rm);
-    fsdp_engine_config ec = engine_config_of(cfg);
-    FSDP_TRY(fsdp_engine_init(&rm->eng, comm, &ec));
-    fsdp_model_config mc;
-    fsdp_status s = fsdp_train_model_config(cfg, &mc);
-    if (s == FSDP_OK) s = fsdp_model_init(&rm->model, rm->eng, &mc);
-    if (s != FSDP_OK) model_free(rm);
-    return s;
-}
-
 /* --init-from: the model shape from DIR/config.json, and data of the same vocabulary. */
 static fsdp_status apply_init_from(fsdp_train_config *c) {
     if (!c->init_from) return FSDP_OK;
@@ -255,7 +188,7 @@ fsdp_status fsdp_train_plan_compute(const fsdp_train_config *c, int world, int t
     const size_t bt = (size_t)b * (size_t)T;
     fsdp_plan_config pc = fsdp_plan_config_default();
     pc.world = world;
-    pc.engine = engine_config_of(c);
+    pc.engine = fsdp_train_engine_config(c);
     pc.backend = world > 1 ? FSDP_COMM_MPI : FSDP_COMM_SELF;
     /* The transports the engine's communicators really use; without an engine (--plan): one host. */
     fsdp_comm_t *sc = eng ? fsdp_engine_shard_comm(eng) : NULL,
@@ -502,61 +435,6 @@ static void put_token(FILE *out, int tok, int vocab, const fsdp_bpe *bpe) {
         fprintf(out, "[%d]", tok);
     }
     fflush(out);
-}
-
-/* The tokenizer.json of a run, if it has one: --tokenizer, else the one in the --init-from folder, else
- * the data folder's (prepare --tokenizer copies it there). *path NULL when there is none. */
-static fsdp_status find_tokenizer(const char *flag, const char *init_from, const char *data, char **path) {
-    *path = NULL;
-    const char *dirs[2] = {init_from, data};
-    if (flag) *path = strdup(flag);
-    for (int i = 0; i < 2 && !flag && !*path; i++) {
-        if (!dirs[i]) continue;
-        char *dir = i == 1 ? fsdp_data_dir(dirs[i]) : strdup(dirs[i]); /* --data may be a glob */
-        char *p = dir ? fsdp_strdupf("%s/tokenizer.json", dir) : NULL;
-        free(dir);
-        if (!p) return FSDP_ERR(FSDP_ENOMEM, "no memory for a path");
-        if (access(p, F_OK) == 0)
-            *path = p;
-        else
-            free(p);
-    }
-    if (flag && !*path) return FSDP_ERR(FSDP_ENOMEM, "no memory for a path");
-    return FSDP_OK;
-}
-
-fsdp_status fsdp_train_ckpt_tokenizer(const char *flag, const char *ckpt, char **path) {
-    *path = NULL;
-    if (flag) return find_tokenizer(flag, NULL, NULL, path);
-    char *step_dir = NULL;
-    fsdp_ckpt_reader *r = NULL;
-    fsdp_status s = fsdp_ckpt_resolve(ckpt, &step_dir);
-    if (s == FSDP_OK) s = fsdp_ckpt_open(&r, step_dir);
-    if (s == FSDP_OK) {
-        const cJSON *d = cJSON_GetObjectItemCaseSensitive(fsdp_ckpt_config(r), "data");
-        const cJSON *i = cJSON_GetObjectItemCaseSensitive(fsdp_ckpt_config(r), "init-from");
-        s = find_tokenizer(NULL, cJSON_IsString(i) ? i->valuestring : NULL,
-                           cJSON_IsString(d) ? d->valuestring : NULL, path);
-    }
-    fsdp_ckpt_close(r);
-    free(step_dir);
-    return s;
-}
-
-/* Loads the tokenizer at path (NULL: none) for a model of vocabulary V. */
-static fsdp_status load_tokenizer(const char *path, int V, fsdp_bpe **bpe) {
-    *bpe = NULL;
-    if (!path) return FSDP_OK;
-    FSDP_TRY(fsdp_bpe_load(bpe, path));
-    if (fsdp_bpe_vocab_size(*bpe) > V || fsdp_bpe_eot(*bpe) < 0) {
-        fsdp_status s = fsdp_set_error(
-            FSDP_EINVAL, "%s: %s (the model's vocabulary is %d)", path,
-            fsdp_bpe_eot(*bpe) < 0 ? "no <|endoftext|> token" : "more tokens than the model has", V);
-        fsdp_bpe_free(*bpe);
-        *bpe = NULL;
-        return s;
-    }
-    return FSDP_OK;
 }
 
 /* Generates n tokens after prompt with the model on comm: the prompt's bytes with the byte vocabulary,
@@ -1258,8 +1136,8 @@ static fsdp_status run_setup(train_run *r) {
         0) { /* the tokenizer the end-of-run sample uses: checked now, not after training */
         char *tpath = NULL;
         fsdp_bpe *bpe = NULL;
-        s = find_tokenizer(NULL, c->init_from, c->data, &tpath);
-        if (s == FSDP_OK) s = load_tokenizer(tpath, c->vocab, &bpe);
+        s = fsdp_train_find_tokenizer(NULL, c->init_from, c->data, &tpath);
+        if (s == FSDP_OK) s = fsdp_train_load_tokenizer(tpath, c->vocab, &bpe);
         fsdp_bpe_free(bpe);
         free(tpath);
         FSDP_TRY(fsdp_comm_agree(comm, s, "loading the tokenizer"));
@@ -1268,7 +1146,7 @@ static fsdp_status run_setup(train_run *r) {
     size_t bt = (size_t)r->train.b * (size_t)c->seq_len;
     s = fsdp_mem_alloc((void **)&r->in, sizeof(int32_t) * bt, FSDP_MEM_ACTIVATION);
     if (s == FSDP_OK) s = fsdp_mem_alloc((void **)&r->tg, sizeof(int32_t) * bt, FSDP_MEM_ACTIVATION);
-    if (s == FSDP_OK) s = model_build(c, comm, &r->rm);
+    if (s == FSDP_OK) s = fsdp_train_model_build(c, comm, &r->rm);
     /* The prediction the end-of-run report compares against (the same arithmetic as --plan). */
     if (s == FSDP_OK) s = fsdp_train_plan_compute(c, r->world, r->threads, r->have_val, r->rm.eng, &r->plan);
     FSDP_TRY(fsdp_comm_agree(comm, s, "building the model"));
@@ -1931,8 +1809,8 @@ static fsdp_status run_sample(train_run *r) {
                 c->top_k);
     char *tpath = NULL;
     fsdp_bpe *bpe = NULL;
-    fsdp_status s = find_tokenizer(NULL, c->init_from, c->data, &tpath);
-    if (s == FSDP_OK) s = load_tokenizer(tpath, c->vocab, &bpe);
+    fsdp_status s = fsdp_train_find_tokenizer(NULL, c->init_from, c->data, &tpath);
+    if (s == FSDP_OK) s = fsdp_train_load_tokenizer(tpath, c->vocab, &bpe);
     s = fsdp_comm_agree(r->comm, s, "loading the tokenizer");
     if (s == FSDP_OK)
         s = generate(r->rm.model, c, r->comm, c->vocab == FSDP_BYTE_VOCAB || bpe ? c->prompt : "",
@@ -1952,7 +1830,7 @@ static void run_free(train_run *r) {
     cJSON_Delete(r->cj);
     fsdp_mem_free(r->tg);
     fsdp_mem_free(r->in);
-    model_free(&r->rm);
+    fsdp_train_model_free(&r->rm);
     fsdp_loader_free(&r->val);
     fsdp_loader_free(&r->train);
     fsdp_data_files_free(&r->files);
@@ -1994,86 +1872,16 @@ fsdp_status fsdp_train_run(const fsdp_train_config *cfg, fsdp_comm_t *comm, FILE
 
 /* ---------------------------------------------------------------- sample command */
 
-/* Builds the model a checkpoint was saved from (its manifest's config) and loads it on comm. */
-/* The model a checkpoint or a Hugging Face folder loads into, once every rank has read its config (s:
- * this rank's status so far, agreed as `reading`). Loading needs no particular engine policy: the
- * defaults (full shard, lazy main_grad, sharded accumulation, no recompute), whatever the flags said;
- * none of them changes a forward pass. */
-static fsdp_status build_for_load(fsdp_status s, fsdp_train_config *c, fsdp_comm_t *comm, run_model *rm,
-                                  const char *reading, const char *building) {
-    c->strategy = FSDP_FULL_SHARD;
-    c->main_grad = FSDP_MAIN_GRAD_LAZY;
-    c->accum = FSDP_ACCUM_SHARDED;
-    c->recompute = 0;
-    s = fsdp_comm_agree(comm, s, reading);
-    if (s == FSDP_OK) s = model_build(c, comm, rm);
-    return fsdp_comm_agree(comm, s, building);
-}
-
-static fsdp_status load_checkpoint_model(const char *dir, fsdp_comm_t *comm, fsdp_train_config *c,
-                                         run_model *rm, fsdp_ckpt_state *st) {
-    char *step_dir = NULL;
-    fsdp_ckpt_reader *r = NULL;
-    fsdp_status s = fsdp_ckpt_resolve(dir, &step_dir);
-    if (s == FSDP_OK) s = fsdp_ckpt_open(&r, step_dir);
-    if (s == FSDP_OK) {
-        char *what = fsdp_strdupf("%s/manifest.json", step_dir);
-        s = fsdp_train_config_from_json(c, fsdp_ckpt_config(r), what ? what : step_dir);
-        free(what);
-    }
-    fsdp_ckpt_close(r);
-    s = build_for_load(s, c, comm, rm, "reading the checkpoint's manifest",
-                       "building the checkpoint's model");
-    if (s == FSDP_OK) s = fsdp_ckpt_load(rm->eng, step_dir, st);
-    free(step_dir);
-    return s;
-}
-
-/* Builds the model of a Hugging Face folder (fp32, the reference mode) and loads it on comm. */
-static fsdp_status load_hf_model(const char *dir, fsdp_comm_t *comm, fsdp_train_config *c, run_model *rm) {
-    fsdp_status s = fsdp_hf_read_config(dir, c);
-    c->seq_len = c->max_seq_len;
-    c->precision = FSDP_PRECISION_FP32;
-    s = build_for_load(s, c, comm, rm, "reading --init-from's config.json", "building --init-from's model");
-    if (s == FSDP_OK) s = fsdp_hf_load(rm->eng, dir, fsdp_model_get_config(rm->model), NULL);
-    return s;
-}
-
-static fsdp_status write_logits(run_model *rm, const fsdp_train_config *c, fsdp_comm_t *comm,
-                                const char *path);
-
-fsdp_status fsdp_train_hf_to_checkpoint(const char *hf_dir, const char *ckpt_dir, char **step_dir) {
-    fsdp_comm_t *comm = NULL;
-    fsdp_comm_config cc = fsdp_comm_config_default();
-    cc.backend = FSDP_COMM_SELF;
-    FSDP_TRY(fsdp_comm_init(&comm, &cc, NULL, NULL));
-    fsdp_train_config c = fsdp_train_config_default();
-    run_model rm = {0};
-    cJSON *cj = NULL;
-    char abs[PATH_MAX];
-    fsdp_status s = load_hf_model(hf_dir, comm, &c, &rm);
-    c.init_from = realpath(hf_dir, abs) ? abs : hf_dir;
-    c.data = NULL; /* no data folder: the tokenizer, if any, is the --init-from folder's */
-    if (s == FSDP_OK && !(cj = fsdp_train_config_to_json(&c)))
-        s = FSDP_ERR(FSDP_ENOMEM, "no memory for a config");
-    fsdp_ckpt_state st = {0, 0, 0, {0, 0}};
-    if (s == FSDP_OK) s = fsdp_ckpt_save(rm.eng, ckpt_dir, cj, &st, step_dir);
-    cJSON_Delete(cj);
-    model_free(&rm);
-    fsdp_comm_free(comm);
-    return s;
-}
-
 fsdp_status fsdp_sample_run(const fsdp_train_config *cfg, fsdp_comm_t *comm, FILE *out) {
     fsdp_train_config c = *cfg;
     run_model rm = {0};
     fsdp_ckpt_state st;
     fsdp_io_inputs_reset();
     omp_set_num_threads(fsdp_train_threads(&c, comm));
-    fsdp_status s = cfg->init_from ? load_hf_model(cfg->init_from, comm, &c, &rm)
-                                   : load_checkpoint_model(cfg->checkpoint, comm, &c, &rm, &st);
+    fsdp_status s = cfg->init_from ? fsdp_train_load_hf_model(cfg->init_from, comm, &c, &rm)
+                                   : fsdp_train_load_checkpoint_model(cfg->checkpoint, comm, &c, &rm, &st);
     if (s == FSDP_OK && cfg->logits) {
-        s = write_logits(&rm, &c, comm, cfg->logits);
+        s = fsdp_train_model_write_logits(&rm, &c, comm, cfg->logits);
         if (s == FSDP_OK && out && fsdp_comm_rank(comm) == 0) fprintf(out, "wrote %s\n", cfg->logits);
     } else if (s == FSDP_OK) {
         uint64_t rng[2];
@@ -2082,9 +1890,9 @@ fsdp_status fsdp_sample_run(const fsdp_train_config *cfg, fsdp_comm_t *comm, FIL
         c.top_k = cfg->top_k;
         char *tpath = NULL;
         fsdp_bpe *bpe = NULL;
-        s = cfg->init_from ? find_tokenizer(cfg->tokenizer, cfg->init_from, NULL, &tpath)
+        s = cfg->init_from ? fsdp_train_find_tokenizer(cfg->tokenizer, cfg->init_from, NULL, &tpath)
                            : fsdp_train_ckpt_tokenizer(cfg->tokenizer, cfg->checkpoint, &tpath);
-        if (s == FSDP_OK) s = load_tokenizer(tpath, c.vocab, &bpe);
+        if (s == FSDP_OK) s = fsdp_train_load_tokenizer(tpath, c.vocab, &bpe);
         s = fsdp_comm_agree(comm, s, "loading the tokenizer");
         c.kv_cache = cfg->kv_cache;
         double t0 = fsdp_time_s();
@@ -2098,73 +1906,6 @@ fsdp_status fsdp_sample_run(const fsdp_train_config *cfg, fsdp_comm_t *comm, FIL
         fsdp_bpe_free(bpe);
         free(tpath);
     }
-    model_free(&rm);
+    fsdp_train_model_free(&rm);
     return s;
-}
-
-/* ---------------------------------------------------------------- logits for the export check */
-
-fsdp_status fsdp_train_write_logits(const char *ckpt, const char *path) {
-    fsdp_comm_t *comm = NULL;
-    fsdp_comm_config cc = fsdp_comm_config_default();
-    cc.backend = FSDP_COMM_SELF;
-    FSDP_TRY(fsdp_comm_init(&comm, &cc, NULL, NULL));
-    fsdp_train_config c = fsdp_train_config_default();
-    run_model rm = {0};
-    fsdp_ckpt_state st;
-    char *sd = NULL;
-    fsdp_status s = fsdp_ckpt_resolve(ckpt, &sd);
-    if (s == FSDP_OK) s = load_checkpoint_model(sd, comm, &c, &rm, &st);
-    /* The reference mode: rebuild in fp32 so the check compares against an fp32 PyTorch forward. */
-    if (s == FSDP_OK && c.precision != FSDP_PRECISION_FP32) {
-        model_free(&rm);
-        c.precision = FSDP_PRECISION_FP32;
-        s = model_build(&c, comm, &rm);
-        if (s == FSDP_OK) s = fsdp_ckpt_load(rm.eng, sd, &st);
-    }
-    free(sd);
-    if (s == FSDP_OK) s = write_logits(&rm, &c, comm, path);
-    model_free(&rm);
-    fsdp_comm_free(comm);
-    return s;
-}
-
-/* The fixed input's logits of a loaded model on comm (every rank runs the forward, rank 0 writes). */
-static fsdp_status write_logits(run_model *rm, const fsdp_train_config *cfg, fsdp_comm_t *comm,
-                                const char *path) {
-    fsdp_train_config c = *cfg;
-    int *toks = NULL;
-    fsdp_out o = {.fd = -1};
-    fsdp_status s = FSDP_OK;
-    const int rank0 = fsdp_comm_rank(comm) == 0;
-    const int B = 2, T = c.seq_len < 16 ? c.seq_len : 16, V = c.vocab;
-    toks = malloc(sizeof(int) * (size_t)(B * T));
-    if (!toks) {
-        s = FSDP_ERR(FSDP_ENOMEM, "no memory for tokens");
-        goto done;
-    }
-    for (int i = 0; i < B * T; i++)
-        toks[i] = (int)(((unsigned)i * 2654435761u) % (unsigned)V);
-    fsdp_model_batch mb = {.tokens = toks, .B = B, .T = T};
-    s = fsdp_model_forward(rm->model, &mb, NULL);
-    const float *logits = NULL;
-    int Vp = 0;
-    if (s == FSDP_OK) s = fsdp_model_logits(rm->model, &logits, NULL, NULL, &Vp);
-    if (s == FSDP_OK) s = fsdp_model_end_eval(rm->model);
-    if (s != FSDP_OK || !rank0) goto done;
-    s = fsdp_out_begin(&o, path, "--logits", 0);
-    if (s != FSDP_OK) goto done;
-    int32_t hdr[3] = {B, T, V};
-    s = fsdp_io_write_all(o.fd, hdr, sizeof hdr, o.tmp);
-    for (int i = 0; i < B * T && s == FSDP_OK; i++) {
-        int32_t t = toks[i];
-        s = fsdp_io_write_all(o.fd, &t, 4, o.tmp);
-    }
-    for (int i = 0; i < B * T && s == FSDP_OK; i++)
-        s = fsdp_io_write_all(o.fd, logits + (size_t)i * (size_t)Vp, 4 * (size_t)V, o.tmp);
-    if (s == FSDP_OK) s = fsdp_out_commit(&o);
-done:
-    fsdp_out_abort(&o);
-    free(toks);
-    return fsdp_comm_agree(comm, s, "writing --logits");
 }

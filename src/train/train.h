@@ -55,15 +55,6 @@ fsdp_status fsdp_export_run(const fsdp_train_config *cfg, FILE *out);
  * and writes {int32 B, T, V; int32 tokens[B*T]; float logits[B*T][V]} to path. */
 fsdp_status fsdp_train_write_logits(const char *ckpt, const char *path);
 
-/* export --init-from: the Hugging Face folder's model (fp32) saved as a one-rank checkpoint (step 0,
- * manifest "init-from" = the folder) in ckpt_dir, which must not hold one yet; *step_dir its step
- * folder (free()). */
-fsdp_status fsdp_train_hf_to_checkpoint(const char *hf_dir, const char *ckpt_dir, char **step_dir);
-
-/* The tokenizer.json of a checkpoint's run: flag (--tokenizer) if given, else tokenizer.json in the
- * manifest's "init-from" folder, else in its "data" folder; *path NULL (FSDP_OK) when there is none. */
-fsdp_status fsdp_train_ckpt_tokenizer(const char *flag, const char *ckpt, char **path);
-
 /* Learning rate at 1-based step s: linear warmup to lr over `warmup` steps, then cosine decay to
  * min_lr at step `steps`. */
 double fsdp_train_lr(const fsdp_train_config *cfg, int s);

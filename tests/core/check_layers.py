@@ -28,10 +28,6 @@ KNOWN_LOOPS = {
     # the family table in llama.c points at llama_hf.c's config/map functions, which call llama_resolve:
     # moving the table into a file of its own (as gpt2_family.c does for GPT-2) removes it
     ("model", frozenset({"llama.c.o", "llama_hf.c.o"})),
-    # train.c runs --export-final through export.c's fsdp_export_run, and export.c uses train.c's
-    # fsdp_train_hf_to_checkpoint / fsdp_train_ckpt_tokenizer: moving those two into a file of their
-    # own (both are checkpoint <-> Hugging Face plumbing, not the loop) removes it
-    ("train", frozenset({"export.c.o", "train.c.o"})),
 }
 PUBLIC_OWNER = {"fsdp.h": "core", "fsdp_model.h": "model", "fsdp_gpt.h": "model"}
 INCLUDE_RE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)

@@ -1,0 +1,49 @@
+/* model_load.h — building and loading the trainer's model (engine + model of include/fsdp_model.h) from
+ * the settings, a checkpoint or a Hugging Face folder, and finding a run's tokenizer: shared by the
+ * training loop (train.c), sampling and the export command (export.c). Internal to src/train/. */
+#ifndef FSDP_TRAIN_MODEL_LOAD_H
+#define FSDP_TRAIN_MODEL_LOAD_H
+
+#include "fsdp_model.h"
+#include "checkpoint/checkpoint.h"
+#include "data/bpe.h"
+#include "train/config.h"
+
+typedef struct {
+    fsdp_engine_t *eng;
+    fsdp_model_t *model;
+} run_model;
+
+/* Frees the model, then its engine; leaves rm zeroed. */
+void fsdp_train_model_free(run_model *rm);
+/* The engine settings of cfg: one place, used by the run and by its memory plan. */
+fsdp_engine_config fsdp_train_engine_config(const fsdp_train_config *cfg);
+/* The engine on comm and the model of cfg (fsdp_train_model_config); nothing left on failure. */
+fsdp_status fsdp_train_model_build(const fsdp_train_config *cfg, fsdp_comm_t *comm, run_model *rm);
+/* The model a checkpoint (dir: step or checkpoint folder) was saved from, built with the settings of its
+ * manifest (into *c) and loaded; *st its train state. */
+fsdp_status fsdp_train_load_checkpoint_model(const char *dir, fsdp_comm_t *comm, fsdp_train_config *c,
+                                             run_model *rm, fsdp_ckpt_state *st);
+/* The model of a Hugging Face folder (fp32, the reference mode), loaded on comm; its shape into *c. */
+fsdp_status fsdp_train_load_hf_model(const char *dir, fsdp_comm_t *comm, fsdp_train_config *c, run_model *rm);
+/* The tokenizer.json of a run: flag if given, else the one in init_from, else data's; *path NULL
+ * (FSDP_OK) when there is none (free() it). */
+fsdp_status fsdp_train_find_tokenizer(const char *flag, const char *init_from, const char *data, char **path);
+/* Loads the tokenizer at path (NULL: *bpe NULL) and checks it fits a model of vocabulary V. */
+fsdp_status fsdp_train_load_tokenizer(const char *path, int V, fsdp_bpe **bpe);
+
+/* export --init-from: the Hugging Face folder's model (fp32) saved as a one-rank checkpoint (step 0,
+ * manifest "init-from" = the folder) in ckpt_dir, which must not hold one yet; *step_dir its step
+ * folder (free()). */
+fsdp_status fsdp_train_hf_to_checkpoint(const char *hf_dir, const char *ckpt_dir, char **step_dir);
+
+/* The tokenizer.json of a checkpoint's run: flag (--tokenizer) if given, else tokenizer.json in the
+ * manifest's "init-from" folder, else in its "data" folder; *path NULL (FSDP_OK) when there is none. */
+fsdp_status fsdp_train_ckpt_tokenizer(const char *flag, const char *ckpt, char **path);
+
+/* The fixed input's logits of a loaded model on comm (every rank runs the forward, rank 0 writes path):
+ * B 2, T min(16, seq-len), token i = i*2654435761 mod V; the layout fsdp_train_write_logits documents. */
+fsdp_status fsdp_train_model_write_logits(run_model *rm, const fsdp_train_config *cfg, fsdp_comm_t *comm,
+                                          const char *path);
+
+#endif
