@@ -887,6 +887,26 @@ fsdp_status fsdp_ckpt_state_get(fsdp_ckpt_reader *r, fsdp_ckpt_state *st) {
     return FSDP_OK;
 }
 
+/* A NaN or Inf at element e of unit u's array k (what a checksum cannot catch: a diverged run's, or
+ * a file rewritten with a matching checksum): names the file, the tensor holding e and e's index in it. */
+static fsdp_status nonfinite_error(const fsdp_ckpt_reader *r, int u, const char *path, int k, size_t e,
+                                   float v) {
+    static const char *const arrays[3] = {"master weights", "AdamW m", "AdamW v"};
+    const fsdp_ckpt_unit *U = &r->units[u];
+    for (int t = 0; t < U->n_tensors; t++) {
+        const fsdp_ckpt_tensor *T = &U->tensors[t];
+        if (T->alias_of < 0 && e >= T->offset && e - T->offset < T->numel)
+            return fsdp_set_error(FSDP_EFORMAT,
+                                  "%s: tensor %s.%s element %zu of the %s is %s: non-finite values are "
+                                  "refused; use an earlier checkpoint",
+                                  path, U->name, T->name, e - T->offset, arrays[k], fsdp_nonfinite_name(v));
+    }
+    return fsdp_set_error(FSDP_EFORMAT,
+                          "%s: unit %s element %zu (padding, in no tensor) of the %s is %s: non-finite "
+                          "values are refused; use an earlier checkpoint",
+                          path, U->name, e, arrays[k], fsdp_nonfinite_name(v));
+}
+
 fsdp_status fsdp_ckpt_read_range(fsdp_ckpt_reader *r, int u, size_t start, size_t n, float *master,
                                  float *adam_m, float *adam_v) {
     if (u < 0 || u >= r->n_units) return FSDP_ERR(FSDP_EINVAL, "unit %d is outside 0..%d", u, r->n_units - 1);
@@ -907,6 +927,8 @@ fsdp_status fsdp_ckpt_read_range(fsdp_ckpt_reader *r, int u, size_t start, size_
             if (!dst[k]) continue;
             uint64_t off = base + 4 * ((uint64_t)k * f->numel[u] + (a - f->off[u]));
             FSDP_TRY(fsdp_io_pread_all(f->fd, dst[k] + (a - start), 4 * (b - a), off, f->path));
+            size_t j = fsdp_first_nonfinite(dst[k] + (a - start), b - a);
+            if (j < b - a) return nonfinite_error(r, u, f->path, k, a + j, dst[k][a - start + j]);
         }
         covered += b - a;
     }

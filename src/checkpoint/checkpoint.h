@@ -103,7 +103,9 @@ const char *fsdp_ckpt_dir(const fsdp_ckpt_reader *r);
 /* The trainer state (from shard 0, checksum-verified). */
 fsdp_status fsdp_ckpt_state_get(fsdp_ckpt_reader *r, fsdp_ckpt_state *st);
 /* Reads elements [start, start+n) of unit u's flat buffer, from whichever shard files hold them,
- * into master/adam_m/adam_v (each may be NULL). Elements past the unit's unpadded numel read as 0. */
+ * into master/adam_m/adam_v (each may be NULL). Elements past the unit's unpadded numel read as 0.
+ * A NaN or Inf in what is read is FSDP_EFORMAT naming the shard file, the tensor, the element's index
+ * in it and the array (master weights, AdamW m or v). */
 fsdp_status fsdp_ckpt_read_range(fsdp_ckpt_reader *r, int u, size_t start, size_t n, float *master,
                                  float *adam_m, float *adam_v);
 

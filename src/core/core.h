@@ -68,6 +68,12 @@ void fsdp_f32_sum_axpy_n(float *acc, const float *const *src, int k, size_t n, f
  * fsdp_f32_to_bf16_n. One pass; dst may be any src[s] (element i is read before it is written). */
 void fsdp_bf16_sum_n(fsdp_bf16 *dst, const fsdp_bf16 *const *src, int k, size_t n);
 
+/* The index of the first element of x[0, n) that is NaN or +-Inf, or n when all are finite: one pass
+ * over the bits (finite.c), how loaded weights are checked (issue 28 item 3a). fsdp_nonfinite_name:
+ * "NaN", "+Inf" or "-Inf" for such a value (messages). */
+size_t fsdp_first_nonfinite(const float *x, size_t n);
+const char *fsdp_nonfinite_name(float v);
+
 /* The host-shared heap (shm_heap.c): one arena per process, an anonymous shared-memory file that the
  * peers on the host map, so collectives read each other's buffers with plain loads.
  * core_heap_open: creates the arena on first use, sized for `sharers` processes on the host mapping

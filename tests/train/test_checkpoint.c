@@ -2,7 +2,7 @@
  * commit protocol, a faked 3-rank checkpoint read back as 1, 2, 4 and 5 ranks would (re-slicing by
  * global offset, padding zeroed), every corruption case (flipped payload/header byte, truncated,
  * missing or foreign shard file, broken manifest, every single-bit flip of the manifest caught by its
- * checksum) with a message naming the file, never-overwrite,
+ * checksum, a NaN/Inf behind right checksums) with a message naming the file, never-overwrite,
  * and a save that hits a full disk (file size limit) leaving the previous checkpoint loadable.
  * Values are a function of (unit, element), so every expectation is computed here. */
 #include "test_util.h"
@@ -12,6 +12,7 @@
 #include "io/io.h"
 
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -38,7 +39,9 @@ static size_t round_up(size_t n, int w) { return (n + (size_t)w - 1) / (size_t)w
 
 /* Full per-unit arrays (padded for world), padding zero. */
 static float *full[2][3];
+static int make_full_keep; /* 1: fake_ckpt keeps the arrays as they are (test_nonfinite's values) */
 static void make_full(int world) {
+    if (make_full_keep) return;
     for (int u = 0; u < 2; u++) {
         units[u].padded_numel = round_up(units[u].numel, world);
         for (int k = 0; k < 3; k++) {
@@ -190,6 +193,44 @@ static void test_manifest_checksum(const char *step, const char *m) {
     fsdp_ckpt_close(r);
     free(t);
     fsdp_mem_free(orig);
+}
+
+/* Issue 28 item 3a: a NaN or Inf in a shard whose checksums are right (the writer computed them) is
+ * refused when read, naming the file, the tensor, the element's index in it and the array. */
+static void test_nonfinite(void) {
+    char *step = fsdp_strdupf("%s/nonfinite", dir);
+    fsdp_ckpt_state st = {3, 0, 0, {1, 2}};
+    make_full(1);
+    full[0][0][48 + 3] = NAN;  /* unit a, tensor b (offset 48), element 3, master */
+    full[1][2][1] = -INFINITY; /* unit s, tensor x, element 1, AdamW v */
+    make_full_keep = 1;
+    fake_ckpt(step, 1, &st);
+    make_full_keep = 0;
+    fsdp_ckpt_reader *r = NULL;
+    CHECK_OK(fsdp_ckpt_open(&r, step)); /* the checksums pass */
+    float buf[64];
+    CHECK_ERR(fsdp_ckpt_read_range(r, 0, 0, 55, buf, NULL, NULL), FSDP_EFORMAT,
+              "rank_00000.bin: tensor a.b element 3 of the master weights is NaN: non-finite");
+    CHECK_ERR(fsdp_ckpt_read_range(r, 0, 50, 5, buf, NULL, NULL), FSDP_EFORMAT, "a.b element 3 of the");
+    CHECK_OK(fsdp_ckpt_read_range(r, 0, 0, 50, buf, buf, buf)); /* before it: finite */
+    CHECK_OK(fsdp_ckpt_read_range(r, 1, 0, 2, buf, buf, NULL));
+    CHECK_ERR(fsdp_ckpt_read_range(r, 1, 0, 2, NULL, NULL, buf), FSDP_EFORMAT,
+              "tensor s.x element 1 of the AdamW v is -Inf");
+    fsdp_ckpt_close(r);
+    /* in the gap between a.w and a.b (no tensor) */
+    make_full(1);
+    full[0][1][40] = INFINITY;
+    make_full_keep = 1;
+    free(step);
+    step = fsdp_strdupf("%s/nonfinite_gap", dir);
+    fake_ckpt(step, 1, &st);
+    make_full_keep = 0;
+    CHECK_OK(fsdp_ckpt_open(&r, step));
+    CHECK_ERR(fsdp_ckpt_read_range(r, 0, 0, 55, NULL, buf, NULL), FSDP_EFORMAT,
+              "unit a element 40 (padding, in no tensor) of the AdamW m is +Inf");
+    fsdp_ckpt_close(r);
+    make_full(1);
+    free(step);
 }
 
 static void test_crc(void) {
@@ -366,6 +407,7 @@ int main(void) {
     test_crc();
     test_reslice_and_corruption();
     test_commit();
+    test_nonfinite();
     for (int u = 0; u < 2; u++)
         for (int k = 0; k < 3; k++)
             free(full[u][k]);
