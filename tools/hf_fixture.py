@@ -280,6 +280,41 @@ def cmd_damage(a):
         st_write(p, h, body + extra)
     case("lm_head_differs", ["model.safetensors", "lm_head.weight", "differs from wte"], st=lm_head_differs)
 
+    # Non-finite weights (issue 28 item 3a): one NaN or Inf in one tensor, stored as F32, BF16 or F16;
+    # the message names the tensor and the element's flat index in the file's tensor. c_attn is stored
+    # transposed (Conv1D), so its elements are read with strides.
+    def nonfinite(tname, dtype, idx, value):
+        def write(p):
+            h = json.loads(json.dumps(header))
+            out, off = bytearray(), 0
+            for k in sorted((k for k in h if k != "__metadata__"), key=lambda k: h[k]["data_offsets"][0]):
+                b, e = h[k]["data_offsets"]
+                raw = bytes(body[b:e])
+                if k == tname:
+                    v = np.frombuffer(raw, np.float32).copy()
+                    v.flat[idx] = value
+                    if dtype == "BF16":
+                        raw = (v.view(np.uint32) >> 16).astype(np.uint16).tobytes()
+                    elif dtype == "F16":
+                        raw = v.astype(np.float16).tobytes()
+                    else:
+                        raw = v.tobytes()
+                    h[k]["dtype"] = dtype
+                out += raw
+                h[k]["data_offsets"] = [off, off + len(raw)]
+                off += len(raw)
+            st_write(p, h, out)
+        return write
+    for tname, dtype, idx, value, what in [
+            ("transformer.h.0.attn.c_attn.weight", "F32", 1000, np.nan, "NaN"),
+            ("transformer.h.1.mlp.c_proj.weight", "F32", 77, -np.inf, "-Inf"),
+            ("transformer.wte.weight", "BF16", 300, np.nan, "NaN"),
+            ("transformer.h.1.attn.c_attn.weight", "BF16", 5, np.inf, "+Inf"),
+            ("transformer.ln_f.weight", "F16", 3, np.inf, "+Inf")]:
+        case(f"nonfinite_{dtype.lower()}_{what.strip('+-').lower()}_{tname.split('.')[-2]}",
+             ["model.safetensors", f'tensor "{tname}" element {idx} is {what}', "non-finite"],
+             st=nonfinite(tname, dtype, idx, value))
+
     # Sharded folders whose index is wrong.
     d = os.path.join(out, "index_escape")
     os.makedirs(d)

@@ -1,9 +1,13 @@
-/* safetensors.c — the .safetensors reader (safetensors.h): mmap, a header validated field by field
- * against the file size, and fp32 reads of any element range with exact BF16/F16 widening. */
+/* safetensors.c — the .safetensors reader (safetensors.h): a header read and validated field by field
+ * against the file size, then mmap, and fp32 reads of any element range (a SIGBUS of a file that shrank
+ * caught, io/mapguard.h) with exact BF16/F16 widening that refuse
+ * a NaN or Inf naming the tensor and element. */
 #include "io/safetensors.h"
 
 #include "core/core.h"
+#include "io/io.h"
 #include "io/json.h"
+#include "io/mapguard.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -54,6 +58,7 @@ void fsdp_st_close(fsdp_safetensors *st) {
             free(st->t[i].name);
     free(st->t);
     if (st->mapped) munmap((void *)st->base, st->mapped);
+    if (st->head != st->base) free((void *)st->head);
     free(st->path);
     memset(st, 0, sizeof *st);
 }
@@ -127,13 +132,11 @@ static fsdp_status parse_entry(const cJSON *e, fsdp_st_tensor *t, uint64_t data_
     return FSDP_OK;
 }
 
-fsdp_status fsdp_st_parse(fsdp_safetensors *st, const void *buf, size_t size, const char *what) {
-    memset(st, 0, sizeof *st);
-    st->path = strdup(what ? what : "(buffer)");
-    if (!st->path) return FSDP_ERR(FSDP_ENOMEM, "no memory for a path");
-    st->base = buf;
-    st->size = size;
-    what = st->path;
+/* Validates the header in head (head_len bytes: the file's first 8 + header length, or all of it when
+ * fewer) of a file of `size` bytes; st->path, ->head, ->size are set. */
+static fsdp_status parse(fsdp_safetensors *st, size_t head_len) {
+    const char *what = st->path;
+    const size_t size = st->size;
     cJSON *j = NULL;
     fsdp_st_tensor **order = NULL;
     fsdp_status s = FSDP_OK;
@@ -144,7 +147,7 @@ fsdp_status fsdp_st_parse(fsdp_safetensors *st, const void *buf, size_t size, co
     }
     uint64_t hlen = 0;
     for (int i = 7; i >= 0; i--)
-        hlen = hlen << 8 | st->base[i];
+        hlen = hlen << 8 | st->head[i];
     if (hlen < 2 || hlen > FSDP_ST_MAX_HEADER || hlen > size - 8) {
         s = fsdp_set_error(FSDP_EFORMAT,
                            "%s: header length %llu %s (file %zu bytes): not a safetensors file, or truncated",
@@ -152,8 +155,12 @@ fsdp_status fsdp_st_parse(fsdp_safetensors *st, const void *buf, size_t size, co
                            hlen > size - 8 ? "runs past the end of the file" : "is out of range", size);
         goto fail;
     }
+    if (head_len < 8 + hlen) { /* fsdp_st_open read it just now: the file changed in between */
+        s = fsdp_set_error(FSDP_EIO, "%s shrank while its header was being read", what);
+        goto fail;
+    }
     st->data_off = 8 + hlen;
-    const char *h = (const char *)st->base + 8;
+    const char *h = (const char *)st->head + 8;
     if (h[0] != '{') {
         s = fsdp_set_error(FSDP_EFORMAT, "%s: header does not start with '{'", what);
         goto fail;
@@ -244,8 +251,17 @@ fsdp_status fsdp_st_parse(fsdp_safetensors *st, const void *buf, size_t size, co
 fail:
     free(order);
     cJSON_Delete(j);
-    st->mapped = 0; /* the caller's buffer (fsdp_st_open unmaps its own) */
-    fsdp_st_close(st);
+    return s;
+}
+
+fsdp_status fsdp_st_parse(fsdp_safetensors *st, const void *buf, size_t size, const char *what) {
+    memset(st, 0, sizeof *st);
+    st->path = strdup(what ? what : "(buffer)");
+    if (!st->path) return FSDP_ERR(FSDP_ENOMEM, "no memory for a path");
+    st->base = st->head = buf;
+    st->size = size;
+    fsdp_status s = parse(st, size);
+    if (s != FSDP_OK) fsdp_st_close(st); /* the caller's buffer: mapped is 0 */
     return s;
 }
 
@@ -259,22 +275,49 @@ fsdp_status fsdp_st_open(fsdp_safetensors *st, const char *path) {
         close(fd);
         return fsdp_set_error(FSDP_EIO, "%s is not a readable regular file", path);
     }
-    size_t size = (size_t)sb.st_size;
+    /* The header is read, not mapped: parsing it touches no mapping, so a file that shrinks now is a
+     * short read here or a caught SIGBUS in the reads (fsdp_io_map_guard), never a crash. */
+    const size_t size = (size_t)sb.st_size;
+    st->size = size;
+    st->path = strdup(path);
+    uint8_t first[8] = {0};
+    size_t head_len = size < 8 ? size : 8;
+    uint64_t hlen = 0;
+    fsdp_status s = st->path ? FSDP_OK : FSDP_ERR(FSDP_ENOMEM, "no memory for a path");
+    if (s == FSDP_OK) s = fsdp_io_pread_all(fd, first, head_len, 0, path);
+    for (int i = 7; i >= 0; i--)
+        hlen = hlen << 8 | first[i];
+    uint8_t *head = NULL;
+    if (s == FSDP_OK && size >= 8 && hlen >= 2 && hlen <= FSDP_ST_MAX_HEADER && hlen <= size - 8) {
+        head_len = 8 + (size_t)hlen;
+        head = malloc(head_len);
+        if (!head)
+            s = FSDP_ERR(FSDP_ENOMEM, "no memory for the %llu-byte header of %s", (unsigned long long)hlen,
+                         path);
+        if (s == FSDP_OK) s = fsdp_io_pread_all(fd, head, head_len, 0, path);
+    } else if (s == FSDP_OK) {
+        head = malloc(8);
+        if (!head)
+            s = FSDP_ERR(FSDP_ENOMEM, "no memory for a header");
+        else
+            memcpy(head, first, 8);
+    }
+    st->head = head;
+    if (s == FSDP_OK) s = parse(st, head_len);
     void *map = NULL;
-    if (size > 0) {
+    if (s == FSDP_OK && size > 0) {
         map = mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);
         if (map == MAP_FAILED) {
-            int e = errno;
-            close(fd);
-            return fsdp_set_error(FSDP_EIO, "cannot map %s: %s", path, strerror(e));
+            map = NULL;
+            s = fsdp_set_error(FSDP_EIO, "cannot map %s: %s", path, strerror(errno));
         }
     }
     close(fd); /* the mapping keeps the file */
-    fsdp_status s = fsdp_st_parse(st, map ? map : "", size, path);
     if (s != FSDP_OK) {
-        if (map) munmap(map, size);
+        fsdp_st_close(st);
         return s;
     }
+    st->base = map;
     st->mapped = map ? size : 0;
     return FSDP_OK;
 }
@@ -319,12 +362,21 @@ static fsdp_status check_read(const fsdp_safetensors *st, int i, uint64_t first,
     return FSDP_OK;
 }
 
-fsdp_status fsdp_st_read_strided_f32(const fsdp_safetensors *st, int i, uint64_t first, uint64_t stride,
-                                     size_t n, float *out) {
-    FSDP_TRY(check_read(st, i, first, stride, n));
-    const fsdp_st_tensor *t = &st->t[i];
-    const uint8_t *p = st->base + st->data_off + t->begin;
-    switch (t->dtype) {
+/* One read's conversion: what runs under the SIGBUS guard (only reads the mapping, writes out and bad).
+ * Weights are checked to be finite (issue 28 item 3a) chunk by chunk while the chunk is in cache: the
+ * check costs no second pass over memory. */
+typedef struct {
+    const uint8_t *p; /* the tensor's first byte */
+    fsdp_st_dtype dtype;
+    uint64_t first, stride;
+    size_t n;
+    float *out;
+    size_t bad; /* out: the index in out of the first NaN/Inf, or n */
+} convert_args;
+
+static void convert_chunk(const uint8_t *p, fsdp_st_dtype dtype, uint64_t first, uint64_t stride, size_t n,
+                          float *out) {
+    switch (dtype) {
     case FSDP_ST_F32:
         if (stride == 1) {
             memcpy(out, p + 4 * first, 4 * n);
@@ -349,6 +401,92 @@ fsdp_status fsdp_st_read_strided_f32(const fsdp_safetensors *st, int i, uint64_t
         break;
     case FSDP_ST_OTHER: break; /* refused by check_read */
     }
+}
+
+static void convert(void *arg) {
+    convert_args *a = arg;
+    enum { CHUNK = 8192 }; /* 32 KiB of fp32: in L1/L2 when checked */
+    a->bad = a->n;
+    for (size_t c0 = 0; c0 < a->n; c0 += CHUNK) {
+        const size_t m = a->n - c0 < CHUNK ? a->n - c0 : CHUNK;
+        convert_chunk(a->p, a->dtype, a->first + c0 * a->stride, a->stride, m, a->out + c0);
+        const size_t j = fsdp_first_nonfinite(a->out + c0, m);
+        if (j < m) {
+            a->bad = c0 + j;
+            return;
+        }
+    }
+}
+
+static fsdp_status nonfinite_error(const fsdp_safetensors *st, const fsdp_st_tensor *t, uint64_t index,
+                                   float v) {
+    return fsdp_set_error(FSDP_EFORMAT,
+                          "%s: tensor \"%s\" element %llu is %s: non-finite weights are refused (a "
+                          "diverged or damaged model)",
+                          st->path, t->name, (unsigned long long)index, fsdp_nonfinite_name(v));
+}
+
+fsdp_status fsdp_st_read_strided_f32(const fsdp_safetensors *st, int i, uint64_t first, uint64_t stride,
+                                     size_t n, float *out) {
+    FSDP_TRY(check_read(st, i, first, stride, n));
+    const fsdp_st_tensor *t = &st->t[i];
+    convert_args a = {st->base + st->data_off + t->begin, t->dtype, first, stride, n, out, n};
+    if (st->mapped)
+        FSDP_TRY(fsdp_io_map_guard(st->base, st->mapped, st->path, convert, &a));
+    else
+        convert(&a); /* the caller's buffer */
+    if (a.bad < n) return nonfinite_error(st, t, first + a.bad * stride, out[a.bad]);
+    return FSDP_OK;
+}
+
+/* The transposed read: segments of the transpose's rows, each a strided column of the file's tensor. */
+typedef struct {
+    const uint8_t *p;
+    fsdp_st_dtype dtype;
+    uint64_t R, C, e0, e1; /* the file's tensor is R x C; elements [e0, e1) of its C x R transpose */
+    float *out;
+    uint64_t bad; /* out: the first NaN/Inf's element of the transpose, or e1 */
+} transposed_args;
+
+static void convert_transposed(void *arg) {
+    transposed_args *a = arg;
+    a->bad = a->e1;
+    for (uint64_t e = a->e0; e < a->e1;) {
+        const uint64_t r = e / a->R, c0 = e % a->R, c1 = a->R - c0 < a->e1 - e ? a->R : c0 + (a->e1 - e);
+        convert_args seg = {a->p, a->dtype, c0 * a->C + r, a->C, (size_t)(c1 - c0), a->out + (e - a->e0), 0};
+        convert(&seg);
+        if (seg.bad < seg.n) {
+            a->bad = e + seg.bad;
+            return;
+        }
+        e += c1 - c0;
+    }
+}
+
+fsdp_status fsdp_st_read_transposed_f32(const fsdp_safetensors *st, int i, uint64_t e0, uint64_t e1,
+                                        float *out) {
+    if (!st || i < 0 || i >= st->n) return FSDP_ERR(FSDP_EINVAL, "tensor index %d out of range", i);
+    const fsdp_st_tensor *t = &st->t[i];
+    if (t->ndim != 2 || e0 > e1 || e1 > t->numel)
+        return FSDP_ERR(FSDP_EINVAL,
+                        "%s: tensor \"%s\": elements [%llu, %llu) of a transpose need a 2-D tensor of at "
+                        "least that many",
+                        st->path, t->name, (unsigned long long)e0, (unsigned long long)e1);
+    FSDP_TRY(check_read(st, i, 0, 1, e1 > e0 ? 1 : 0)); /* the dtype */
+    if (e0 == e1) return FSDP_OK;
+    transposed_args a = {st->base + st->data_off + t->begin,
+                         t->dtype,
+                         (uint64_t)t->shape[0],
+                         (uint64_t)t->shape[1],
+                         e0,
+                         e1,
+                         out,
+                         e1};
+    if (st->mapped)
+        FSDP_TRY(fsdp_io_map_guard(st->base, st->mapped, st->path, convert_transposed, &a));
+    else
+        convert_transposed(&a);
+    if (a.bad < e1) return nonfinite_error(st, t, (a.bad % a.R) * a.C + a.bad / a.R, out[a.bad - e0]);
     return FSDP_OK;
 }
 

@@ -316,21 +316,14 @@ static fsdp_status src_find(hf_src *h, const char *full, int *f, int *i) {
     return FSDP_OK;
 }
 
-/* Reads elements [e0, e1) of our tensor (shape rows x cols, flat row-major) from the file's tensor into
- * dst. transpose: the file holds it as (cols, rows). limit: elements beyond it are padding (left 0). */
-static fsdp_status read_part(const fsdp_safetensors *st, int i, int transpose, uint64_t rows, uint64_t cols,
-                             uint64_t e0, uint64_t e1, uint64_t limit, float *dst) {
-    if (!transpose) {
-        uint64_t hi = e1 < limit ? e1 : limit;
-        if (e0 < hi) FSDP_TRY(fsdp_st_read_f32(st, i, e0, (size_t)(hi - e0), dst));
-        return FSDP_OK;
-    }
-    for (uint64_t e = e0; e < e1;) {
-        uint64_t r = e / cols, c0 = e % cols, c1 = cols;
-        if (c1 - c0 > e1 - e) c1 = c0 + (e1 - e);
-        FSDP_TRY(fsdp_st_read_strided_f32(st, i, c0 * rows + r, rows, (size_t)(c1 - c0), dst + (e - e0)));
-        e += c1 - c0;
-    }
+/* Reads elements [e0, e1) of our tensor (flat row-major) from the file's tensor into dst. transpose:
+ * the file holds it transposed (its shape checked by the caller). limit: elements beyond it are
+ * padding (left 0). */
+static fsdp_status read_part(const fsdp_safetensors *st, int i, int transpose, uint64_t e0, uint64_t e1,
+                             uint64_t limit, float *dst) {
+    if (transpose) return fsdp_st_read_transposed_f32(st, i, e0, e1, dst);
+    uint64_t hi = e1 < limit ? e1 : limit;
+    if (e0 < hi) FSDP_TRY(fsdp_st_read_f32(st, i, e0, (size_t)(hi - e0), dst));
     return FSDP_OK;
 }
 
@@ -395,8 +388,7 @@ static fsdp_status load_entry(hf_src *h, fsdp_engine_t *eng, const fsdp_hf_tenso
         return fsdp_set_error(FSDP_EFORMAT, "%s: tensor \"%s\" has dtype %s: only F32, BF16 and F16 load",
                               st->path, full, t->dtype_name);
     const uint64_t rows = (uint64_t)e->rows, cols = e->cols ? (uint64_t)e->cols : 1;
-    return read_part(st, i, e->transpose, rows, cols, lo - p.lo, hi - p.lo, rows * cols,
-                     sv.master + (lo - sv.offset));
+    return read_part(st, i, e->transpose, lo - p.lo, hi - p.lo, rows * cols, sv.master + (lo - sv.offset));
 }
 
 /* A tied entry the folder holds must equal the tensor it is tied to: each rank compares the rows it
@@ -478,7 +470,7 @@ fsdp_status fsdp_hf_fingerprint(const char *dir, uint32_t *crc) {
     }
     for (int f = 0; f < h.n_files && s == FSDP_OK; f++) {
         s = src_open_file(&h, f);
-        if (s == FSDP_OK) c = fsdp_crc32c(c, h.st[f].base, (size_t)h.st[f].data_off);
+        if (s == FSDP_OK) c = fsdp_crc32c(c, h.st[f].head, (size_t)h.st[f].data_off);
     }
     src_free(&h);
     if (s == FSDP_OK) *crc = c;

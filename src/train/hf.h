@@ -25,7 +25,8 @@ typedef struct {
 /* Collective: fills this rank's master shard of every unit of eng (the units of model mc, which must
  * be the model DIR/config.json describes) from DIR's safetensors through the family's tensor map
  * (fsdp_model_hf_map): transposed where the map says, fused tensors filled from their parts, padding 0,
- * F32/BF16/F16 widened to fp32; names with or without the map's alt_prefix; a tied tensor absent or
+ * F32/BF16/F16 widened to fp32 (a NaN or Inf refused naming the tensor and element); names with or
+ * without the map's alt_prefix; a tied tensor absent or
  * equal to what it is tied to (checked on each rank's own rows); the map's skip names ignored; any other
  * name refused. Errors (agreed across ranks) name the file and the tensor. */
 fsdp_status fsdp_hf_load(fsdp_engine_t *eng, const char *dir, const fsdp_model_config *mc,

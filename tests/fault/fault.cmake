@@ -3,7 +3,8 @@
 # mid-training and mid-checkpoint, a full disk while saving, a NaN loss or grad norm (fault_nonfinite.sh)
 # (tests/fault/*.sh, with the LD_PRELOAD fault library fault_inject.c), FIFOs, device nodes and
 # self-overwrites, concurrent runs, unwritable outputs and a full --metrics disk (fault_files.sh), files
-# changed under the reader: flipped manifest bits (fault_integrity.sh), bad
+# changed under the reader: flipped manifest bits, a NaN behind right checksums, a mapped file that
+# shrinks (fault_integrity.sh), bad
 # values for every flag
 # (test_flags.c), and a short training run under valgrind memcheck (tools/valgrind-check.sh).
 if(TARGET fsdp-train)
@@ -20,8 +21,9 @@ if(TARGET fsdp-train)
                 $<TARGET_FILE:fsdp_fault_inject>)
       set_tests_properties(fault/${part} PROPERTIES LABELS "script;fault" TIMEOUT 600)
     endforeach()
-    # Files that changed under us (issue 28 items 2, 3a): manifest bit flips.
-    foreach(part manifest)
+    # Files that changed under us (issue 28 items 2, 3a): manifest bit flips, a NaN in a shard, a
+    # mapped safetensors file that shrinks.
+    foreach(part manifest nonfinite shrink)
       add_test(NAME fault/integrity_${part}
         COMMAND ${PROJECT_SOURCE_DIR}/tests/fault/fault_integrity.sh $<TARGET_FILE:fsdp-train>
                 ${PROJECT_SOURCE_DIR}/tests/mpirun.sh ${PROJECT_BINARY_DIR}/tmp_integrity_${part}

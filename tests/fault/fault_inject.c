@@ -5,7 +5,11 @@
  *   FSDP_FAULT_KILL_AT_WRITE=n  SIGKILL just before the n-th (1-based) write/pwrite to a watched file
  *   FSDP_FAULT_KILL_AT_RENAME=1 SIGKILL just before a rename whose source or target is watched
  *   FSDP_FAULT_ENOSPC_AFTER=b   watched files together take b bytes; then writes fail with ENOSPC
- *                               (the write that crosses the limit is short, as on a real full disk) */
+ *                               (the write that crosses the limit is short, as on a real full disk)
+ *   FSDP_FAULT_TRUNCATE_AT_MMAP=n  just after the n-th (1-based) successful mmap of a watched file, the
+ *                               file is truncated (truncate(2) on its path, as another process would)
+ *                               to FSDP_FAULT_TRUNCATE_TO bytes (default 0), and "fault_inject:
+ *                               truncated PATH" goes to stderr: a file that shrinks while mapped */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
@@ -16,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/types.h>
 #include <unistd.h>
 
@@ -26,6 +31,9 @@ static long kill_at_write = -1;    /* n-th watched write kills; -1: off */
 static int kill_at_rename;         /* 1: a watched rename kills */
 static long long enospc_left = -1; /* bytes watched files may still take; -1: unlimited */
 static long writes_seen;
+static long truncate_at_mmap = -1; /* n-th watched mmap truncates its file; -1: off */
+static long long truncate_to;
+static long mmaps_seen;
 static unsigned char watched[MAX_FD];
 
 __attribute__((constructor)) static void fault_init(void) {
@@ -35,6 +43,8 @@ __attribute__((constructor)) static void fault_init(void) {
     if ((v = getenv("FSDP_FAULT_KILL_AT_WRITE"))) kill_at_write = atol(v);
     if ((v = getenv("FSDP_FAULT_KILL_AT_RENAME"))) kill_at_rename = atoi(v);
     if ((v = getenv("FSDP_FAULT_ENOSPC_AFTER"))) enospc_left = atoll(v);
+    if ((v = getenv("FSDP_FAULT_TRUNCATE_AT_MMAP"))) truncate_at_mmap = atol(v);
+    if ((v = getenv("FSDP_FAULT_TRUNCATE_TO"))) truncate_to = atoll(v);
 }
 
 static int is_watched(const char *path) { return match && path && strstr(path, match) != NULL; }
@@ -145,4 +155,31 @@ int rename(const char *from, const char *to) {
     REAL(rename);
     if (kill_at_rename && (is_watched(from) || is_watched(to))) die("rename", from);
     return real_rename(from, to);
+}
+
+/* A watched file's n-th mapping: truncate the file behind it (FSDP_FAULT_TRUNCATE_AT_MMAP). */
+static void after_mmap(void *p, int fd) {
+    if (p == MAP_FAILED || !match || fd < 0 || fd >= MAX_FD || !watched[fd] || truncate_at_mmap < 1) return;
+    if (++mmaps_seen != truncate_at_mmap) return;
+    char link[64], path[4096];
+    snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+    ssize_t n = readlink(link, path, sizeof path - 1);
+    if (n <= 0) return;
+    path[n] = '\0';
+    if (truncate(path, (off_t)truncate_to) != 0) return;
+    char msg[4200];
+    int k = snprintf(msg, sizeof msg, "fault_inject: truncated %s to %lld bytes\n", path, truncate_to);
+    if (k > 0) (void)!write(2, msg, (size_t)k < sizeof msg ? (size_t)k : sizeof msg - 1);
+}
+void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off) {
+    REAL(mmap);
+    void *p = real_mmap(addr, len, prot, flags, fd, off);
+    after_mmap(p, fd);
+    return p;
+}
+void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off_t off) {
+    REAL(mmap64);
+    void *p = real_mmap64(addr, len, prot, flags, fd, off);
+    after_mmap(p, fd);
+    return p;
 }

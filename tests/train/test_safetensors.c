@@ -1,6 +1,8 @@
 /* test_safetensors.c — the .safetensors reader (src/io/safetensors.h) on buffers built here: values
- * of every float dtype (F16 checked exhaustively against an ldexp recomputation, BF16 against its bit
- * definition), element ranges and strided reads, and each malformed header refused naming the field.
+ * of every float dtype (F16's finite patterns checked exhaustively against an ldexp recomputation,
+ * BF16's against its bit definition, every NaN/Inf refused naming tensor and element), element ranges
+ * and strided reads, and each malformed header refused naming the field.
+ * A file truncated while mapped reads as an error naming it, not a SIGBUS death.
  * The seeds in tests/fuzz/corpus/safetensors, written by the safetensors library, are checked too. */
 #include "test_util.h"
 
@@ -12,7 +14,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 /* header JSON (padded to 8) + data into buf; returns the size. */
@@ -59,20 +65,34 @@ static void test_values(void) {
     int ih = fsdp_st_find(&st, "h"), ib = fsdp_st_find(&st, "b"), iff = fsdp_st_find(&st, "f");
     CHECK(ih >= 0 && ib >= 0 && iff >= 0 && fsdp_st_find(&st, "__metadata__") < 0);
     static float out[65536];
-    CHECK_OK(fsdp_st_read_f32(&st, ih, 0, 65536, out));
+    /* Every finite pattern converts exactly: F16 [0, 0x7c00) and [0x8000, 0xfc00); BF16 all but
+     * exponent 0xff ([0x7f80, 0x8000) and [0xff80, 0x10000)). */
     int bad_h = 0, bad_b = 0;
-    for (int i = 0; i < 65536; i++) {
-        double r = f16_ref((uint16_t)i);
-        if (isnan(r) ? !isnan(out[i]) : (double)out[i] != r) bad_h++;
+    for (int half = 0; half < 2; half++) {
+        const int lo = half * 0x8000;
+        CHECK_OK(fsdp_st_read_f32(&st, ih, (uint64_t)lo, 0x7c00, out));
+        for (int i = lo; i < lo + 0x7c00; i++)
+            if ((double)out[i - lo] != f16_ref((uint16_t)i)) bad_h++;
+        CHECK_OK(fsdp_st_read_f32(&st, ib, (uint64_t)lo, 0x7f80, out));
+        for (int i = lo; i < lo + 0x7f80; i++) {
+            uint32_t bits = (uint32_t)i << 16, got;
+            memcpy(&got, &out[i - lo], 4);
+            if (got != bits) bad_b++;
+        }
     }
     CHECKF(bad_h == 0, "%d F16 values differ from the ldexp reference", bad_h);
-    CHECK_OK(fsdp_st_read_f32(&st, ib, 0, 65536, out));
-    for (int i = 0; i < 65536; i++) {
-        uint32_t bits = (uint32_t)i << 16, got;
-        memcpy(&got, &out[i], 4);
-        if (got != bits && !(isnan(out[i]) && ((i & 0x7f80) == 0x7f80))) bad_b++;
-    }
     CHECKF(bad_b == 0, "%d BF16 values are not their bits << 16", bad_b);
+    /* Non-finite values are refused naming the file, the tensor, the first such element and what it
+     * is (issue 28 item 3a), for either dtype and for strided reads (the index is the tensor's). */
+    CHECK_ERR(fsdp_st_read_f32(&st, ih, 0, 65536, out), FSDP_EFORMAT,
+              "values: tensor \"h\" element 31744 is +Inf: non-finite");
+    CHECK_ERR(fsdp_st_read_f32(&st, ih, 0x7c01, 4, out), FSDP_EFORMAT, "\"h\" element 31745 is NaN");
+    CHECK_ERR(fsdp_st_read_f32(&st, ih, 0xfbff, 2, out), FSDP_EFORMAT, "\"h\" element 64512 is -Inf");
+    CHECK_ERR(fsdp_st_read_f32(&st, ib, 0, 65536, out), FSDP_EFORMAT, "\"b\" element 32640 is +Inf");
+    CHECK_ERR(fsdp_st_read_strided_f32(&st, ib, 0x7f00, 0x41, 4, out), FSDP_EFORMAT,
+              "\"b\" element 32642 is NaN"); /* 0x7f00, 0x7f41, 0x7f82 (NaN), ... */
+    CHECK_OK(fsdp_st_read_strided_f32(&st, ib, 0x7f00, 0x100, 2, out)); /* 0x7f00, 0x8000: finite */
+    CHECK(out[0] == fsdp_bf16_to_f32(0x7f00) && out[1] == 0.0f && signbit(out[1]));
     /* Ranges and columns of the F32 matrix. */
     CHECK_OK(fsdp_st_read_f32(&st, iff, 5, 3, out));
     CHECK(out[0] == f[5] && out[1] == f[6] && out[2] == f[7]);
@@ -157,9 +177,76 @@ static void test_library_files(void) {
               "overlap");
 }
 
+static volatile sig_atomic_t own_handler_calls;
+static void own_handler(int sig) {
+    (void)sig;
+    own_handler_calls++;
+}
+
+/* Issue 28 item 2: a file truncated after fsdp_st_open mapped it (by another process, as here with
+ * truncate(2) on its path) reads as FSDP_EIO naming it, not a SIGBUS death; the SIGBUS disposition
+ * is the one there was before, during and after (only guarded reads see the library's handler). */
+static void test_shrink(void) {
+    char path[600];
+    snprintf(path, sizeof path, "%s/tmp_st_shrink_%d.safetensors", FSDP_BINARY_DIR, (int)getpid());
+    static uint8_t buf[8 + 64 + 4 * 65536];
+    static float v[65536];
+    for (int i = 0; i < 65536; i++)
+        v[i] = (float)i;
+    size_t n =
+        build(buf, "{\"w\":{\"dtype\":\"F32\",\"shape\":[65536],\"data_offsets\":[0,262144]}}", v, sizeof v);
+    FILE *f = fopen(path, "wb");
+    fwrite(buf, 1, n, f);
+    fclose(f);
+    struct sigaction mine, now;
+    memset(&mine, 0, sizeof mine);
+    mine.sa_handler = own_handler;
+    sigemptyset(&mine.sa_mask);
+    sigaction(SIGBUS, &mine, NULL);
+    fsdp_safetensors st;
+    CHECK_OK(fsdp_st_open(&st, path));
+    static float out[65536];
+    CHECK_OK(fsdp_st_read_f32(&st, 0, 0, 65536, out));
+    CHECK(out[65535] == 65535.0f);
+    CHECK(truncate(path, 8192) == 0);                 /* the data's first pages stay, the rest is gone */
+    CHECK_OK(fsdp_st_read_f32(&st, 0, 0, 1000, out)); /* still inside the file */
+    CHECK_ERR(fsdp_st_read_f32(&st, 0, 60000, 16, out), FSDP_EIO, "shrank while it was being read");
+    CHECK(strstr(fsdp_last_error(), path) != NULL);
+    char at[64]; /* element 1 of the column is the first access past the end: its file offset */
+    snprintf(at, sizeof at, "SIGBUS at byte %llu of", (unsigned long long)st.data_off + 4 * 4096);
+    const char *want = at;
+    CHECK_ERR(fsdp_st_read_strided_f32(&st, 0, 0, 4096, 16, out), FSDP_EIO, want);
+    sigaction(SIGBUS, NULL, &now);
+    CHECK(now.sa_handler == own_handler && !(now.sa_flags & SA_SIGINFO) && own_handler_calls == 0);
+    raise(SIGBUS); /* outside a guarded read: the program's own handler, as before */
+    CHECK(own_handler_calls == 1);
+    fsdp_st_close(&st);
+    signal(SIGBUS, SIG_DFL);
+    /* A file that shrinks below its header between open's reads: a clean error too. */
+    CHECK(truncate(path, 4) == 0);
+    CHECK_ERR(fsdp_st_open(&st, path), FSDP_EFORMAT, "too short");
+    /* Without the guard the same access kills (the test can fail): a child reads past the end of a
+     * mapping of the truncated file and must die of SIGBUS; with the default disposition restored. */
+    pid_t pid = fork();
+    if (pid == 0) {
+        int fd = open(path, O_RDWR);
+        if (fd < 0 || ftruncate(fd, 65536) != 0) _exit(2);
+        volatile const uint8_t *m = mmap(NULL, 65536, PROT_READ, MAP_SHARED, fd, 0);
+        if (m == MAP_FAILED || ftruncate(fd, 0) != 0) _exit(3);
+        uint8_t x = m[40000];
+        _exit(x == 0 ? 4 : 5);
+    }
+    int wst = 0;
+    waitpid(pid, &wst, 0);
+    CHECKF(WIFSIGNALED(wst) && WTERMSIG(wst) == SIGBUS, "the unguarded child did not die of SIGBUS (%d)",
+           wst);
+    unlink(path);
+}
+
 int main(void) {
     test_values();
     test_bad();
     test_library_files();
+    test_shrink();
     return TEST_MAIN_END();
 }
