@@ -4,6 +4,7 @@
 #include "train/config.h"
 
 #include "core/core.h"
+#include "data/pack.h"
 #include "train/toml_read.h"
 
 #include <cjson/cJSON.h>
@@ -100,6 +101,12 @@ static const opt_def opts[] = {
      "global sequences per step (same for any number of ranks)"},
     {"micro-batches", OPT_INT, F(micro_batches), 1, 1 << 20, NULL, C_TRAIN,
      "gradient-accumulation micro-batches per step"},
+    {"pack", OPT_ENUM, F(pack), 0, 0, fsdp_pack_names, C_TRAIN,
+     "how documents fill the sequences: doc (packed; each position attends only to its own document, "
+     "positions restart at every document start: the mask file's document flags, else the end-of-text "
+     "token of meta.json's \"eot\"), concat (packed; attention runs across documents), pad (one document "
+     "per sequence, padding ignored by the loss; longer ones split into sequences of --seq-len); auto: doc "
+     "for data whose mask file marks documents (prepare --jsonl), else concat"},
     {"lr", OPT_DBL, F(lr), 0, 10, NULL, C_TRAIN, "peak learning rate"},
     {"min-lr", OPT_DBL, F(min_lr), 0, 10, NULL, C_TRAIN, "learning rate at the end of the cosine decay"},
     {"warmup", OPT_INT, F(warmup), 0, 1 << 30, NULL, C_TRAIN, "linear warmup steps"},
@@ -251,6 +258,7 @@ fsdp_train_config fsdp_train_config_default(void) {
     c.shuffle = 1;
     c.batch = 32;
     c.micro_batches = 1;
+    c.pack = FSDP_PACK_AUTO;
     c.lr = 2e-3;
     c.min_lr = 2e-4;
     c.warmup = 50;

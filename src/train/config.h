@@ -49,6 +49,7 @@ typedef struct {
     int shuffle;      /* 1: a seeded order of the training sequences per epoch; 0: file order */
     int batch;        /* global sequences per step, for any world size */
     int micro_batches;
+    int pack; /* fsdp_pack_mode (data/pack.h): auto, doc, concat or pad */
 
     /* optimisation */
     double lr, min_lr; /* peak learning rate; end of the cosine decay */
