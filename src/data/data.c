@@ -498,6 +498,55 @@ static fsdp_status shard_open(fsdp_loader_shard *sh, const char *path, int vocab
     return s;
 }
 
+/* The --pack pad table: every shard scanned once for its document starts (its mask's flags when they
+ * mark documents, else its tokens), in blocks; the block is transient staging outside the memory plan. */
+static fsdp_status build_pad_table(fsdp_loader *L) {
+    const size_t chunk = (size_t)1 << 18;
+    int32_t *buf = malloc(chunk * sizeof *buf);
+    if (!buf) return FSDP_ERR(FSDP_ENOMEM, "no memory to scan the documents (--pack pad)");
+    fsdp_pack_table_init(&L->table, L->T);
+    fsdp_status s = FSDP_OK;
+    for (int i = 0; s == FSDP_OK && i < L->n_shards; i++) {
+        const fsdp_loader_shard *sh = &L->shards[i];
+        fsdp_pack_scan_begin(&L->table, i);
+        for (uint64_t at = 0; s == FSDP_OK && at < sh->file.ntok; at += chunk) {
+            size_t n = sh->file.ntok - at < chunk ? (size_t)(sh->file.ntok - at) : chunk;
+            if (sh->doc_flags) {
+                s = fsdp_mask_read(&sh->mask, at, n, (uint8_t *)buf);
+                if (s == FSDP_OK) s = fsdp_pack_scan(&L->table, NULL, (const uint8_t *)buf, n, L->eot);
+            } else {
+                s = fsdp_tokens_read(&sh->file, at, n, buf);
+                if (s == FSDP_OK) s = fsdp_pack_scan(&L->table, buf, NULL, n, L->eot);
+            }
+        }
+        if (s == FSDP_OK) s = fsdp_pack_scan_end(&L->table);
+    }
+    free(buf);
+    if (s == FSDP_OK) L->nseq = L->table.n;
+    return s;
+}
+
+/* --pack: auto becomes doc when a shard's mask file marks documents, else concat; doc and pad need the
+ * document starts of every shard: its mask's flags, or the end-of-text token. pad builds its table. */
+static fsdp_status resolve_pack(fsdp_loader *L, const fsdp_loader_args *a) {
+    int any_flags = 0;
+    for (int i = 0; i < L->n_shards; i++)
+        any_flags |= L->shards[i].doc_flags;
+    L->eot = a->eot;
+    L->pack = a->pack == FSDP_PACK_AUTO ? (any_flags ? FSDP_PACK_DOC : FSDP_PACK_CONCAT) : a->pack;
+    if (L->pack == FSDP_PACK_CONCAT) return FSDP_OK;
+    for (int i = 0; i < L->n_shards; i++)
+        if (!L->shards[i].doc_flags && L->eot < 0)
+            return fsdp_set_error(
+                FSDP_EINVAL,
+                "--pack %s: %s has no mask file marking documents and the data's meta.json "
+                "names no end-of-text token (\"eot\"), so its documents are unknown: add "
+                "\"eot\": ID to meta.json (fsdp-train prepare writes it; GPT-2's is 50256), "
+                "or train with --pack concat",
+                fsdp_pack_names[L->pack], L->shards[i].file.path);
+    return L->pack == FSDP_PACK_PAD ? build_pad_table(L) : FSDP_OK;
+}
+
 fsdp_status fsdp_loader_open(fsdp_loader *L, const fsdp_loader_args *a) {
     memset(L, 0, sizeof *L);
     const int batch = a->batch, T = a->T, micro = a->micro, rank = a->rank, world = a->world;
@@ -529,6 +578,11 @@ fsdp_status fsdp_loader_open(fsdp_loader *L, const fsdp_loader_args *a) {
         L->n_shards = i + 1;
         fsdp_loader_shard *sh = &L->shards[i];
         s = shard_open(sh, a->paths[i], a->vocab, &has_mask);
+        if (s == FSDP_OK && sh->mask.fd >= 0 && sh->mask.ntok > 0) {
+            uint8_t f0;
+            s = fsdp_mask_read(&sh->mask, 0, 1, &f0);
+            sh->doc_flags = s == FSDP_OK && (f0 & FSDP_MASK_DOC);
+        }
         /* the large files' ids: each shard checked by one rank (the caller agrees on the outcome) */
         if (s == FSDP_OK && i % world == rank) s = check_all(sh);
         if (s != FSDP_OK) goto fail;
@@ -536,6 +590,17 @@ fsdp_status fsdp_loader_open(fsdp_loader *L, const fsdp_loader_args *a) {
         sh->nseq = sh->file.ntok ? (sh->file.ntok - 1) / (uint64_t)T : 0;
         L->nseq += sh->nseq;
         L->ntok += sh->file.ntok;
+    }
+    s = resolve_pack(L, a);
+    if (s != FSDP_OK) goto fail;
+    if (L->pack == FSDP_PACK_PAD && L->nseq < (uint64_t)batch && !a->allow_short) {
+        s = fsdp_set_error(FSDP_EFORMAT,
+                           "--pack pad: %s%s hold%s %llu documents' sequences (a document, or a chunk of "
+                           "--seq-len %d of a longer one, a sequence), fewer than one global batch (--batch "
+                           "%d): use more data, a smaller batch or --pack doc",
+                           a->paths[0], L->n_shards > 1 ? " and the shards after it" : "",
+                           L->n_shards > 1 ? "" : "s", (unsigned long long)L->nseq, T, batch);
+        goto fail;
     }
     if (L->nseq < (uint64_t)batch && !a->allow_short) {
         uint64_t need = (uint64_t)batch * (uint64_t)T + 1;
@@ -573,7 +638,9 @@ fsdp_status fsdp_loader_init(fsdp_loader *L, const char *path, int vocab, int ba
                           .T = T,
                           .micro = micro,
                           .rank = rank,
-                          .world = world};
+                          .world = world,
+                          .pack = FSDP_PACK_CONCAT,
+                          .eot = -1};
     return fsdp_loader_open(L, &a);
 }
 
@@ -588,10 +655,16 @@ void fsdp_loader_free(fsdp_loader *L) {
     }
     free(L->shards);
     L->shards = NULL;
+    fsdp_pack_table_free(&L->table);
     L->n_shards = 0;
 }
 
 void fsdp_loader_locate(const fsdp_loader *L, uint64_t seq, int *shard, uint64_t *tok) {
+    if (L->pack == FSDP_PACK_PAD) {
+        *shard = L->table.seq[seq].shard;
+        *tok = L->table.seq[seq].tok;
+        return;
+    }
     /* the last shard whose first sequence is <= seq: a shard of no sequence shares its first index with
      * the next one, which wins */
     int lo = 0, hi = L->n_shards - 1;
@@ -610,13 +683,31 @@ uint64_t fsdp_loader_sequence(const fsdp_loader *L, uint64_t k) {
     return L->shuffle ? fsdp_data_shuffle_index(k, L->nseq, L->key) : k;
 }
 
-fsdp_status fsdp_loader_micro(fsdp_loader *L, int m, int32_t *inputs, int32_t *targets) {
+/* --pack pad: sequence i of the slice is table entry seq, padded to T. */
+static fsdp_status pad_sequence(fsdp_loader *L, uint64_t seq, size_t i, int32_t *inputs, int32_t *targets) {
+    const size_t T = (size_t)L->T;
+    const fsdp_pack_seq *e = &L->table.seq[seq];
+    const fsdp_loader_shard *S = &L->shards[e->shard];
+    FSDP_TRY(fsdp_tokens_read(&S->file, e->tok, e->len, L->buf));
+    if (S->mask.fd >= 0) FSDP_TRY(fsdp_mask_read(&S->mask, e->tok, e->len, L->mbuf));
+    fsdp_pack_pad_row(L->buf, S->mask.fd >= 0 ? L->mbuf : NULL, e->len, L->T, L->eot >= 0 ? L->eot : 0,
+                      inputs + i * T, targets + i * T);
+    return FSDP_OK;
+}
+
+fsdp_status fsdp_loader_micro(fsdp_loader *L, int m, int32_t *inputs, int32_t *targets, int32_t *doc) {
     if (m < 0 || m >= L->micro)
         return FSDP_ERR(FSDP_EINVAL, "micro-batch %d is outside 0..%d", m, L->micro - 1);
     const size_t T = (size_t)L->T, b = (size_t)L->b;
     /* this slice's first place in the epoch's order of sequences */
     const uint64_t k0 = L->pos / T + (uint64_t)m * (uint64_t)(L->batch / L->micro) + (uint64_t)L->rank * b;
+    if (doc) memset(doc, 0, sizeof *doc * b * T); /* concat, pad: one attention span a sequence */
     for (size_t i = 0; i < b;) {
+        if (L->pack == FSDP_PACK_PAD) {
+            FSDP_TRY(pad_sequence(L, fsdp_loader_sequence(L, k0 + i), i, inputs, targets));
+            i++;
+            continue;
+        }
         /* a run of sequences that follow each other in one shard: one read of n*T + 1 tokens */
         int sh;
         uint64_t tok;
@@ -639,6 +730,9 @@ fsdp_status fsdp_loader_micro(fsdp_loader *L, int m, int32_t *inputs, int32_t *t
                     if (!(L->mbuf[j * T + t + 1] & FSDP_MASK_LOSS))
                         targets[(i + j) * T + t] = FSDP_IGNORE_INDEX;
         }
+        for (size_t j = 0; doc && L->pack == FSDP_PACK_DOC && j < n; j++)
+            fsdp_pack_doc_ids(L->buf + j * T, S->doc_flags ? L->mbuf + j * T : NULL, T, L->eot,
+                              doc + (i + j) * T);
         i += n;
     }
     return FSDP_OK;

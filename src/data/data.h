@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "data/pack.h"
 #include "io/tokens.h"
 
 /* ---- prepare: text files -> DIR/train.bin, DIR/val.bin, DIR/meta.json */
@@ -88,12 +89,19 @@ uint64_t fsdp_data_shuffle_index(uint64_t i, uint64_t n, uint64_t key);
  * b = batch / (micro * world): disjoint across ranks and micro-batches, and the same global batch for
  * every world size. After the last whole batch of an epoch the next epoch starts (epoch + 1).
  * A mask file beside a token file (X.mask beside X.bin, io/tokens.h), when it exists, is opened and
- * validated with it: a target whose token lacks FSDP_MASK_LOSS becomes FSDP_IGNORE_INDEX. */
+ * validated with it: a target whose token lacks FSDP_MASK_LOSS becomes FSDP_IGNORE_INDEX.
+ * Packing (data/pack.h): with doc and concat the sequences are those above; doc also gives every
+ * sequence its document ids (fsdp_loader_micro's doc), from the mask file's FSDP_MASK_DOC flags when it
+ * marks its token 0 as a document start (prepare --jsonl's files do), else from the end-of-text token.
+ * With pad the sequences are the entries of a table built when opened (fsdp_pack_table: one scan of
+ * every shard, 16 bytes a sequence), one document (or a chunk of one) each, in shard order; shuffling
+ * permutes them as it does packed sequences. */
 typedef struct {
     fsdp_token_file file;
     fsdp_mask_file mask; /* fd -1: no mask file, every target counts */
-    uint64_t first;      /* global index of its first sequence */
-    uint64_t nseq;       /* floor((ntok - 1) / T) */
+    uint64_t first;      /* global index of its first sequence (doc, concat) */
+    uint64_t nseq;       /* floor((ntok - 1) / T) (doc, concat) */
+    int doc_flags;       /* 1: its mask file marks documents (token 0 has FSDP_MASK_DOC) */
 } fsdp_loader_shard;
 
 typedef struct {
@@ -102,14 +110,17 @@ typedef struct {
     uint64_t nseq, ntok; /* sequences and tokens of all shards */
     uint8_t *mbuf;       /* (b*T + 1) flags staging, when a shard has a mask file */
     int batch, T, micro, rank, world;
-    int b;          /* sequences per rank per micro-batch */
-    int shuffle;    /* 0: file order */
-    uint64_t seed;  /* of the shuffle */
-    uint64_t key;   /* fsdp_data_shuffle_key(seed, epoch) */
-    uint64_t pos;   /* T x the sequences of this epoch already consumed (k*batch*T before batch k); for
-                       one file unshuffled, the token index of the current global batch */
-    uint64_t epoch; /* number of wraps */
-    int32_t *buf;   /* (b*T + 1) int32 staging */
+    int b;                 /* sequences per rank per micro-batch */
+    int shuffle;           /* 0: file order */
+    uint64_t seed;         /* of the shuffle */
+    uint64_t key;          /* fsdp_data_shuffle_key(seed, epoch) */
+    uint64_t pos;          /* T x the sequences of this epoch already consumed (k*batch*T before batch k); for
+                              one file unshuffled, the token index of the current global batch */
+    uint64_t epoch;        /* number of wraps */
+    int32_t *buf;          /* (b*T + 1) int32 staging */
+    int pack;              /* fsdp_pack_mode: doc, concat or pad (auto resolved when opened) */
+    int32_t eot;           /* the end-of-text id, -1: unknown */
+    fsdp_pack_table table; /* pad: the sequences (nseq = table.n) */
 } fsdp_loader;
 
 typedef struct {
@@ -123,6 +134,8 @@ typedef struct {
     int shuffle;     /* 1: a permutation of the sequences per epoch */
     uint64_t seed;   /* its seed */
     int allow_short; /* 1: fewer sequences than one batch is no error (fsdp_loader_num_batches 0) */
+    int pack;        /* fsdp_pack_mode; auto: doc when a shard's mask file marks documents, else concat */
+    int32_t eot;     /* the end-of-text id (meta.json's "eot", fsdp_pack_meta_eot); -1: unknown */
 } fsdp_loader_args;
 
 /* Opens and validates every shard: header, size, mask file (io/tokens.h), and every id below vocab
@@ -130,20 +143,25 @@ typedef struct {
  * i % world for shard i, so the caller must agree on the outcome across ranks). Errors name the file
  * and, for a bad id or flag, its token index. Also: batch not divisible by micro*world (FSDP_EINVAL
  * naming --batch, --micro-batches and the world size), fewer sequences than one global batch
- * (FSDP_EFORMAT naming the file(s) and sizes) unless allow_short. */
+ * (FSDP_EFORMAT naming the file(s) and sizes) unless allow_short; --pack doc or pad on a shard without
+ * a mask file marking documents while eot is -1 (FSDP_EINVAL naming the shard, meta.json's "eot" and
+ * --pack concat). */
 fsdp_status fsdp_loader_open(fsdp_loader *L, const fsdp_loader_args *a);
-/* One file, file order: fsdp_loader_open of {path}, shuffle 0. */
+/* One file, file order, concat: fsdp_loader_open of {path}, shuffle 0. */
 fsdp_status fsdp_loader_init(fsdp_loader *L, const char *path, int vocab, int batch, int T, int micro,
                              int rank, int world);
 void fsdp_loader_free(fsdp_loader *L); /* safe on a zeroed or freed loader */
-/* Global sequence seq (< L->nseq) -> its shard and the token index of its first token there. The one
- * place that maps sequences to files. */
+/* Global sequence seq (< L->nseq) -> its shard and the token index of its first token there (pad: the
+ * table's entry). The one place that maps sequences to files. */
 void fsdp_loader_locate(const fsdp_loader *L, uint64_t seq, int *shard, uint64_t *tok);
 /* The sequence at place k (< L->nseq) of the current epoch's order. */
 uint64_t fsdp_loader_sequence(const fsdp_loader *L, uint64_t k);
 /* inputs, targets: (b, T) int32 each, micro-batch m of the current global batch for this rank; targets
- * are FSDP_IGNORE_INDEX where the mask file says the token is not a loss target. */
-fsdp_status fsdp_loader_micro(fsdp_loader *L, int m, int32_t *inputs, int32_t *targets);
+ * are FSDP_IGNORE_INDEX where the mask file says the token is not a loss target, and (pad) at the
+ * padding, whose inputs are eot (0 when unknown). doc: NULL, or (b, T) int32 document ids
+ * (fsdp_pack_doc_ids of each sequence's inputs with doc; all 0 with concat and pad: one attention span a
+ * sequence). */
+fsdp_status fsdp_loader_micro(fsdp_loader *L, int m, int32_t *inputs, int32_t *targets, int32_t *doc);
 /* Moves to the next global batch. */
 void fsdp_loader_advance(fsdp_loader *L);
 fsdp_loader_state fsdp_loader_get_state(const fsdp_loader *L);

@@ -200,8 +200,10 @@ fsdp_status fsdp_train_plan_compute(const fsdp_train_config *c, int world, int t
     pc.steps = c->steps > 1 ? 2 : 1;    /* prefetch starts with the second step */
     pc.schedule = FSDP_PLAN_ROOT_WRAPS; /* every family's hook order: the root unit wraps the blocks */
     /* activation: the model's own (its arena and attention backward's scratch that lives beside it
-     * during backward) and the trainer's input and target tokens (int32 [b, T] each). */
-    pc.activation_bytes = fsdp_model_activation_bytes(&mc, b, T, threads) + 2 * bt * sizeof(int32_t);
+     * during backward) and the trainer's input and target tokens (int32 [b, T] each), with --pack doc
+     * their document ids too (--pack auto counts as concat before the data are opened). */
+    pc.activation_bytes = fsdp_model_activation_bytes(&mc, b, T, threads) +
+                          (size_t)(c->pack == FSDP_PACK_DOC ? 3 : 2) * bt * sizeof(int32_t);
     /* other: the GEMM workspace and the loaders' read buffers (b*T + 1 int32 each). */
     pc.other_bytes = fsdp_model_other_bytes(&mc, b, T, pc.engine.compute_dtype) +
                      (size_t)(have_val ? 2 : 1) * (bt + 1) * sizeof(int32_t);
@@ -515,7 +517,7 @@ static int64_t count_targets(const int32_t *tg, size_t n) {
 
 /* Mean validation loss over eval_batches global batches from the start of val.bin (all ranks). */
 static fsdp_status evaluate(run_model *rm, fsdp_loader *val, const fsdp_train_config *c, fsdp_comm_t *comm,
-                            int32_t *in, int32_t *tg, float *out) {
+                            int32_t *in, int32_t *tg, int32_t *doc, float *out) {
     uint64_t nb = fsdp_loader_num_batches(val);
     int batches = (uint64_t)c->eval_batches < nb ? c->eval_batches : (int)nb;
     fsdp_loader_state st0 = {0, 0};
@@ -529,9 +531,9 @@ static fsdp_status evaluate(run_model *rm, fsdp_loader *val, const fsdp_train_co
     for (int k = 0; k < batches; k++) {
         for (int m = 0; m < val->micro; m++) {
             float loss;
-            FSDP_TRY(fsdp_loader_micro(val, m, in, tg));
+            FSDP_TRY(fsdp_loader_micro(val, m, in, tg, doc));
             const int64_t cnt = count_targets(tg, n_tg);
-            fsdp_model_batch mb = {.tokens = in, .targets = tg, .B = val->b, .T = val->T};
+            fsdp_model_batch mb = {.tokens = in, .targets = tg, .doc = doc, .B = val->b, .T = val->T};
             FSDP_TRY(fsdp_model_forward(rm->model, &mb, &loss));
             if (cnt > 0) sum += (double)loss * (double)cnt;
             count += cnt;
@@ -653,6 +655,7 @@ typedef struct {
     fsdp_loader train, val;
     int have_val;
     int32_t *in, *tg;      /* one micro-batch's input and target tokens (b, T) */
+    int32_t *doc;          /* --pack doc: its document ids (b, T); else NULL */
     fsdp_data_files files; /* --data's training and validation shards */
     int metrics, lock;     /* file descriptors, -1 when closed */
     cJSON *cj;             /* the config the checkpoints record */
@@ -1040,9 +1043,12 @@ static fsdp_status open_data(train_run *r) {
     for (int i = 0; s == FSDP_OK && i < r->files.n_val; i++)
         fsdp_io_note_input(r->files.val[i]);
     char *dir = s == FSDP_OK ? fsdp_data_dir(c->data) : NULL;
+    if (s == FSDP_OK && !dir) s = FSDP_ERR(FSDP_ENOMEM, "no memory for a path");
     char *meta_path = dir ? fsdp_strdupf("%s/meta.json", dir) : NULL;
     if (meta_path) fsdp_io_note_input(meta_path);
     free(meta_path);
+    int32_t eot = -1; /* the end-of-text id that starts documents (--pack doc, pad) */
+    if (s == FSDP_OK) s = fsdp_pack_meta_eot(dir, c->vocab, &eot);
     free(dir);
     fsdp_loader_args a = {.paths = (const char *const *)r->files.train,
                           .n_paths = r->files.n_train,
@@ -1053,8 +1059,12 @@ static fsdp_status open_data(train_run *r) {
                           .rank = r->rank,
                           .world = r->world,
                           .shuffle = c->shuffle,
-                          .seed = (uint64_t)c->seed};
+                          .seed = (uint64_t)c->seed,
+                          .pack = c->pack,
+                          .eot = eot};
     if (s == FSDP_OK) s = fsdp_loader_open(&r->train, &a);
+    /* auto resolved (the same on every rank: the same files), for the printed line and the manifest */
+    if (s == FSDP_OK) r->cfg.pack = a.pack = r->train.pack;
     if (s == FSDP_OK && c->eval_every > 0 && r->files.n_val > 0) {
         a.paths = (const char *const *)r->files.val;
         a.n_paths = r->files.n_val;
@@ -1081,8 +1091,9 @@ static fsdp_status open_data(train_run *r) {
                     r->files.train[0], r->files.train[L->n_shards - 1], (unsigned long long)L->ntok,
                     (unsigned long long)L->nseq);
         const char *v = r->have_val ? strrchr(r->files.val[0], '/') : NULL;
-        fprintf(r->o, " (%llu batches of %d x %d, %s)", (unsigned long long)fsdp_loader_num_batches(L),
-                c->batch, c->seq_len, c->shuffle ? "shuffled every epoch" : "in file order");
+        fprintf(r->o, " (%llu batches of %d x %d, %s, --pack %s)",
+                (unsigned long long)fsdp_loader_num_batches(L), c->batch, c->seq_len,
+                c->shuffle ? "shuffled every epoch" : "in file order", fsdp_pack_names[L->pack]);
         if (r->have_val && r->files.n_val == 1)
             fprintf(r->o, ", %s for validation", v ? v + 1 : r->files.val[0]);
         else if (r->have_val)
@@ -1146,6 +1157,8 @@ static fsdp_status run_setup(train_run *r) {
     size_t bt = (size_t)r->train.b * (size_t)c->seq_len;
     s = fsdp_mem_alloc((void **)&r->in, sizeof(int32_t) * bt, FSDP_MEM_ACTIVATION);
     if (s == FSDP_OK) s = fsdp_mem_alloc((void **)&r->tg, sizeof(int32_t) * bt, FSDP_MEM_ACTIVATION);
+    if (s == FSDP_OK && c->pack == FSDP_PACK_DOC)
+        s = fsdp_mem_alloc((void **)&r->doc, sizeof(int32_t) * bt, FSDP_MEM_ACTIVATION);
     if (s == FSDP_OK) s = fsdp_train_model_build(c, comm, &r->rm);
     /* The prediction the end-of-run report compares against (the same arithmetic as --plan). */
     if (s == FSDP_OK) s = fsdp_train_plan_compute(c, r->world, r->threads, r->have_val, r->rm.eng, &r->plan);
@@ -1203,8 +1216,8 @@ static cJSON *data_shards_json(const fsdp_loader *L) {
 }
 
 /* --resume continues the checkpoint's order of the data: the same --shuffle, with shuffling the same
- * --seed, and the same training shards (names and token counts, in order; a manifest without the record,
- * written before shards existed, is not checked). A manifest without "shuffle" was written before
+ * --seed, the same --pack, and the same training shards (names and token counts, in order; a manifest without
+ * the record, written before shards existed, is not checked). A manifest without "shuffle" was written before
  * shuffling existed: file order. Errors name the field, both values and the manifest. */
 static fsdp_status check_data_drift(const train_run *r, const cJSON *mj, const char *what) {
     const cJSON *sh = cJSON_GetObjectItemCaseSensitive(mj, "shuffle");
@@ -1222,6 +1235,14 @@ static fsdp_status check_data_drift(const train_run *r, const cJSON *mj, const c
             "--resume: --seed %.0f in %s, %lld in this run: --seed orders the shuffled data; "
             "resume with --seed %.0f (nothing was loaded or trained)",
             sd->valuedouble, what, (long long)r->cfg.seed, sd->valuedouble);
+    /* --pack (resolved: auto is recorded as what it became); a manifest without it is concat's */
+    const cJSON *pk = cJSON_GetObjectItemCaseSensitive(mj, "pack");
+    const char *their_pack = cJSON_IsString(pk) ? pk->valuestring : "concat";
+    if (strcmp(their_pack, fsdp_pack_names[r->cfg.pack]) != 0)
+        return fsdp_set_error(FSDP_EINVAL,
+                              "--resume: --pack %s in %s, %s in this run: the sequences would not be the "
+                              "checkpoint's; resume with --pack %s (nothing was loaded or trained)",
+                              their_pack, what, fsdp_pack_names[r->cfg.pack], their_pack);
     const cJSON *theirs = cJSON_GetObjectItemCaseSensitive(mj, "data-shards");
     if (!theirs) return FSDP_OK;
     cJSON *mine = data_shards_json(&r->train);
@@ -1539,7 +1560,7 @@ static fsdp_status train_step(train_run *r, int step, step_record *rec) {
     const size_t n_tg = (size_t)r->train.b * (size_t)c->seq_len;
     int64_t local = 0, global = 0;
     for (int m = 0; m < c->micro_batches; m++) {
-        FSDP_TRY(fsdp_loader_micro(&r->train, m, r->in, r->tg));
+        FSDP_TRY(fsdp_loader_micro(&r->train, m, r->in, r->tg, NULL));
         local += count_targets(r->tg, n_tg);
     }
     global = local;
@@ -1553,10 +1574,11 @@ static fsdp_status train_step(train_run *r, int step, step_record *rec) {
     for (int m = 0; m < c->micro_batches; m++) {
         float loss = 0;
         FSDP_TRY(fsdp_engine_begin_micro(eng, m));
-        FSDP_TRY(fsdp_loader_micro(&r->train, m, r->in, r->tg));
+        FSDP_TRY(fsdp_loader_micro(&r->train, m, r->in, r->tg, r->doc));
         const int64_t cnt = count_targets(r->tg, n_tg);
         const float scale = global > 0 ? (float)((double)cnt * wm / (double)global) : 0.0f;
-        fsdp_model_batch mb = {.tokens = r->in, .targets = r->tg, .B = r->train.b, .T = c->seq_len};
+        fsdp_model_batch mb = {
+            .tokens = r->in, .targets = r->tg, .doc = r->doc, .B = r->train.b, .T = c->seq_len};
         FSDP_TRY(fsdp_model_forward(r->rm.model, &mb, &loss));
         FSDP_TRY(fsdp_model_backward(r->rm.model, scale));
         if (cnt > 0) lsum += (double)loss * (double)scale;
@@ -1701,7 +1723,7 @@ static fsdp_status maybe_evaluate(train_run *r, int step) {
     if (!r->have_val || (step % c->eval_every != 0 && step != r->last)) return FSDP_OK;
     float vl;
     fsdp_trace_begin("eval", "eval");
-    FSDP_TRY(evaluate(&r->rm, &r->val, c, r->comm, r->in, r->tg, &vl));
+    FSDP_TRY(evaluate(&r->rm, &r->val, c, r->comm, r->in, r->tg, r->doc, &vl));
     fsdp_trace_end("eval", "eval");
     r->rr.last_val_loss = vl;
     if (r->o) fprintf(r->o, "%sstep %d: val loss %.4f\n", r->tty ? "\n" : "", step, vl);
@@ -1828,6 +1850,7 @@ static void run_free(train_run *r) {
     free(r->waits);
     free(r->last_saved);
     cJSON_Delete(r->cj);
+    fsdp_mem_free(r->doc);
     fsdp_mem_free(r->tg);
     fsdp_mem_free(r->in);
     fsdp_train_model_free(&r->rm);

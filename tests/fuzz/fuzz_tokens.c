@@ -43,7 +43,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         int32_t in[64], tg[64];
         for (int step = 0; step < 3; step++) {
             for (int m = 0; m < micro; m++)
-                if (fsdp_loader_micro(&L, m, in, tg) == FSDP_OK)
+                if (fsdp_loader_micro(&L, m, in, tg, NULL) == FSDP_OK)
                     for (int i = 0; i < L.b * T; i++)
                         FUZZ_REQUIRE(in[i] >= 0 && in[i] < vocab && tg[i] >= 0 && tg[i] < vocab);
             fsdp_loader_advance(&L);
@@ -52,7 +52,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         uint32_t raw[2] = {0, 0};
         if (size >= 1 + 20) memcpy(raw, data + 1 + 12, 8);
         fsdp_loader_state st = {((uint64_t)raw[1] << 32) | raw[0], raw[1]};
-        if (fsdp_loader_set_state(&L, st) == FSDP_OK) fsdp_loader_micro(&L, 0, in, tg);
+        if (fsdp_loader_set_state(&L, st) == FSDP_OK) fsdp_loader_micro(&L, 0, in, tg, NULL);
         (void)fsdp_loader_num_batches(&L);
         fsdp_loader_free(&L);
     }

@@ -5,7 +5,7 @@
 set(FSDP_TEST_PYTHON ${PROJECT_SOURCE_DIR}/.venv/bin/python CACHE FILEPATH
     "Python with transformers for the Hugging Face tests (tools/test-deps.sh makes it)")
 if(TARGET fsdp-train)
-  foreach(part load finetune damaged text mask)
+  foreach(part load finetune damaged text mask pack)
     add_test(NAME train/hf_${part}
       COMMAND ${PROJECT_SOURCE_DIR}/tests/train/hf_roundtrip.sh $<TARGET_FILE:fsdp-train>
               ${PROJECT_SOURCE_DIR}/tests/mpirun.sh ${FSDP_TEST_PYTHON} ${PROJECT_BINARY_DIR}/tmp_hf_${part} ${part})

@@ -7,7 +7,7 @@
 # Part text: a model with its own BPE tokenizer (trained by tokenizers): prepare --tokenizer, fine-tune,
 # sample text; the export folder (with tokenizer.json) loads in AutoTokenizer + GPT2LMHeadModel, whose
 # greedy generate() gives the same text as fsdp-train sample.
-# usage: hf_roundtrip.sh FSDP_TRAIN MPIRUN_SH PYTHON WORKDIR PART   PART: load | finetune | damaged | text | mask
+# usage: hf_roundtrip.sh FSDP_TRAIN MPIRUN_SH PYTHON WORKDIR PART   PART: load | finetune | damaged | text | mask | pack
 # PYTHON: the test venv's python (tools/test-deps.sh); without transformers the test fails.
 set -uo pipefail
 BIN=$1 MPIRUN=$2 PY=$3 WORK=$4 PART=$5
@@ -92,6 +92,63 @@ for n in ('train', 'val'):
         --sample-tokens 0 --threads 1 --steps 1 --checkpoint-dir ck_e --metrics e.jsonl >e.log 2>&1 || bad "all-masked run: $(tail -3 e.log)"
     grep -q '"loss": 0,.*"skipped": 1' e.jsonl && ok || bad "all-masked step not skipped with loss 0: $(cat e.jsonl)"
     grep -qi nan e.log e.jsonl && bad "NaN in the all-masked run: $(grep -i nan e.log e.jsonl | head -3)" || ok
+fi
+
+# Part pack: documents packed into sequences (--pack doc) train as if each document, or its piece in a
+# sequence, ran alone through transformers (float64) from position 0: the step-1 loss and pre-clip gradient
+# norm at 1 and 2 ranks (1 and 2 micro-batches) equal the reference to 1e-5 relative, for a GPT-2 (learned
+# positions) and a Llama (RoPE), with documents marked by the end-of-text token (meta.json "eot") and by a
+# mask file's document flags (with a loss mask; --pack auto picks doc there); --pack pad equals the
+# documents padded, one a sequence. --pack concat's loss fails the doc check; data without a known
+# end-of-text token are refused with the fix named.
+if [ "$PART" = pack ]; then
+    PR="$SRC/tests/train/pack_ref.py"
+    make_model m_single single
+    "$PY" "$PR" llama m_llama 5 >llama.log 2>&1 || bad "llama model: $(tail -3 llama.log)"
+    "$PY" "$PR" data eot 6000 11 eot || bad "eot data"
+    "$PY" "$PR" data mask 6000 12 mask || bad "mask data"
+    B=8 T=32
+    P1=(--seq-len $T --batch $B --precision fp32 --shuffle 0 --eval-every 0 --sample-tokens 0 --threads 1 --steps 1)
+    for model in m_single m_llama; do
+        for d in eot mask; do
+            for mode in doc pad; do
+                read -r RL RN RC < <("$PY" "$PR" ref $model $d $B $T $mode) || bad "reference $model $d $mode"
+                [ "${RC:-0}" -gt 0 ] && ok || bad "the reference counted no target ($model $d $mode)"
+                for np in 1 2; do
+                    for mb in 1 2; do
+                        [ $np = 2 ] && [ $mb = 2 ] && [ $d = eot ] && continue
+                        n=${model}_${d}_${mode}_${np}_$mb
+                        flag=(--pack $mode)
+                        # --pack auto on data whose mask marks documents is doc
+                        [ $d = mask ] && [ $mode = doc ] && [ $mb = 1 ] && flag=()
+                        run $np --init-from $model --data $d "${P1[@]}" --micro-batches $mb "${flag[@]}" \
+                            --checkpoint-dir "ck_$n" --metrics "$n.jsonl" >"$n.log" 2>&1 ||
+                            bad "$n: $(tail -3 "$n.log")"
+                        "$PY" "$PR" check "$n.jsonl" "$RL" "$RN" && ok || bad "loss/grad norm of $n"
+                    done
+                done
+                if [ $mode = doc ] && [ $d = eot ]; then
+                    # the check can fail: attention across documents (concat) is another loss
+                    run 1 --init-from $model --data $d "${P1[@]}" --pack concat --checkpoint-dir "ck_${model}_c" \
+                        --metrics "${model}_c.jsonl" >"${model}_c.log" 2>&1 || bad "concat run: $(tail -3 "${model}_c.log")"
+                    "$PY" "$PR" check "${model}_c.jsonl" "$RL" "$RN" >neg.log 2>&1 && bad "concat passed the doc check ($model)" || ok
+                fi
+            done
+        done
+    done
+    grep -q -- "--pack doc)" m_single_mask_doc_1_1.log && ok || bad "auto on DOC-flag data is not doc: $(grep '^data:' m_single_mask_doc_1_1.log)"
+    # no end-of-text token known: refused, naming the fix
+    mkdir -p noeot && cp eot/train.bin noeot/ && echo '{"vocab": 257}' >noeot/meta.json
+    for mode in doc pad; do
+        run 1 --init-from m_single --data noeot "${P1[@]}" --pack $mode --checkpoint-dir ck_n >n.log 2>&1 &&
+            bad "--pack $mode without eot ran" || ok
+        grep -q 'names no end-of-text token ("eot").*add "eot": ID to meta.json' n.log && ok || bad "--pack $mode without eot: $(tail -2 n.log)"
+    done
+    # resume refuses another --pack
+    run 1 --init-from m_single --data eot "${P1[@]}" --pack doc --steps 2 --checkpoint-every 1 --stop-at 1 --checkpoint-dir ck_r >r1.log 2>&1 || bad "resume setup: $(tail -3 r1.log)"
+    run 1 --init-from m_single --data eot "${P1[@]}" --pack concat --steps 2 --resume --checkpoint-dir ck_r >r2.log 2>&1 && bad "resume with another --pack ran" || ok
+    grep -q -- "--pack doc in .*concat in this run" r2.log && ok || bad "resume with another --pack: $(tail -2 r2.log)"
+    run 1 --init-from m_single --data eot "${P1[@]}" --pack doc --steps 2 --resume --checkpoint-dir ck_r >r3.log 2>&1 && ok || bad "resume with the same --pack: $(tail -3 r3.log)"
 fi
 
 if [ "$PART" = finetune ]; then

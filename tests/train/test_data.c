@@ -347,7 +347,7 @@ static void test_prepare32(void) {
     fsdp_loader L;
     CHECK_OK(fsdp_loader_init(&L, tp, vocab, 1, (int)nw - 1, 1, 0, 1));
     int32_t *in = got, tg[600];
-    CHECK_OK(fsdp_loader_micro(&L, 0, in, tg));
+    CHECK_OK(fsdp_loader_micro(&L, 0, in, tg, NULL));
     CHECK(!memcmp(got, want, 4 * (nw - 1)) && tg[nw - 2] == want[nw - 1]);
     fsdp_loader_free(&L);
     free(tp);
@@ -387,7 +387,7 @@ static void test_loader(void) {
                     pos0 = L.pos;
                     int32_t in[12 * 16], tg[12 * 16];
                     for (int m = 0; m < micro; m++) {
-                        CHECK_OK(fsdp_loader_micro(&L, m, in, tg));
+                        CHECK_OK(fsdp_loader_micro(&L, m, in, tg, NULL));
                         for (int i = 0; i < b; i++) {
                             uint64_t start = (uint64_t)in[i * T]; /* id of the sequence's first token */
                             /* which global sequence: start - pos0 (mod 1000) / T */
@@ -436,8 +436,8 @@ static void test_loader(void) {
     CHECK_OK(fsdp_loader_init(&L2, p, 1000, B, T, 1, 0, 1));
     CHECK_OK(fsdp_loader_set_state(&L2, st));
     int32_t a1[12 * 16], a2[12 * 16], t1[12 * 16], t2[12 * 16];
-    CHECK_OK(fsdp_loader_micro(&L, 0, a1, t1));
-    CHECK_OK(fsdp_loader_micro(&L2, 0, a2, t2));
+    CHECK_OK(fsdp_loader_micro(&L, 0, a1, t1, NULL));
+    CHECK_OK(fsdp_loader_micro(&L2, 0, a2, t2, NULL));
     CHECK(!memcmp(a1, a2, sizeof a1) && !memcmp(t1, t2, sizeof t1));
     st.pos += 1;
     CHECK_ERR(fsdp_loader_set_state(&L2, st), FSDP_EINVAL, "not a batch start");
@@ -579,7 +579,7 @@ static void test_loader_mask(void) {
                 CHECK_OK(fsdp_loader_init(&L, p, 1000, B, T, micro, r, world));
                 for (int step = 0; step < 2; step++) {
                     for (int m = 0; m < micro; m++) {
-                        CHECK_OK(fsdp_loader_micro(&L, m, in, tg));
+                        CHECK_OK(fsdp_loader_micro(&L, m, in, tg, NULL));
                         for (int i = 0; i < b; i++)
                             for (int t = 0; t < T; t++) {
                                 long idx =

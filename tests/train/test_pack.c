@@ -4,6 +4,7 @@
 #include "test_util.h"
 
 #include "fsdp.h"
+#include "data/data.h"
 #include "data/pack.h"
 #include "io/io.h"
 
@@ -182,6 +183,113 @@ static void test_meta_eot(void) {
     CHECK_ERR(fsdp_pack_meta_eot(dir, 257, &eot), FSDP_EFORMAT, "\"eot\"");
 }
 
+/* The loader with each --pack: tokens i (vocab 100), end-of-text 99 at 0, 6, 7 and 20, T 4, batch 2. */
+static void test_loader_pack(void) {
+    enum { N = 41, T = 4, B = 2, EOT = 99, IGN = FSDP_IGNORE_INDEX };
+    uint16_t tok[N];
+    for (int i = 0; i < N; i++)
+        tok[i] = (uint16_t)((i == 0 || i == 6 || i == 7 || i == 20) ? EOT : i);
+    char *p = fsdp_strdupf("%s/lp.bin", dir), *pm = fsdp_strdupf("%s/lm.bin", dir),
+         *mm = fsdp_strdupf("%s/lm.mask", dir);
+    CHECK_OK(fsdp_tokens_write(p, tok, N, 2));
+    const char *paths[1] = {p};
+    fsdp_loader_args a = {.paths = paths,
+                          .n_paths = 1,
+                          .vocab = 100,
+                          .batch = B,
+                          .T = T,
+                          .micro = 1,
+                          .rank = 0,
+                          .world = 1,
+                          .pack = FSDP_PACK_DOC,
+                          .eot = EOT};
+    fsdp_loader L;
+    int32_t in[B * T], tg[B * T], doc[B * T];
+    CHECK_OK(fsdp_loader_open(&L, &a));
+    CHECK(L.pack == FSDP_PACK_DOC && L.nseq == 10);
+    fsdp_loader_advance(&L); /* batch 1: sequences 2 and 3, tokens [8, 16] */
+    CHECK_OK(fsdp_loader_set_state(&L, (fsdp_loader_state){0, 0}));
+    CHECK_OK(fsdp_loader_micro(&L, 0, in, tg, doc));
+    const int32_t want_doc[B * T] = {0, 0, 0, 0, 0, 0, 1, 2}; /* tokens 0..3 | 4, 5, eot, eot */
+    CHECK(same_ids(doc, want_doc, B * T) && in[6] == EOT && tg[5] == EOT && tg[7] == 8);
+    fsdp_loader_free(&L);
+    /* concat: no ids (all 0 when asked for) and the same tokens */
+    a.pack = FSDP_PACK_CONCAT;
+    CHECK_OK(fsdp_loader_open(&L, &a));
+    int32_t in2[B * T], tg2[B * T];
+    CHECK_OK(fsdp_loader_micro(&L, 0, in2, tg2, doc));
+    const int32_t zeros[B * T] = {0};
+    CHECK(same_ids(doc, zeros, B * T) && same_ids(in, in2, B * T) && same_ids(tg, tg2, B * T));
+    fsdp_loader_free(&L);
+    /* pad: 12 sequences (spans [0,6], [6,7], [7,20], [20,40]); batch 0 is (0, 5 tokens) and (4, 3) */
+    a.pack = FSDP_PACK_PAD;
+    CHECK_OK(fsdp_loader_open(&L, &a));
+    CHECK(L.pack == FSDP_PACK_PAD && L.nseq == 12 && fsdp_loader_num_batches(&L) == 6);
+    CHECK_OK(fsdp_loader_micro(&L, 0, in, tg, doc));
+    const int32_t want_in[B * T] = {EOT, 1, 2, 3, 4, 5, EOT, EOT};
+    const int32_t want_tg[B * T] = {1, 2, 3, 4, 5, EOT, IGN, IGN};
+    CHECK(same_ids(in, want_in, B * T) && same_ids(tg, want_tg, B * T) && same_ids(doc, zeros, B * T));
+    fsdp_loader_advance(&L); /* (6, 2): one target; (7, 5) */
+    CHECK_OK(fsdp_loader_micro(&L, 0, in, tg, NULL));
+    const int32_t want_in1[B * T] = {EOT, EOT, EOT, EOT, EOT, 8, 9, 10};
+    const int32_t want_tg1[B * T] = {EOT, IGN, IGN, IGN, 8, 9, 10, 11};
+    CHECK(same_ids(in, want_in1, B * T) && same_ids(tg, want_tg1, B * T));
+    int sh;
+    uint64_t at;
+    fsdp_loader_locate(&L, 11, &sh, &at);
+    CHECK(sh == 0 && at == 36);
+    fsdp_loader_free(&L);
+    /* doc and pad need the document starts: no eot and no mask file marking documents */
+    a.eot = -1;
+    CHECK_ERR(fsdp_loader_open(&L, &a), FSDP_EINVAL, "--pack pad: ");
+    CHECK(strstr(fsdp_last_error(), "add \"eot\": ID to meta.json") != NULL);
+    a.pack = FSDP_PACK_DOC;
+    CHECK_ERR(fsdp_loader_open(&L, &a), FSDP_EINVAL, "lp.bin has no mask file marking documents");
+    a.pack = FSDP_PACK_AUTO; /* no mask: concat, no eot needed */
+    CHECK_OK(fsdp_loader_open(&L, &a));
+    CHECK(L.pack == FSDP_PACK_CONCAT);
+    fsdp_loader_free(&L);
+    /* pad with fewer sequences than a batch */
+    a.pack = FSDP_PACK_PAD;
+    a.eot = EOT;
+    a.batch = 16;
+    CHECK_ERR(fsdp_loader_open(&L, &a), FSDP_EFORMAT, "12 documents' sequences");
+    a.batch = B;
+    /* a mask file whose flags mark documents at 0 and 10 (the eot tokens no longer count): auto is doc */
+    uint8_t fl[N];
+    for (int i = 0; i < N; i++)
+        fl[i] = (uint8_t)((i == 2 ? 0 : FSDP_MASK_LOSS) | (i == 0 || i == 10 ? FSDP_MASK_DOC : 0));
+    CHECK_OK(fsdp_tokens_write(pm, tok, N, 2));
+    CHECK_OK(fsdp_mask_write(mm, fl, N));
+    paths[0] = pm;
+    a.pack = FSDP_PACK_AUTO;
+    a.eot = -1;
+    CHECK_OK(fsdp_loader_open(&L, &a));
+    CHECK(L.pack == FSDP_PACK_DOC);
+    fsdp_loader_advance(&L); /* sequences [8, 12] and [12, 16]: a start at 10 */
+    CHECK_OK(fsdp_loader_micro(&L, 0, in, tg, doc));
+    const int32_t want_fl[B * T] = {0, 0, 1, 1, 0, 0, 0, 0}; /* 8, 9 | 10, 11 | 12..15 continue */
+    CHECK(same_ids(doc, want_fl, B * T));
+    CHECK_OK(fsdp_loader_set_state(&L, (fsdp_loader_state){0, 0}));
+    CHECK_OK(fsdp_loader_micro(&L, 0, in, tg, doc));
+    CHECK(tg[1] == IGN && tg[0] == 1 && same_ids(doc, zeros, B * T)); /* token 2 is no target */
+    fsdp_loader_free(&L);
+    /* pad from the flags: documents [0, 10] and [10, 40] */
+    a.pack = FSDP_PACK_PAD;
+    CHECK_OK(fsdp_loader_open(&L, &a));
+    CHECK(L.nseq == 3 + 8);
+    CHECK_OK(fsdp_loader_micro(&L, 0, in, tg, NULL));
+    CHECK(in[0] == EOT && tg[1] == IGN && tg[0] == 1 && in[4] == 4); /* pads are 0 with eot unknown */
+    fsdp_loader_advance(&L);
+    CHECK_OK(fsdp_loader_micro(&L, 0, in, tg, NULL));
+    const int32_t want_p[B * T] = {8, 9, 0, 0, 10, 11, 12, 13};
+    CHECK(same_ids(in, want_p, B * T) && tg[1] == 10 && tg[2] == IGN);
+    fsdp_loader_free(&L);
+    free(p);
+    free(pm);
+    free(mm);
+}
+
 int main(void) {
     snprintf(dir, sizeof dir, "%s/tmp_test_pack_XXXXXX", FSDP_BINARY_DIR);
     if (!mkdtemp(dir)) return 1;
@@ -189,6 +297,7 @@ int main(void) {
     test_pad_table();
     test_pad_row();
     test_meta_eot();
+    test_loader_pack();
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);

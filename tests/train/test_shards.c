@@ -147,7 +147,7 @@ static void test_shards(void) {
     int bad = 0, at = 0;
     const int nb = nw / B;
     for (int step = 0; step < nb + 2; step++) {
-        CHECK_OK(fsdp_loader_micro(&L, 0, in, tg));
+        CHECK_OK(fsdp_loader_micro(&L, 0, in, tg, NULL));
         for (int i = 0; i < B; i++) {
             uint64_t id0;
             bad += !row_start(in, tg, i, T, &id0);
@@ -209,7 +209,7 @@ static void test_shuffled(void) {
                 for (int r = 0; r < world; r++)
                     for (int m = 0; m < micro; m++) {
                         int32_t in[6 * 16], tg[6 * 16];
-                        CHECK_OK(fsdp_loader_micro(&L[r], m, in, tg));
+                        CHECK_OK(fsdp_loader_micro(&L[r], m, in, tg, NULL));
                         for (int i = 0; i < b; i++)
                             bad += !row_start(in, tg, i, T, &got[m * (B / micro) + r * b + i]);
                     }
@@ -280,7 +280,7 @@ static void test_shuffled(void) {
             for (int m = 0; m < 2; m++) {
                 int32_t in[6 * 16], tg[6 * 16];
                 uint64_t id0;
-                CHECK_OK(fsdp_loader_micro(&L, m, in, tg));
+                CHECK_OK(fsdp_loader_micro(&L, m, in, tg, NULL));
                 bad += !row_start(in, tg, 0, T, &id0);
                 bad += id0 != ref[step][m * 3 + r];
             }
