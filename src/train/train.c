@@ -1091,14 +1091,13 @@ static fsdp_status open_data(train_run *r) {
                     r->files.train[0], r->files.train[L->n_shards - 1], (unsigned long long)L->ntok,
                     (unsigned long long)L->nseq);
         const char *v = r->have_val ? strrchr(r->files.val[0], '/') : NULL;
-        fprintf(r->o, " (%llu batches of %d x %d, %s, --pack %s)",
-                (unsigned long long)fsdp_loader_num_batches(L), c->batch, c->seq_len,
-                c->shuffle ? "shuffled every epoch" : "in file order", fsdp_pack_names[L->pack]);
+        fprintf(r->o, " (%llu batches of %d x %d, %s)", (unsigned long long)fsdp_loader_num_batches(L),
+                c->batch, c->seq_len, c->shuffle ? "shuffled every epoch" : "in file order");
         if (r->have_val && r->files.n_val == 1)
             fprintf(r->o, ", %s for validation", v ? v + 1 : r->files.val[0]);
         else if (r->have_val)
             fprintf(r->o, ", %d validation shards", r->files.n_val);
-        fprintf(r->o, "\n");
+        fprintf(r->o, "; documents: --pack %s\n", fsdp_pack_names[L->pack]);
     }
     return FSDP_OK;
 }

@@ -136,7 +136,7 @@ if [ "$PART" = pack ]; then
             done
         done
     done
-    grep -q -- "--pack doc)" m_single_mask_doc_1_1.log && ok || bad "auto on DOC-flag data is not doc: $(grep '^data:' m_single_mask_doc_1_1.log)"
+    grep -q -- "; documents: --pack doc$" m_single_mask_doc_1_1.log && ok || bad "auto on DOC-flag data is not doc: $(grep '^data:' m_single_mask_doc_1_1.log)"
     # no end-of-text token known: refused, naming the fix
     mkdir -p noeot && cp eot/train.bin noeot/ && echo '{"vocab": 257}' >noeot/meta.json
     for mode in doc pad; do
