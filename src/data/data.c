@@ -755,7 +755,7 @@ fsdp_loader_state fsdp_loader_get_state(const fsdp_loader *L) {
 
 fsdp_status fsdp_loader_set_state(fsdp_loader *L, fsdp_loader_state st) {
     uint64_t step = (uint64_t)L->batch * (uint64_t)L->T;
-    if (st.pos % step != 0 || st.pos / L->T + (uint64_t)L->batch > L->nseq)
+    if (st.pos % step != 0 || L->nseq < (uint64_t)L->batch || st.pos / L->T > L->nseq - (uint64_t)L->batch)
         return fsdp_set_error(FSDP_EINVAL,
                               "data position %llu is not a batch start in %s%s (%llu sequences of %d + 1 "
                               "tokens, %llu tokens per batch): the checkpoint was made with other data, "

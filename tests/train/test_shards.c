@@ -369,6 +369,16 @@ static void test_validation(void) {
     a.allow_short = 1;
     CHECK_OK(fsdp_loader_open(&L, &a));
     CHECK(fsdp_loader_num_batches(&L) == 0);
+    fsdp_loader_state zero = {0, 0};
+    CHECK_ERR(fsdp_loader_set_state(&L, zero), FSDP_EINVAL, "not a batch start");
+    fsdp_loader_free(&L);
+    /* a position so large that position / T + batch wraps around 2^64 is no batch start */
+    a.batch = 4;
+    a.T = 1;
+    a.allow_short = 0;
+    CHECK_OK(fsdp_loader_open(&L, &a));
+    fsdp_loader_state huge = {~0ull - 3, 0};
+    CHECK_ERR(fsdp_loader_set_state(&L, huge), FSDP_EINVAL, "not a batch start");
     fsdp_loader_free(&L);
     free(none);
     free(big);
