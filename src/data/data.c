@@ -328,7 +328,8 @@ static fsdp_status list_add(char ***list, int *n, const char *path) {
     return FSDP_OK;
 }
 
-/* The paths pattern expands to with glob(3), sorted by byte order (no match: an empty list). */
+/* The paths pattern expands to with glob(3), sorted by byte order (no match: an empty list), less the
+ * mask files (X.mask: a token file's companion, never a shard of its own). */
 static fsdp_status glob_list(const char *pattern, char ***list, int *n) {
     glob_t g;
     int rc = glob(pattern, GLOB_ERR, NULL, &g);
@@ -338,8 +339,11 @@ static fsdp_status glob_list(const char *pattern, char ***list, int *n) {
     else if (rc == GLOB_ABORTED)
         s = fsdp_set_error(FSDP_EIO, "--data %s: cannot read a folder of the pattern: %s", pattern,
                            strerror(errno));
-    for (size_t i = 0; s == FSDP_OK && rc == 0 && i < g.gl_pathc; i++)
+    for (size_t i = 0; s == FSDP_OK && rc == 0 && i < g.gl_pathc; i++) {
+        size_t len = strlen(g.gl_pathv[i]);
+        if (len >= 5 && strcmp(g.gl_pathv[i] + len - 5, ".mask") == 0) continue;
         s = list_add(list, n, g.gl_pathv[i]);
+    }
     if (rc == 0 || rc == GLOB_NOMATCH) globfree(&g);
     if (s == FSDP_OK && *n > 1) qsort(*list, (size_t)*n, sizeof **list, cmp_str);
     return s;

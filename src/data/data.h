@@ -49,7 +49,8 @@ fsdp_status fsdp_data_meta_vocab(const char *data, int *vocab);
  *   a folder holding train.bin (and val.bin, for validation): those two files, as `prepare` writes them;
  *   a folder without train.bin holding llm.c-style shards: its *_train_*.bin files (and *_val_*.bin for
  *     validation), each sorted by name (byte order);
- *   a glob(3) pattern (it holds *, ? or [): the files it matches, sorted by name; the validation shards
+ *   a glob(3) pattern (it holds *, ? or [): the files it matches but mask files (*.mask, the companions
+ *     of token files), sorted by name; the validation shards
  *     are those of the same pattern with its last "train" replaced by "val" (none without a "train").
  * A folder without train.bin or shards still lists DIR/train.bin, so that opening it names the file
  * that is missing. */

@@ -2,10 +2,11 @@
  * bijection of [0, n) for many n (1, 2, powers of two and not), different across epochs and seeds; a
  * shuffled epoch hands out every sequence once, the same global batches at 1, 2 and 3 ranks and 1 or 2
  * micro-batches; a folder of shards (and a glob of them) gives the sequences their concatenation
- * predicts, none across a shard boundary; a saved state resumes the same order on another world size;
- * every shard is validated before use (bad header, an id >= the vocabulary in shard 2, also past the
- * size checked when a file is opened, named with the file and the token index; an empty glob). The
- * expectations are derived from the token ids, which encode the shard and the token index. */
+ * predicts, none across a shard boundary, with a shard's mask file applied to that shard alone; a saved state
+ * resumes the same order on another world size; every shard is validated before use (bad header, an id >= the
+ * vocabulary in shard 2, also past the size checked when a file is opened, named with the file and the token
+ * index; an empty glob). The expectations are derived from the token ids, which encode the shard and the
+ * token index. */
 #include "test_util.h"
 
 #include "fsdp.h"
@@ -83,14 +84,19 @@ static char *write_ids(const char *name, uint32_t base, size_t n) {
 
 enum { VOCAB = 1 << 20, SHARD_STRIDE = 100000 };
 
+/* Token 20 of shard 1 lacks the loss flag in its mask file (sh_train_001.mask): its target is ignored. */
+#define MASKED_ID ((uint64_t)SHARD_STRIDE + 20)
+
 /* Sequence (shard, first token) of the slice's row i, from its ids; checks the row's T inputs and
- * targets follow one another in that shard. */
+ * targets follow one another in that shard (the masked token's target: FSDP_IGNORE_INDEX). */
 static int row_start(const int32_t *in, const int32_t *tg, int i, int T, uint64_t *id0) {
     *id0 = (uint64_t)in[(size_t)i * T];
-    for (int t = 0; t < T; t++)
+    for (int t = 0; t < T; t++) {
+        uint64_t want = *id0 + (uint64_t)t + 1;
         if ((uint64_t)in[(size_t)i * T + t] != *id0 + (uint64_t)t ||
-            (uint64_t)tg[(size_t)i * T + t] != *id0 + (uint64_t)t + 1)
+            tg[(size_t)i * T + t] != (want == MASKED_ID ? FSDP_IGNORE_INDEX : (int32_t)want))
             return 0;
+    }
     return 1;
 }
 
@@ -105,6 +111,13 @@ static void make_shards(void) {
         free(write_ids(shard_name[k], (uint32_t)(SHARD_STRIDE * k), shard_len[k]));
     free(write_ids("sh_val_000.bin", 9 * SHARD_STRIDE, 700));
     free(write_ids("unrelated.bin", 0, 50)); /* neither pattern: not a shard */
+    uint8_t fl[37];
+    for (int i = 0; i < 37; i++)
+        fl[i] = FSDP_MASK_LOSS;
+    fl[20] = 0;
+    char *mp = path_in("sh_train_001.mask");
+    CHECK_OK(fsdp_mask_write(mp, fl, 37));
+    free(mp);
 }
 
 /* The folder and the glob find the shards sorted, the val shards beside them; unshuffled, the loader
@@ -122,6 +135,14 @@ static void test_shards(void) {
     CHECK(g.n_train == 4 && g.n_val == 1 && strstr(g.val_desc, "sh_val_*.bin"));
     for (int k = 0; k < 4 && g.n_train == 4; k++)
         CHECK(!strcmp(f.train[k], g.train[k]));
+    fsdp_data_files h; /* a glob that also matches the mask file: the mask is no shard */
+    char *pat2 = path_in("sh_train_*");
+    CHECK_OK(fsdp_data_files_find(pat2, &h));
+    CHECK(h.n_train == 4 && h.n_val == 1);
+    for (int k = 0; k < 4 && h.n_train == 4; k++)
+        CHECK(!strcmp(f.train[k], h.train[k]));
+    fsdp_data_files_free(&h);
+    free(pat2);
     char *ddir = fsdp_data_dir(pat);
     CHECK(ddir && !strcmp(ddir, dir));
     free(ddir);
@@ -144,7 +165,7 @@ static void test_shards(void) {
     CHECK_OK(fsdp_loader_open(&L, &a));
     CHECK(L.nseq == (uint64_t)nw && L.n_shards == 4 && fsdp_loader_num_batches(&L) == (uint64_t)nw / B);
     int32_t in[6 * 16], tg[6 * 16];
-    int bad = 0, at = 0;
+    int bad = 0, at = 0, masked = 0;
     const int nb = nw / B;
     for (int step = 0; step < nb + 2; step++) {
         CHECK_OK(fsdp_loader_micro(&L, 0, in, tg, NULL));
@@ -153,10 +174,15 @@ static void test_shards(void) {
             bad += !row_start(in, tg, i, T, &id0);
             bad += id0 != want[(at % nb) * B + i];
         }
+        for (int i = 0; i < B * T; i++)
+            masked += tg[i] == FSDP_IGNORE_INDEX;
         at++;
         fsdp_loader_advance(&L);
     }
     CHECKF(!bad, "the shards' sequences in order, never across a shard boundary (%d wrong)", bad);
+    /* the one sequence holding the masked target (shard 1's second, in batch 10) came once */
+    CHECKF(masked == 1 && L.shards[1].mask.fd >= 0 && L.shards[0].mask.fd < 0,
+           "shard 1's mask file applies to shard 1 alone (%d ignored targets)", masked);
     CHECK(L.epoch == 1 && L.pos == (uint64_t)2 * B * T);
     /* locate: the last sequence of shard 0, the first of shards 1 and 3 (shard 2 has none) */
     int sh;
