@@ -16,28 +16,8 @@
 
 /* ---------------------------------------------------------------- config */
 
-static const char *const llama_archs[] = {"LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
-                                          "MistralForCausalLM", NULL};
-
-static fsdp_status llama_config_default(fsdp_model_config *c) {
-    if (c == NULL) return FSDP_ERR(FSDP_EINVAL, "config must not be NULL");
-    /* SmolLM2-135M's shape */
-    *c = (fsdp_model_config){.version = FSDP_MODEL_CONFIG_VERSION,
-                             .family = &fsdp_llama_family,
-                             .n_layer = 30,
-                             .n_embd = 576,
-                             .n_head = 9,
-                             .n_kv_head = 3,
-                             .head_dim = 64,
-                             .intermediate = 1536,
-                             .vocab_size = 49152,
-                             .padded_vocab_size = 49152,
-                             .max_seq_len = 8192,
-                             .tie_embeddings = 1,
-                             .norm_eps = 1e-5,
-                             .rope_theta = 100000.0};
-    return FSDP_OK;
-}
+const char *const llama_hf_archs[] = {"LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
+                                      "MistralForCausalLM", NULL};
 
 static int resolved_kv(const fsdp_model_config *c) { return c->n_kv_head ? c->n_kv_head : c->n_head; }
 static int resolved_hd(const fsdp_model_config *c) {
@@ -51,19 +31,16 @@ static int resolved_inter(const fsdp_model_config *c) {
 }
 
 static int arch_index(const char *a) {
-    for (int i = 0; llama_archs[i]; i++)
-        if (!strcmp(a, llama_archs[i])) return i;
+    for (int i = 0; llama_hf_archs[i]; i++)
+        if (!strcmp(a, llama_hf_archs[i])) return i;
     return -1;
 }
 
-static fsdp_status llama_validate(const fsdp_model_config *c) {
+fsdp_status llama_check(const fsdp_model_config *c) {
     if (c == NULL) return FSDP_ERR(FSDP_EINVAL, "config must not be NULL");
     if (c->version != FSDP_MODEL_CONFIG_VERSION)
         return FSDP_ERR(FSDP_EINVAL, "llama config: version is %d; this library knows %d", c->version,
                         FSDP_MODEL_CONFIG_VERSION);
-    if (c->family != &fsdp_llama_family)
-        return FSDP_ERR(FSDP_EINVAL, "llama config: family is %s, not llama",
-                        c->family ? c->family->name : "NULL");
     if (c->n_layer < 1 || c->n_layer > 100000)
         return FSDP_ERR(FSDP_EINVAL, "llama config: n_layer = %d: need 1..100000", c->n_layer);
     if (c->n_embd < 1 || c->n_embd > (1 << 20))
@@ -190,8 +167,8 @@ int llama_block_tensor(const fsdp_model_config *c, int k) {
     return i;
 }
 
-static size_t llama_num_params(const fsdp_model_config *cfg) {
-    if (llama_validate(cfg) != FSDP_OK) return 0;
+size_t llama_num_params(const fsdp_model_config *cfg) {
+    if (llama_check(cfg) != FSDP_OK) return 0;
     const fsdp_model_config r = llama_resolve(cfg);
     const dims d = dims_of(&r);
     size_t root = d.Vp * d.C * (r.tie_embeddings ? 1 : 2) + d.C;
@@ -203,8 +180,8 @@ static size_t llama_num_params(const fsdp_model_config *cfg) {
 /* 6 x the matmul weights a token passes (forward 2, backward 4 FLOPs per weight), plus attention's
  * q·k and p·v: 4 x hd x NH FLOPs per (query, key) pair forward and 8 backward, over the (T + 1) / 2 keys
  * a causal query sees on average. */
-static double llama_flops_per_token(const fsdp_model_config *cfg, int T) {
-    if (llama_validate(cfg) != FSDP_OK || T < 1) return 0;
+double llama_flops_per_token(const fsdp_model_config *cfg, int T) {
+    if (llama_check(cfg) != FSDP_OK || T < 1) return 0;
     const fsdp_model_config r = llama_resolve(cfg);
     const dims d = dims_of(&r);
     double w = (double)d.L * (double)(d.QKV * d.C + d.C * d.A + 3 * d.I * d.C) + (double)(d.Vp * d.C);
@@ -258,8 +235,8 @@ static size_t arena_floats(const fsdp_model_config *r, int B, int T, int recompu
 
 /* Category activation at its peak in a training step: the arena plus the largest buffer a kernel
  * allocates for one call (attention's forward or backward scratch, RMSNorm backward's partial sums). */
-static size_t llama_activation_bytes(const fsdp_model_config *cfg, int B, int T, int threads) {
-    if (llama_validate(cfg) != FSDP_OK || B < 1 || T < 1 || threads < 1) return 0;
+size_t llama_activation_bytes(const fsdp_model_config *cfg, int B, int T, int threads) {
+    if (llama_check(cfg) != FSDP_OK || B < 1 || T < 1 || threads < 1) return 0;
     const fsdp_model_config r = llama_resolve(cfg);
     const dims d = dims_of(&r);
     const int N = B * T;
@@ -282,8 +259,8 @@ static size_t llama_activation_bytes(const fsdp_model_config *cfg, int B, int T,
  * The f32-compute path widens weight rows (fsdp_gemm_widen_workspace per shape), the bias (QKV floats
  * when qkv_bias). Beside them the softmax-CE row losses (N doubles). oneDNN's scratchpad is not
  * included, so the figure is a lower bound of the measured peak (see fsdp_gpt.h). */
-static size_t llama_other_bytes(const fsdp_model_config *cfg, int B, int T, fsdp_dtype compute) {
-    if (llama_validate(cfg) != FSDP_OK || B < 1 || T < 1) return 0;
+size_t llama_other_bytes(const fsdp_model_config *cfg, int B, int T, fsdp_dtype compute) {
+    if (llama_check(cfg) != FSDP_OK || B < 1 || T < 1) return 0;
     const fsdp_model_config r = llama_resolve(cfg);
     const dims d = dims_of(&r);
     const size_t N = (size_t)B * (size_t)T;
@@ -327,10 +304,10 @@ typedef struct {
     char names[][16]; /* (L + 1) */
 } units_owner;
 
-static fsdp_status llama_units(fsdp_model_units *out, const fsdp_model_config *cfg) {
+fsdp_status llama_units(fsdp_model_units *out, const fsdp_model_config *cfg) {
     if (out == NULL) return FSDP_ERR(FSDP_EINVAL, "out must not be NULL");
     memset(out, 0, sizeof *out);
-    FSDP_TRY(llama_validate(cfg));
+    FSDP_TRY(llama_check(cfg));
     const fsdp_model_config r = llama_resolve(cfg);
     const int64_t L = r.n_layer, C = r.n_embd, Vp = r.padded_vocab_size, hd = r.head_dim;
     const int64_t QKV = (int64_t)(r.n_head + 2 * r.n_kv_head) * hd, A = (int64_t)r.n_head * hd,
@@ -496,7 +473,7 @@ static float *res_at(const llama_model *m, int l) {
     return m->res + (size_t)l * align_f((size_t)m->act_B * (size_t)m->act_T * m->d.C);
 }
 
-static void llama_free(void *impl) {
+void llama_free(void *impl) {
     llama_model *m = impl;
     if (m == NULL) return;
     fsdp_mem_free(m->kv);
@@ -520,7 +497,7 @@ static fsdp_rope_scaling rope_scaling_of(const fsdp_model_config *c) {
     return sc;
 }
 
-static fsdp_status llama_init(void **impl, fsdp_engine_t *eng, const fsdp_model_config *cfg) {
+fsdp_status llama_init(void **impl, fsdp_engine_t *eng, const fsdp_model_config *cfg) {
     if (impl == NULL || eng == NULL) return FSDP_ERR(FSDP_EINVAL, "impl and eng must not be NULL");
     *impl = NULL;
     fsdp_model_units us;
@@ -564,7 +541,7 @@ fail: /* units already added belong to the engine */
     return st;
 }
 
-static fsdp_status llama_set_recompute(void *impl, int on) {
+fsdp_status llama_set_recompute(void *impl, int on) {
     llama_model *m = impl;
     if (m == NULL) return FSDP_ERR(FSDP_EINVAL, "model must not be NULL");
     if (on != 0 && on != 1) return FSDP_ERR(FSDP_EINVAL, "recompute must be 0 or 1, got %d", on);
@@ -718,7 +695,7 @@ static fsdp_status forward(llama_model *m, const fsdp_model_batch *b, float *los
 
 /* A forward without targets has no backward: the engine reshards it as such (as gpt_forward does),
  * whatever the caller set before, which is restored after. */
-static fsdp_status llama_forward(void *impl, const fsdp_model_batch *b, float *loss) {
+fsdp_status llama_forward(void *impl, const fsdp_model_batch *b, float *loss) {
     llama_model *m = impl;
     if (m == NULL || b == NULL || b->tokens == NULL)
         return FSDP_ERR(FSDP_EINVAL, "model, batch and tokens must not be NULL");
@@ -789,7 +766,7 @@ static fsdp_status forward(llama_model *m, const fsdp_model_batch *b, float *los
     return FSDP_OK;
 }
 
-static fsdp_status llama_logits(const void *impl, const float **logits, int *B, int *T, int *Vp) {
+fsdp_status llama_logits(const void *impl, const float **logits, int *B, int *T, int *Vp) {
     const llama_model *m = impl;
     if (m == NULL || logits == NULL) return FSDP_ERR(FSDP_EINVAL, "model and logits must not be NULL");
     if (!m->logits_valid)
@@ -801,7 +778,7 @@ static fsdp_status llama_logits(const void *impl, const float **logits, int *B, 
     return FSDP_OK;
 }
 
-static fsdp_status llama_backward(void *impl, float loss_scale) {
+fsdp_status llama_backward(void *impl, float loss_scale) {
     llama_model *m = impl;
     if (m == NULL) return FSDP_ERR(FSDP_EINVAL, "model must not be NULL");
     if (!m->pending_backward)
@@ -856,7 +833,7 @@ static fsdp_status llama_backward(void *impl, float loss_scale) {
     return fsdp_unit_post_backward(m->root);
 }
 
-static fsdp_status llama_end_eval(void *impl) {
+fsdp_status llama_end_eval(void *impl) {
     llama_model *m = impl;
     if (m == NULL) return FSDP_ERR(FSDP_EINVAL, "model must not be NULL");
     if (m->pending_backward)
@@ -968,7 +945,7 @@ static fsdp_status decode_chunk(llama_model *m, const int *tokens, int n, int po
 
 static fsdp_status decode(llama_model *m, const int *tokens, int n, int pos, const float **logits);
 
-static fsdp_status llama_decode(void *impl, const int *tokens, int n, int pos, const float **logits) {
+fsdp_status llama_decode(void *impl, const int *tokens, int n, int pos, const float **logits) {
     llama_model *m = impl;
     if (m == NULL || tokens == NULL || logits == NULL)
         return FSDP_ERR(FSDP_EINVAL, "model, tokens and logits must not be NULL");
@@ -1023,32 +1000,3 @@ static fsdp_status decode(llama_model *m, const int *tokens, int n, int pos, con
     *logits = out;
     return FSDP_OK;
 }
-
-/* ---------------------------------------------------------------- the family */
-
-fsdp_status llama_hf_read_config(const struct cJSON *j, const char *path, fsdp_model_config *c);
-fsdp_status llama_hf_write_config(const fsdp_model_config *c, struct cJSON *j);
-fsdp_status llama_hf_map(const fsdp_model_config *c, fsdp_hf_map *out);
-
-const fsdp_model_family fsdp_llama_family = {
-    .name = "llama",
-    .hf_architectures = llama_archs,
-    .config_default = llama_config_default,
-    .validate = llama_validate,
-    .num_params = llama_num_params,
-    .flops_per_token = llama_flops_per_token,
-    .units = llama_units,
-    .activation_bytes = llama_activation_bytes,
-    .other_bytes = llama_other_bytes,
-    .init = llama_init,
-    .free = llama_free,
-    .forward = llama_forward,
-    .backward = llama_backward,
-    .logits = llama_logits,
-    .end_eval = llama_end_eval,
-    .decode = llama_decode,
-    .set_recompute = llama_set_recompute,
-    .hf_read_config = llama_hf_read_config,
-    .hf_write_config = llama_hf_write_config,
-    .hf_map = llama_hf_map,
-};

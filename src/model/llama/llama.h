@@ -36,4 +36,28 @@ int llama_block_tensor(const fsdp_model_config *c, int k);
  * padded_vocab_size, hf_architecture. c must be valid. */
 fsdp_model_config llama_resolve(const fsdp_model_config *c);
 
+/* The Hugging Face architectures of the family, NULL-terminated: LlamaForCausalLM, Qwen2ForCausalLM,
+ * Qwen3ForCausalLM, MistralForCausalLM, in that order (llama_family.c indexes them). */
+extern const char *const llama_hf_archs[];
+
+/* The checks of the family's validate (llama_family.c) apart from the family pointer: version, shapes,
+ * RoPE settings, and the architecture's fixed features. */
+fsdp_status llama_check(const fsdp_model_config *c);
+
+/* llama.c's side of the table (include/fsdp_model.h documents each entry); llama_family.c holds the
+ * table, the defaults and the Hugging Face side, so that llama.c calls nothing there. */
+size_t llama_num_params(const fsdp_model_config *cfg);
+double llama_flops_per_token(const fsdp_model_config *cfg, int T);
+size_t llama_activation_bytes(const fsdp_model_config *cfg, int B, int T, int threads);
+size_t llama_other_bytes(const fsdp_model_config *cfg, int B, int T, fsdp_dtype compute);
+fsdp_status llama_units(fsdp_model_units *out, const fsdp_model_config *cfg);
+fsdp_status llama_init(void **impl, fsdp_engine_t *eng, const fsdp_model_config *cfg);
+void llama_free(void *impl);
+fsdp_status llama_set_recompute(void *impl, int on);
+fsdp_status llama_forward(void *impl, const fsdp_model_batch *b, float *loss);
+fsdp_status llama_logits(const void *impl, const float **logits, int *B, int *T, int *Vp);
+fsdp_status llama_backward(void *impl, float loss_scale);
+fsdp_status llama_end_eval(void *impl);
+fsdp_status llama_decode(void *impl, const int *tokens, int n, int pos, const float **logits);
+
 #endif

@@ -1,4 +1,5 @@
-/* llama_hf.c — the Llama family's Hugging Face side: config.json to a config and back (refusing by name
+/* llama_family.c — the Llama family's table (include/fsdp_model.h) over llama.c's model, its defaults
+ * (SmolLM2-135M's shape), and its Hugging Face side: config.json to a config and back (refusing by name
  * what the model does not represent), and the tensor map from the checkpoint's names (model.layers.{i}...,
  * [out, in]) to the fused units of llama.h (q|k|v and gate|up rows). */
 #include "model/llama/llama.h"
@@ -12,13 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-fsdp_status llama_hf_read_config(const cJSON *j, const char *path, fsdp_model_config *c);
-fsdp_status llama_hf_write_config(const fsdp_model_config *c, cJSON *j);
-fsdp_status llama_hf_map(const fsdp_model_config *c, fsdp_hf_map *out);
+static fsdp_status llama_validate(const fsdp_model_config *c);
 
 enum { ARCH_LLAMA = 0, ARCH_QWEN2, ARCH_QWEN3, ARCH_MISTRAL };
-static const char *const arch_names[] = {"LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
-                                         "MistralForCausalLM"};
 static const char *const model_types[] = {"llama", "qwen2", "qwen3", "mistral"};
 
 static const cJSON *item(const cJSON *j, const char *key) { return cJSON_GetObjectItemCaseSensitive(j, key); }
@@ -59,7 +56,7 @@ static fsdp_status refuse_set(const cJSON *j, const char *path, const char *key,
     return fsdp_set_error(FSDP_EUNSUPPORTED, "%s: \"%s\" is set: %s", path, key, why);
 }
 
-fsdp_status llama_hf_read_config(const cJSON *j, const char *path, fsdp_model_config *c) {
+static fsdp_status llama_hf_read_config(const cJSON *j, const char *path, fsdp_model_config *c) {
     if (j == NULL || c == NULL) return FSDP_ERR(FSDP_EINVAL, "config JSON and output must not be NULL");
     if (path == NULL) path = "config.json";
     int arch = -1;
@@ -69,7 +66,7 @@ fsdp_status llama_hf_read_config(const cJSON *j, const char *path, fsdp_model_co
         if (!cJSON_IsString(a0))
             return fsdp_set_error(FSDP_EFORMAT, "%s: \"architectures\"[0] is not a string", path);
         for (int i = 0; i < 4; i++)
-            if (!strcmp(a0->valuestring, arch_names[i])) arch = i;
+            if (!strcmp(a0->valuestring, llama_hf_archs[i])) arch = i;
         if (arch < 0)
             return fsdp_set_error(
                 FSDP_EUNSUPPORTED,
@@ -93,7 +90,7 @@ fsdp_status llama_hf_read_config(const cJSON *j, const char *path, fsdp_model_co
         if (arch >= 0 && t != arch)
             return fsdp_set_error(FSDP_EFORMAT,
                                   "%s: \"model_type\" \"%s\" does not match \"architectures\" %s", path,
-                                  model_types[t], arch_names[arch]);
+                                  model_types[t], llama_hf_archs[arch]);
         arch = t;
     }
     if (arch < 0)
@@ -184,8 +181,8 @@ fsdp_status llama_hf_read_config(const cJSON *j, const char *path, fsdp_model_co
                 t->valuestring);
         }
     }
-    snprintf(r.hf_architecture, sizeof r.hf_architecture, "%s", arch_names[arch]);
-    s = fsdp_llama_family.validate(&r);
+    snprintf(r.hf_architecture, sizeof r.hf_architecture, "%s", llama_hf_archs[arch]);
+    s = llama_validate(&r);
     if (s != FSDP_OK) return FSDP_WRAP(FSDP_EFORMAT, "%s", path);
     *c = r;
     return FSDP_OK;
@@ -202,15 +199,15 @@ static int add_float(cJSON *j, const char *name, double v) {
     return cJSON_AddNumberToObject(j, name, v) != NULL;
 }
 
-fsdp_status llama_hf_write_config(const fsdp_model_config *cfg, cJSON *j) {
+static fsdp_status llama_hf_write_config(const fsdp_model_config *cfg, cJSON *j) {
     if (cfg == NULL || j == NULL) return FSDP_ERR(FSDP_EINVAL, "config and JSON must not be NULL");
-    FSDP_TRY(fsdp_llama_family.validate(cfg));
+    FSDP_TRY(llama_validate(cfg));
     const fsdp_model_config c = llama_resolve(cfg);
     int arch = 0;
     for (int i = 0; i < 4; i++)
-        if (!strcmp(c.hf_architecture, arch_names[i])) arch = i;
+        if (!strcmp(c.hf_architecture, llama_hf_archs[i])) arch = i;
     cJSON *archs = cJSON_CreateArray();
-    int ok = archs != NULL && cJSON_AddItemToArray(archs, cJSON_CreateString(arch_names[arch])) &&
+    int ok = archs != NULL && cJSON_AddItemToArray(archs, cJSON_CreateString(llama_hf_archs[arch])) &&
              cJSON_AddItemToObject(j, "architectures", archs);
     if (!ok) cJSON_Delete(archs);
     ok = ok && cJSON_AddStringToObject(j, "model_type", model_types[arch]) &&
@@ -249,10 +246,10 @@ fsdp_status llama_hf_write_config(const fsdp_model_config *cfg, cJSON *j) {
 
 static const char *const llama_skip[] = {"rotary_emb.inv_freq", NULL};
 
-fsdp_status llama_hf_map(const fsdp_model_config *cfg, fsdp_hf_map *out) {
+static fsdp_status llama_hf_map(const fsdp_model_config *cfg, fsdp_hf_map *out) {
     if (out == NULL) return FSDP_ERR(FSDP_EINVAL, "out must not be NULL");
     memset(out, 0, sizeof *out);
-    FSDP_TRY(fsdp_llama_family.validate(cfg));
+    FSDP_TRY(llama_validate(cfg));
     const fsdp_model_config c = llama_resolve(cfg);
     const int64_t C = c.n_embd, hd = c.head_dim, A = (int64_t)c.n_head * hd, KV = (int64_t)c.n_kv_head * hd,
                   I = c.intermediate, V = c.vocab_size;
@@ -304,3 +301,55 @@ fsdp_status llama_hf_map(const fsdp_model_config *cfg, fsdp_hf_map *out) {
     out->alt_prefix = NULL;
     return FSDP_OK;
 }
+
+/* ---------------------------------------------------------------- the family */
+
+static fsdp_status llama_config_default(fsdp_model_config *c) {
+    if (c == NULL) return FSDP_ERR(FSDP_EINVAL, "config must not be NULL");
+    /* SmolLM2-135M's shape */
+    *c = (fsdp_model_config){.version = FSDP_MODEL_CONFIG_VERSION,
+                             .family = &fsdp_llama_family,
+                             .n_layer = 30,
+                             .n_embd = 576,
+                             .n_head = 9,
+                             .n_kv_head = 3,
+                             .head_dim = 64,
+                             .intermediate = 1536,
+                             .vocab_size = 49152,
+                             .padded_vocab_size = 49152,
+                             .max_seq_len = 8192,
+                             .tie_embeddings = 1,
+                             .norm_eps = 1e-5,
+                             .rope_theta = 100000.0};
+    return FSDP_OK;
+}
+
+static fsdp_status llama_validate(const fsdp_model_config *c) {
+    if (c != NULL && c->version == FSDP_MODEL_CONFIG_VERSION && c->family != &fsdp_llama_family)
+        return FSDP_ERR(FSDP_EINVAL, "llama config: family is %s, not llama",
+                        c->family ? c->family->name : "NULL");
+    return llama_check(c);
+}
+
+const fsdp_model_family fsdp_llama_family = {
+    .name = "llama",
+    .hf_architectures = llama_hf_archs,
+    .config_default = llama_config_default,
+    .validate = llama_validate,
+    .num_params = llama_num_params,
+    .flops_per_token = llama_flops_per_token,
+    .units = llama_units,
+    .activation_bytes = llama_activation_bytes,
+    .other_bytes = llama_other_bytes,
+    .init = llama_init,
+    .free = llama_free,
+    .forward = llama_forward,
+    .backward = llama_backward,
+    .logits = llama_logits,
+    .end_eval = llama_end_eval,
+    .decode = llama_decode,
+    .set_recompute = llama_set_recompute,
+    .hf_read_config = llama_hf_read_config,
+    .hf_write_config = llama_hf_write_config,
+    .hf_map = llama_hf_map,
+};
