@@ -239,6 +239,31 @@ static void test_loader_pack(void) {
     fsdp_loader_locate(&L, 11, &sh, &at);
     CHECK(sh == 0 && at == 36);
     fsdp_loader_free(&L);
+    /* pad shuffled: every table entry once an epoch (its first token and target count name it) */
+    a.shuffle = 1;
+    a.seed = 3;
+    CHECK_OK(fsdp_loader_open(&L, &a));
+    int seen[12] = {0}, moved = 0;
+    for (uint64_t k = 0; k < 6; k++) {
+        CHECK_OK(fsdp_loader_micro(&L, 0, in, tg, NULL));
+        for (int r = 0; r < B; r++) {
+            int n = 0; /* real targets: the entry's len - 1 */
+            for (int t = 0; t < T; t++)
+                n += tg[r * T + t] != IGN;
+            for (uint64_t e = 0; e < L.table.n; e++) {
+                const fsdp_pack_seq *q = &L.table.seq[e];
+                seen[e] += (int)q->len == n + 1 && tok[q->tok] == in[r * T] && tok[q->tok + 1] == tg[r * T];
+            }
+            moved |= k * B + (uint64_t)r != fsdp_loader_sequence(&L, k * B + (uint64_t)r);
+        }
+        fsdp_loader_advance(&L);
+    }
+    int once = 1;
+    for (int e = 0; e < 12; e++)
+        once &= seen[e] == 1;
+    CHECK(once && moved && L.epoch == 1);
+    fsdp_loader_free(&L);
+    a.shuffle = 0;
     /* doc and pad need the document starts: no eot and no mask file marking documents */
     a.eot = -1;
     CHECK_ERR(fsdp_loader_open(&L, &a), FSDP_EINVAL, "--pack pad: ");
