@@ -99,7 +99,7 @@ fi
 # norm at 1 and 2 ranks (1 and 2 micro-batches) equal the reference to 1e-5 relative, for a GPT-2 (learned
 # positions) and a Llama (RoPE), with documents marked by the end-of-text token (meta.json "eot") and by a
 # mask file's document flags (with a loss mask; --pack auto picks doc there); --pack pad equals the
-# documents padded, one a sequence. --pack concat's loss fails the doc check; data without a known
+# documents padded, one a sequence; the validation loss (2 ranks) packs the same way. --pack concat's loss fails the doc check; data without a known
 # end-of-text token are refused with the fix named.
 if [ "$PART" = pack ]; then
     PR="$SRC/tests/train/pack_ref.py"
@@ -127,6 +127,14 @@ if [ "$PART" = pack ]; then
                         "$PY" "$PR" check "$n.jsonl" "$RL" "$RN" && ok || bad "loss/grad norm of $n"
                     done
                 done
+                # validation packs as training does: val.bin = train.bin, no update (--lr 0), so the
+                # first validation batch's loss is the reference's
+                mkdir -p "v_$d" && cp $d/* "v_$d/" && cp $d/train.bin "v_$d/val.bin" &&
+                    { [ ! -f $d/train.mask ] || cp $d/train.mask "v_$d/val.mask"; }
+                n=${model}_${d}_${mode}_val
+                run 2 --init-from $model --data "v_$d" "${P1[@]}" --pack $mode --lr 0 --min-lr 0 --eval-every 1 \
+                    --eval-batches 1 --checkpoint-dir "ck_$n" --metrics "$n.jsonl" >"$n.log" 2>&1 || bad "$n: $(tail -3 "$n.log")"
+                "$PY" "$PR" checkval "$n.jsonl" "$RL" && ok || bad "validation loss of $n"
                 if [ $mode = doc ] && [ $d = eot ]; then
                     # the check can fail: attention across documents (concat) is another loss
                     run 1 --init-from $model --data $d "${P1[@]}" --pack concat --checkpoint-dir "ck_${model}_c" \

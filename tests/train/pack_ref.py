@@ -12,6 +12,7 @@
                         the sequences are the documents themselves, each with the next document's first
                         token as its last target and cut into chunks of T+1 tokens sharing one token
   check M.jsonl LOSS NORM  the run's step-1 loss and grad_norm equal the reference to 1e-5 relative
+  checkval M.jsonl LOSS    its step-1 val_loss equals LOSS to 1e-5 relative
 The document boundaries here come from this file's own generator, not from fsdp.c's scan.
 """
 import json, os, sys
@@ -115,6 +116,14 @@ def ref(model, d, B, T, mode):
     print(f"{loss.item():.17g} {norm.item():.17g} {count}")
 
 
+def checkval(jsonl, loss):
+    rec = [json.loads(l) for l in open(jsonl) if l.startswith("{")]
+    r = [x for x in rec if x.get("step") == 1 and "val_loss" in x][0]
+    rel = abs(r["val_loss"] - float(loss)) / abs(float(loss))
+    print(f"{jsonl}: val_loss {r['val_loss']:.9g} reference {float(loss):.9g} relative {rel:.2e}")
+    sys.exit(0 if rel < 1e-5 else 1)
+
+
 if __name__ == "__main__":
     c = sys.argv[1]
     if c == "data":
@@ -125,5 +134,7 @@ if __name__ == "__main__":
         ref(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), sys.argv[6])
     elif c == "check":
         check(sys.argv[2], sys.argv[3], sys.argv[4])
+    elif c == "checkval":
+        checkval(sys.argv[2], sys.argv[3])
     else:
         raise SystemExit(f"unknown command {c}")
