@@ -315,6 +315,16 @@ def cmd_damage(a):
              ["model.safetensors", f'tensor "{tname}" element {idx} is {what}', "non-finite"],
              st=nonfinite(tname, dtype, idx, value))
 
+    # config.json sizes far beyond the weights (issue 28 item 5): refused from the headers, naming the
+    # field, before the model they describe is allocated (hf_roundtrip.sh also runs these under a
+    # memory limit).
+    case("huge_vocab", ["config.json does not fit the weights", '"vocab_size" 100000000', "transformer.wte.weight"],
+         cfg={"vocab_size": 100000000})
+    case("huge_width", ["config.json does not fit the weights", '"n_embd" 8192', "transformer.wte.weight"],
+         cfg={"n_embd": 8192})
+    case("huge_layers", ["model.safetensors", "is missing, though config.json implies it", '"n_layer" 1000 right?'],
+         cfg={"n_layer": 1000})
+
     # Sharded folders whose index is wrong.
     d = os.path.join(out, "index_escape")
     os.makedirs(d)

@@ -41,7 +41,8 @@ static int name_index(const char *const *names, const char *name) {
     return -1;
 }
 
-fsdp_status fsdp_hf_model_config(const char *dir, fsdp_model_config *mc) {
+/* config.json alone (fsdp_hf_model_config also checks it against the weights). */
+static fsdp_status read_model_config(const char *dir, fsdp_model_config *mc) {
     char *path = fsdp_strdupf("%s/config.json", dir);
     if (!path) return FSDP_ERR(FSDP_ENOMEM, "no memory for a path");
     cJSON *j = NULL;
@@ -422,6 +423,91 @@ static fsdp_status check_tied(hf_src *h, fsdp_engine_t *eng, const fsdp_hf_tenso
     return FSDP_OK;
 }
 
+/* ---------------------------------------------------------------- config.json against the weights */
+
+/* The config.json keys (as the family writes them) whose value is v: '"n_embd" 4096', or several
+ * joined by " or "; "" when none (a derived size such as 3 x n_embd). */
+static void keys_with_value(const cJSON *j, long long v, char *buf, size_t cap) {
+    size_t u = 0;
+    buf[0] = '\0';
+    for (const cJSON *k = j ? j->child : NULL; k && u < cap; k = k->next)
+        if (cJSON_IsNumber(k) && k->valuedouble == (double)v && strcmp(k->string, "n_ctx") != 0)
+            u += (size_t)snprintf(buf + u, cap - u, "%s\"%s\"", u ? " or " : "", k->string);
+    if (buf[0] && u < cap) snprintf(buf + u, cap - u, " %lld", v);
+}
+
+/* Issue 28 item 5: every tensor config.json implies must be in the folder with that shape, checked on
+ * the safetensors headers alone, before a byte of the model is allocated (a config.json that says
+ * vocab_size 10^9 over a small file is refused at once, naming the field, instead of allocating the
+ * model it describes). The family's limits on each field keep every size below 2^62, so the shape
+ * arithmetic cannot overflow. */
+static fsdp_status check_weights(const char *dir, const fsdp_model_config *mc) {
+    hf_src h;
+    fsdp_hf_map map = {0};
+    cJSON *j = cJSON_CreateObject();
+    fsdp_status s = j ? src_open(&h, dir) : FSDP_ERR(FSDP_ENOMEM, "no memory for a JSON object");
+    if (s != FSDP_OK) {
+        cJSON_Delete(j);
+        return s;
+    }
+    if (mc->family->hf_write_config) s = mc->family->hf_write_config(mc, j);
+    if (s == FSDP_OK) s = fsdp_model_hf_map(mc, &map);
+    if (s == FSDP_OK) s = src_check_names(&h, &map, mc);
+    const char *model = mc->hf_architecture[0] ? mc->hf_architecture : mc->family->name;
+    for (int k = 0; k < map.n && s == FSDP_OK; k++) {
+        const fsdp_hf_tensor *e = &map.t[k];
+        char full[160];
+        snprintf(full, sizeof full, "%s%s", e->tied ? "" : h.prefix, e->hf_name);
+        if (!src_present(&h, full)) {
+            if (e->optional || e->tied) continue;
+            /* a layer of which the folder holds nothing: config.json's layer count is the suspect */
+            int layer_absent = strcmp(e->unit, "root") != 0;
+            for (int q = 0; q < map.n && layer_absent; q++) {
+                char other[160];
+                snprintf(other, sizeof other, "%s%s", h.prefix, map.t[q].hf_name);
+                if (!strcmp(map.t[q].unit, e->unit) && src_present(&h, other)) layer_absent = 0;
+            }
+            char layers[160] = "";
+            if (layer_absent) keys_with_value(j, mc->n_layer, layers, sizeof layers);
+            s = fsdp_set_error(FSDP_EFORMAT,
+                               "%s/%s: tensor \"%s\" is missing, though config.json implies it (a %d-layer "
+                               "%s%s%s%s); refused before the model is built",
+                               dir, h.weight_map ? "model.safetensors.index.json" : "model.safetensors", full,
+                               mc->n_layer, model, layers[0] ? ": is " : "", layers,
+                               layers[0] ? " right?" : "");
+            break;
+        }
+        int f, i;
+        s = src_find(&h, full, &f, &i);
+        if (s != FSDP_OK) break;
+        const fsdp_st_tensor *t = &h.st[f].t[i];
+        const int ndim = e->cols ? 2 : 1;
+        const int64_t want[2] = {e->transpose ? e->cols : e->rows, e->transpose ? e->rows : e->cols};
+        int d = t->ndim != ndim                       ? -1
+                : t->shape[0] != want[0]              ? 0
+                : ndim == 2 && t->shape[1] != want[1] ? 1
+                                                      : 2;
+        if (d == 2) continue;
+        char got[96], need[96], keys[200] = "";
+        fmt_shape(got, sizeof got, t->ndim, t->shape);
+        fmt_shape(need, sizeof need, ndim, want);
+        if (d >= 0) keys_with_value(j, (long long)want[d], keys, sizeof keys);
+        s = fsdp_set_error(FSDP_EFORMAT,
+                           "%s/config.json does not fit the weights%s%s: tensor \"%s\" is %s in %s, "
+                           "config.json implies %s; refused before the model is built",
+                           dir, keys[0] ? ": " : "", keys, full, got, h.st[f].path, need);
+    }
+    fsdp_hf_map_free(&map);
+    src_free(&h);
+    cJSON_Delete(j);
+    return s;
+}
+
+fsdp_status fsdp_hf_model_config(const char *dir, fsdp_model_config *mc) {
+    FSDP_TRY(read_model_config(dir, mc));
+    return check_weights(dir, mc);
+}
+
 fsdp_status fsdp_hf_load(fsdp_engine_t *eng, const char *dir, const fsdp_model_config *mc,
                          fsdp_hf_stats *stats) {
     if (!eng || !dir || !mc)
@@ -431,7 +517,7 @@ fsdp_status fsdp_hf_load(fsdp_engine_t *eng, const char *dir, const fsdp_model_c
     fsdp_hf_stats st = {0, 0};
     fsdp_model_config file_mc;
     fsdp_status s = src_open(&h, dir);
-    if (s == FSDP_OK) s = fsdp_hf_model_config(dir, &file_mc);
+    if (s == FSDP_OK) s = read_model_config(dir, &file_mc); /* checked against the weights below */
     if (s == FSDP_OK && fsdp_model_config_diff(mc, &file_mc))
         s = fsdp_set_error(FSDP_EINVAL, "%s/config.json describes another model than the one built (%s)", dir,
                            fsdp_model_config_diff(mc, &file_mc));

@@ -11,7 +11,10 @@
 
 /* Reads DIR/config.json with the model family that claims its "architectures" (or "model_type") and
  * gives its model: FSDP_EFORMAT naming config.json and the field for anything that family cannot
- * represent, or when no family loads it; FSDP_EIO if it cannot be read. */
+ * represent, or when no family loads it; FSDP_EIO if it cannot be read. Then checks it against the
+ * weights' safetensors headers (no tensor data read, nothing of the model's size allocated): every
+ * tensor the config implies present with that shape, no other name; a difference is FSDP_EFORMAT
+ * naming config.json, the field(s) whose value the shape disagrees with, the tensor and the file. */
 fsdp_status fsdp_hf_model_config(const char *dir, fsdp_model_config *mc);
 /* The same, as the trainer's settings (--model, --layers, --width, ... , --vocab, --max-seq-len). */
 fsdp_status fsdp_hf_read_config(const char *dir, fsdp_train_config *cfg);

@@ -3,7 +3,8 @@
 # GPT-2s saved by transformers (tools/hf_fixture.py: one file F32, sharded, BF16, F16 without the
 # "transformer." prefix, a stored lm_head) load at 1, 2 and 3 ranks with logits equal to transformers' to
 # 1e-5 relative; a 20-step fine-tune from one of them exports a folder transformers reloads to fsdp.c's
-# logits; damaged folders fail with the file and field named and nothing written.
+# logits; damaged folders fail with the file and field named and nothing written (a config.json far
+# larger than its weights before anything is allocated: under ulimit -v, small peak RSS).
 # Part text: a model with its own BPE tokenizer (trained by tokenizers): prepare --tokenizer, fine-tune,
 # sample text; the export folder (with tokenizer.json) loads in AutoTokenizer + GPT2LMHeadModel, whose
 # greedy generate() gives the same text as fsdp-train sample.
@@ -247,6 +248,19 @@ if [ "$PART" = damaged ]; then
         [ ! -e "$name.bin" ] && ok || bad "sample $name wrote logits"
     done <bad/cases.txt
     [ $n -ge 20 ] && ok || bad "only $n damaged cases"
+    # config.json far too large for its weights (issue 28 item 5): refused before the model is allocated:
+    # under a 4 GiB address-space limit (the model vocab_size 10^8 describes needs tens of GiB; sample,
+    # which has no data folder to refuse the vocabulary first, allocated it before) the error is still
+    # the named one, and the peak RSS stays small.
+    for name in huge_vocab huge_width huge_layers; do
+        (ulimit -v 4194304 && exec /usr/bin/time -f "%M" -o "$name.rss" "$BIN" sample --init-from "bad/$name" \
+            --logits "$name.v.bin") >"$name.v.log" 2>&1 </dev/null
+        rc=$?
+        [ $rc = 1 ] && grep -q "config.json" "$name.v.log" && ! grep -qi "no memory\|cannot allocate" "$name.v.log" &&
+            ok || bad "$name under ulimit -v: exit $rc: $(grep -v '^  ' "$name.v.log" | tail -2)"
+        rss=$(tail -1 "$name.rss")
+        [ "${rss:-999999}" -lt 200000 ] && ok || bad "$name: peak RSS ${rss} KiB (want < 200000)"
+    done
 fi
 
 echo "hf_roundtrip $PART: $pass checks passed, $fails failed"
