@@ -1,6 +1,6 @@
 /* fuzz_tokens.c — libFuzzer target for token files (src/data/data.h): the header check of
  * fsdp_tokens_open, the id check of fsdp_tokens_read, and the loader on top (init, every micro-batch,
- * advance, set_state with an untrusted position).
+ * advance, set_state with an untrusted position), and --pack doc and pad over the same file.
  * Input: byte 0 picks the vocabulary and the loader's shape, bytes 1.. are the file. */
 #include "fuzz_common.h"
 
@@ -57,5 +57,44 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         fsdp_loader_free(&L);
     }
     fsdp_loader_free(&L); /* twice: must be harmless */
+
+    /* Packing (data/pack.h) over the same file, id 0 as the end-of-text token: pad's table entries lie
+     * inside the file with 2..T+1 tokens, its padding is ignored; doc's ids start at 0 in every sequence
+     * and step by at most 1. */
+    const char *paths[1] = {path};
+    fsdp_loader_args a = {.paths = paths,
+                          .n_paths = 1,
+                          .vocab = vocab,
+                          .batch = batch,
+                          .T = T,
+                          .micro = micro,
+                          .rank = world - 1,
+                          .world = world,
+                          .eot = 0};
+    for (int pack = FSDP_PACK_DOC; pack <= FSDP_PACK_PAD; pack += FSDP_PACK_PAD - FSDP_PACK_DOC) {
+        a.pack = pack;
+        if (fsdp_loader_open(&L, &a) != FSDP_OK) {
+            FUZZ_REQUIRE(fsdp_last_error()[0] != '\0');
+            continue;
+        }
+        FUZZ_REQUIRE(L.pack == pack);
+        for (uint64_t e = 0; pack == FSDP_PACK_PAD && e < L.table.n; e++)
+            FUZZ_REQUIRE(L.table.seq[e].len >= 2 && L.table.seq[e].len <= (uint32_t)T + 1 &&
+                         L.table.seq[e].tok + L.table.seq[e].len <= L.shards[0].file.ntok);
+        int32_t in[64], tg[64], doc[64];
+        for (int step = 0; step < 3; step++) {
+            for (int m = 0; m < micro; m++)
+                if (fsdp_loader_micro(&L, m, in, tg, doc) == FSDP_OK)
+                    for (int i = 0; i < L.b * T; i++) {
+                        FUZZ_REQUIRE(in[i] >= 0 && in[i] < vocab);
+                        FUZZ_REQUIRE(tg[i] == FSDP_IGNORE_INDEX || (tg[i] >= 0 && tg[i] < vocab));
+                        FUZZ_REQUIRE(i % T == 0 ? doc[i] == 0
+                                                : doc[i] - doc[i - 1] == 0 || doc[i] - doc[i - 1] == 1);
+                        FUZZ_REQUIRE(pack == FSDP_PACK_DOC ? tg[i] != FSDP_IGNORE_INDEX : doc[i] == 0);
+                    }
+            fsdp_loader_advance(&L);
+        }
+        fsdp_loader_free(&L);
+    }
     return 0;
 }
