@@ -3,7 +3,8 @@
 #  - Debian's python3-torch (the PyTorch reference fixtures and export checks) and python3-venv;
 #  - a virtual environment .venv/ (ignored by git) made by Debian's /usr/bin/python3 with
 #    --system-site-packages, so it sees that torch, plus transformers from PyPI ("transformers<4.47",
-#    which brings tokenizers and safetensors): the Hugging Face round-trip tests run .venv/bin/python.
+#    which brings tokenizers and safetensors) and jinja2 (pinned; apply_chat_template renders with it,
+#    tests/train/chat_ref.py): the Hugging Face round-trip tests run .venv/bin/python.
 # PyPI's torch is never installed: pip runs with the system torch already satisfying transformers.
 # Idempotent: when everything is there it only checks (well under a second).
 set -euo pipefail
@@ -17,12 +18,12 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y --no-install-recommends "${missing[@]}"
 fi
 venv=.venv
-check='import torch, transformers, tokenizers, safetensors; assert transformers.__version__ < "4.47", transformers.__version__; assert torch.__file__.startswith("/usr/lib/python3/"), torch.__file__'
+check='import torch, transformers, tokenizers, safetensors, jinja2; assert jinja2.__version__ == "3.1.4", jinja2.__version__; assert transformers.__version__ < "4.47", transformers.__version__; assert torch.__file__.startswith("/usr/lib/python3/"), torch.__file__'
 if ! { [ -x "$venv/bin/python" ] && "$venv/bin/python" -c "$check" 2>/dev/null; }; then
   rm -rf "$venv"
   /usr/bin/python3 -m venv --system-site-packages "$venv"
   # --upgrade-strategy only-if-needed (the default) keeps the system torch, which satisfies transformers.
-  "$venv/bin/python" -m pip install --disable-pip-version-check --no-input --quiet "transformers<4.47"
+  "$venv/bin/python" -m pip install --disable-pip-version-check --no-input --quiet "transformers<4.47" "jinja2==3.1.4"
   "$venv/bin/python" -c "$check"
   echo "test-deps: $venv ready ($("$venv/bin/python" -c 'import transformers, tokenizers, torch; print("transformers", transformers.__version__, "tokenizers", tokenizers.__version__, "torch", torch.__version__, "(Debian)")'))"
 fi
