@@ -12,7 +12,8 @@
 #include "data/pack.h"
 #include "io/tokens.h"
 
-/* ---- prepare: text files -> DIR/train.bin, DIR/val.bin, DIR/meta.json */
+/* ---- prepare: text files (or JSONL chat rows) -> DIR/train.bin, DIR/val.bin, DIR/meta.json (and
+ * DIR/train.mask, DIR/val.mask for rows) */
 typedef struct {
     const char *const *texts; /* input text files */
     int n_texts;
@@ -23,14 +24,28 @@ typedef struct {
     const char *tokenizer; /* NULL: bytes (vocabulary 257); else a byte-level BPE tokenizer.json (data/bpe.h):
                               documents start with its <|endoftext|>, and the file is copied into
                               out_dir/tokenizer.json for sample and export */
+    const char *jsonl;     /* instead of texts: chat or prompt/completion rows (data/chat.h), one
+                              document each, with train.mask and val.mask; needs tokenizer */
+    int chat_format;       /* with jsonl: fsdp_chat_format (data/chat.h), FSDP_CHAT_AUTO by default */
     int quiet;
 } fsdp_prepare_args;
 typedef struct {
-    uint64_t n_docs, n_train, n_val; /* documents, tokens written */
+    uint64_t n_docs, n_train, n_val; /* documents (rows), tokens written */
+    uint64_t n_loss;                 /* jsonl: tokens with FSDP_MASK_LOSS, both files */
+    int chat_format;                 /* jsonl: the fsdp_chat_format rendered */
     int vocab;                       /* of the tokens written */
     uint64_t text_bytes;             /* BPE: bytes of document text it encoded */
     double encode_s;                 /* BPE: seconds fsdp_bpe_encode took over them */
 } fsdp_prepare_stats;
+/* Writes out_dir as one unit: everything goes into a new folder beside it (.NAME.prepare.XXXXXX, same
+ * parent), fsync'd, then swapped into place (renameat2 RENAME_EXCHANGE with an existing folder, whose
+ * old contents are then removed; rename when there is none), so a kill at any point leaves the old
+ * folder or the new one, never a mix (a killed run may leave its .NAME.prepare.* folder behind). An
+ * existing out_dir must be a real folder (not a symbolic link) holding only files prepare writes and
+ * none of this command's inputs but the tokenizer; a failure leaves it untouched and removes the new
+ * folder. Limits are checked before any tokenizing: each token file holds at most INT32_MAX tokens
+ * (llm.c's header), against a lower bound of the tokens the input gives (its bytes, or with a BPE its
+ * bytes over the longest token's, times 3 with NFC). */
 fsdp_status fsdp_prepare(const fsdp_prepare_args *a, fsdp_prepare_stats *stats);
 
 /* Copies the tokenizer src (a tokenizer.json) into the folder dst_dir as dst_dir/tokenizer.json, and

@@ -4,6 +4,7 @@
 #include "train/config.h"
 
 #include "core/core.h"
+#include "data/chat.h"
 #include "data/pack.h"
 #include "train/toml_read.h"
 
@@ -232,6 +233,14 @@ static const opt_def opts[] = {
      "share of documents kept for val.bin"},
     {"doc-sep", OPT_STR, F(doc_sep), 0, 0, NULL, C_PREPARE,
      "a line equal to this separates documents (e.g. % for fortune files)"},
+    {"jsonl", OPT_STR, F(jsonl), 0, 0, NULL, C_PREPARE,
+     "instead of --text: fine-tuning rows, one JSON object a line, {\"prompt\": ..., \"completion\": ...} or "
+     "{\"messages\": [{\"role\": \"system|user|assistant\", \"content\": ...}, ...]}, rendered with the "
+     "chat format of --tokenizer; writes train.mask and val.mask: only the assistant's tokens count in the "
+     "loss"},
+    {"chat-format", OPT_ENUM, F(chat_format), 0, 0, fsdp_chat_format_names, C_PREPARE,
+     "--jsonl: chatml (<|im_start|>role\\n...<|im_end|>: Qwen2, SmolLM2) or llama3 (<|start_header_id|>...); "
+     "auto: from the chat_template of the tokenizer_config.json beside --tokenizer, else its special tokens"},
     {"tokenizer", OPT_STR, F(tokenizer), 0, 0, NULL, C_PREPARE | C_SAMPLE | C_EXPORT,
      "GPT-2 style tokenizer.json (byte-level BPE): prepare encodes with it (unset: bytes) and copies it "
      "into the folder; sample and export: instead of the data folder's or --init-from's"},
@@ -655,7 +664,16 @@ fsdp_status fsdp_train_config_check(fsdp_train_config *c, int world) {
                                   c->keep_every);
         break;
     case FSDP_CMD_PREPARE:
-        if (c->n_texts == 0) return fsdp_set_error(FSDP_EINVAL, "prepare needs --text FILE...");
+        if (c->n_texts == 0 && !c->jsonl)
+            return fsdp_set_error(FSDP_EINVAL, "prepare needs --text FILE... or --jsonl FILE");
+        if (c->n_texts > 0 && c->jsonl)
+            return fsdp_set_error(FSDP_EINVAL, "prepare takes --text or --jsonl, not both");
+        if (c->jsonl && !c->tokenizer)
+            return fsdp_set_error(FSDP_EINVAL,
+                                  "prepare --jsonl needs --tokenizer (the chat model's tokenizer.json)");
+        if (c->jsonl && c->doc_sep)
+            return fsdp_set_error(FSDP_EINVAL,
+                                  "prepare: --doc-sep is for --text; every --jsonl row is a document");
         if (!c->out) return fsdp_set_error(FSDP_EINVAL, "prepare needs --out DIR");
         break;
     case FSDP_CMD_EXPORT:
@@ -701,7 +719,9 @@ void fsdp_train_usage(FILE *f, fsdp_train_cmd cmd) {
     static const char *const what[FSDP_CMD_NCMD] = {
         "train a model (GPT-2 or the Llama family) on token files with FSDP (the default command; under "
         "mpirun, one process per rank)",
-        "tokenise text files (bytes, or --tokenizer's BPE) into DIR/train.bin, DIR/val.bin (llm.c's layout)",
+        "tokenise text files (bytes, or --tokenizer's BPE) into DIR/train.bin, DIR/val.bin (llm.c's layout), "
+        "or with --jsonl chat rows into those and the loss masks DIR/train.mask, DIR/val.mask; the folder "
+        "is replaced as one unit",
         "write a checkpoint's (or a Hugging Face folder's) full model (fp32, or --export-dtype bf16) as "
         ".safetensors with its family's Hugging Face tensor names, plus config.json (and the tokenizer when "
         "the run has one)",

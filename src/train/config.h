@@ -113,6 +113,8 @@ typedef struct {
     const char *out; /* prepare: folder; export: .safetensors file */
     double val_fraction;
     const char *doc_sep;
+    const char *jsonl; /* prepare: chat / prompt-completion rows instead of --text (data/chat.h) */
+    int chat_format;   /* prepare --jsonl: fsdp_chat_format (auto, chatml, llama3) */
 
     /* export, sample */
     const char *checkpoint; /* a step folder, or a checkpoint folder with `latest` */

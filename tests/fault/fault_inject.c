@@ -9,7 +9,11 @@
  *   FSDP_FAULT_TRUNCATE_AT_MMAP=n  just after the n-th (1-based) successful mmap of a watched file, the
  *                               file is truncated (truncate(2) on its path, as another process would)
  *                               to FSDP_FAULT_TRUNCATE_TO bytes (default 0), and "fault_inject:
- *                               truncated PATH" goes to stderr: a file that shrinks while mapped */
+ *                               truncated PATH" goes to stderr: a file that shrinks while mapped
+ *   FSDP_FAULT_KILL_AT_OP=n     SIGKILL at the n-th watched file operation of any kind: just before a
+ *                               write, unlink or rmdir, and just before and just after a rename or
+ *                               renameat2 (two points each: the folder swap of prepare), so a loop over
+ *                               n kills a command at every point of its writing */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
@@ -34,6 +38,8 @@ static long writes_seen;
 static long truncate_at_mmap = -1; /* n-th watched mmap truncates its file; -1: off */
 static long long truncate_to;
 static long mmaps_seen;
+static long kill_at_op = -1; /* n-th watched operation kills; -1: off */
+static long ops_seen;
 static unsigned char watched[MAX_FD];
 
 __attribute__((constructor)) static void fault_init(void) {
@@ -45,6 +51,13 @@ __attribute__((constructor)) static void fault_init(void) {
     if ((v = getenv("FSDP_FAULT_ENOSPC_AFTER"))) enospc_left = atoll(v);
     if ((v = getenv("FSDP_FAULT_TRUNCATE_AT_MMAP"))) truncate_at_mmap = atol(v);
     if ((v = getenv("FSDP_FAULT_TRUNCATE_TO"))) truncate_to = atoll(v);
+    if ((v = getenv("FSDP_FAULT_KILL_AT_OP"))) kill_at_op = atol(v);
+}
+
+/* One watched operation (FSDP_FAULT_KILL_AT_OP). */
+static void die(const char *what, const char *path);
+static void op_point(const char *what, const char *path) {
+    if (kill_at_op > 0 && ++ops_seen >= kill_at_op) die(what, path);
 }
 
 static int is_watched(const char *path) { return match && path && strstr(path, match) != NULL; }
@@ -73,6 +86,7 @@ int __open_2(const char *path, int flags); /* glibc's fortified open(), declared
 static ssize_t before_write(int fd, size_t n) {
     if (!match || fd < 0 || fd >= MAX_FD || !watched[fd]) return (ssize_t)n;
     writes_seen++;
+    op_point("write", match);
     if (kill_at_write > 0 && writes_seen >= kill_at_write) die("write", match);
     if (enospc_left >= 0) {
         if (enospc_left == 0 || n == 0) {
@@ -154,7 +168,29 @@ ssize_t pwrite64(int fd, const void *buf, size_t n, off_t off) {
 int rename(const char *from, const char *to) {
     REAL(rename);
     if (kill_at_rename && (is_watched(from) || is_watched(to))) die("rename", from);
-    return real_rename(from, to);
+    int w = is_watched(from) || is_watched(to);
+    if (w) op_point("rename (before)", from);
+    int r = real_rename(from, to);
+    if (w) op_point("rename (after)", from);
+    return r;
+}
+int renameat2(int fromfd, const char *from, int tofd, const char *to, unsigned flags) {
+    REAL(renameat2);
+    int w = is_watched(from) || is_watched(to);
+    if (w) op_point("renameat2 (before)", from);
+    int r = real_renameat2(fromfd, from, tofd, to, flags);
+    if (w) op_point("renameat2 (after)", from);
+    return r;
+}
+int unlink(const char *path) {
+    REAL(unlink);
+    if (is_watched(path)) op_point("unlink", path);
+    return real_unlink(path);
+}
+int rmdir(const char *path) {
+    REAL(rmdir);
+    if (is_watched(path)) op_point("rmdir", path);
+    return real_rmdir(path);
 }
 
 /* A watched file's n-th mapping: truncate the file behind it (FSDP_FAULT_TRUNCATE_AT_MMAP). */

@@ -4,6 +4,7 @@
  * library. */
 #include "fsdp.h"
 #include "train/config.h"
+#include "data/chat.h"
 #include "data/data.h"
 #include "train/train.h"
 
@@ -40,10 +41,20 @@ static fsdp_status prepare(const fsdp_train_config *c) {
                            .out_dir = c->out,
                            .val_fraction = c->val_fraction,
                            .doc_sep = c->doc_sep,
-                           .tokenizer = c->tokenizer};
+                           .tokenizer = c->tokenizer,
+                           .jsonl = c->jsonl,
+                           .chat_format = c->chat_format};
     fsdp_prepare_stats st;
     fsdp_status s = fsdp_prepare(&a, &st);
-    if (s == FSDP_OK && !c->tokenizer)
+    if (s == FSDP_OK && c->jsonl)
+        printf(
+            "prepared %s: %llu rows of %s in the %s chat format, train.bin %llu tokens, val.bin %llu tokens, "
+            "%llu of them loss targets (train.mask, val.mask); BPE vocabulary %d (%s, copied into the "
+            "folder)\n",
+            c->out, (unsigned long long)st.n_docs, c->jsonl, fsdp_chat_format_names[st.chat_format],
+            (unsigned long long)st.n_train, (unsigned long long)st.n_val, (unsigned long long)st.n_loss,
+            st.vocab, c->tokenizer);
+    else if (s == FSDP_OK && !c->tokenizer)
         printf("prepared %s: %llu documents from %d file%s, train.bin %llu tokens, val.bin %llu tokens, "
                "byte-level vocabulary %d (256 = end of text)\n",
                c->out, (unsigned long long)st.n_docs, c->n_texts, c->n_texts == 1 ? "" : "s",
