@@ -403,21 +403,26 @@ static fsdp_status prep_check_old(const char *out, int *exists) {
         if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
         char *p = fsdp_strdupf("%s/%s", out, e->d_name);
         int tok = 0;
-        struct stat es;
+        struct stat es = {0};
         if (!p)
             s = FSDP_ERR(FSDP_ENOMEM, "no memory for a path");
-        else if (!prep_output_name(e->d_name, &tok) || lstat(p, &es) != 0 || !S_ISREG(es.st_mode))
+        else if (!prep_output_name(e->d_name, &tok))
             s = fsdp_set_error(
                 FSDP_EINVAL,
                 "prepare --out %s holds %s, which prepare does not write: prepare replaces the "
                 "folder as one unit; move it away or choose another --out",
                 out, e->d_name);
-        else if (!tok && fsdp_io_is_input(p))
+        else if (lstat(p, &es) != 0 || !S_ISREG(es.st_mode))
             s = fsdp_set_error(
                 FSDP_EINVAL,
-                "prepare --out %s holds %s, one of this command's inputs: replacing the folder "
-                "would remove it",
-                out, e->d_name);
+                "prepare --out %s: %s is %s, not a regular file: prepare replaces the folder as "
+                "one unit and would remove it; move it away or choose another --out",
+                out, p, fsdp_io_kind(es.st_mode));
+        else if (!tok && fsdp_io_is_input(p))
+            s = fsdp_set_error(FSDP_EINVAL,
+                               "prepare --out %s: %s is a file this command reads (one of its inputs): "
+                               "replacing the folder would remove it",
+                               out, p);
         free(p);
     }
     closedir(d);

@@ -124,7 +124,7 @@ mkdir -p other && echo mine >other/notes.txt
     bad "--out with other files: $(cat bad.log)"
 cp good.jsonl keep/meta.json
 "$BIN" prepare --jsonl keep/meta.json --tokenizer qwen2.json --out keep >bad.log 2>&1
-[ $? -ne 0 ] && grep -q "holds meta.json, one of this command's inputs" bad.log && ok || bad "input inside --out: $(cat bad.log)"
+[ $? -ne 0 ] && grep -q "keep/meta.json is a file this command reads" bad.log && ok || bad "input inside --out: $(cat bad.log)"
 # re-preparing with the folder's own tokenizer.json replaces the folder (the tokenizer is copied first)
 "$BIN" prepare --jsonl good.jsonl --tokenizer keep/tokenizer.json --out keep >re.log 2>&1 && cmp -s keep/tokenizer.json qwen2.json &&
     [ -f keep/train.mask ] && ok || bad "re-prepare with the folder's tokenizer: $(cat re.log)"
