@@ -73,6 +73,7 @@ typedef struct {
     int width;
     uint64_t nt, nv;
     /* jsonl: the rows' tokens and flags (realloc'd; narrowed to width in place before writing) */
+    const char *jsonl; /* the file, named in row messages */
     fsdp_chat chat;
     int32_t *jt, *jv;
     uint8_t *ft, *fv;
@@ -246,11 +247,9 @@ static fsdp_status for_each_row(prep_ctx *x, const char *text, size_t n, line_fn
     return FSDP_OK;
 }
 
-static const char *jsonl_path; /* the file for row messages (one prepare at a time: the CLI's) */
-
 static fsdp_status check_row(prep_ctx *x, const char *p, size_t n, uint64_t lineno, uint64_t row) {
     size_t bytes = 0;
-    FSDP_TRY(fsdp_chat_check_row(p, n, jsonl_path, lineno, &bytes));
+    FSDP_TRY(fsdp_chat_check_row(p, n, x->jsonl, lineno, &bytes));
     limit_add(x, row, bytes);
     x->n_docs++;
     return FSDP_OK;
@@ -260,7 +259,7 @@ static fsdp_status emit_row(prep_ctx *x, const char *p, size_t n, uint64_t linen
     int to_val = doc_to_val(x->f, row);
     size_t len = to_val ? x->nv : x->nt;
     double t0 = fsdp_time_s();
-    fsdp_status s = fsdp_chat_render_row(&x->chat, p, n, jsonl_path, lineno, to_val ? &x->jv : &x->jt,
+    fsdp_status s = fsdp_chat_render_row(&x->chat, p, n, x->jsonl, lineno, to_val ? &x->jv : &x->jt,
                                          to_val ? &x->fv : &x->ft, to_val ? &x->jv_cap : &x->jt_cap, &len);
     x->encode_s += fsdp_time_s() - t0;
     x->encoded += n;
@@ -276,7 +275,7 @@ static fsdp_status emit_row(prep_ctx *x, const char *p, size_t n, uint64_t linen
  * then rendered into x->jt / x->jv with their flags, narrowed to x->width as x->train / x->val. */
 static fsdp_status prep_jsonl(const fsdp_prepare_args *a, prep_ctx *x, char **text, size_t *len) {
     x->f = a->val_fraction;
-    jsonl_path = a->jsonl;
+    x->jsonl = a->jsonl;
     FSDP_TRY(fsdp_chat_init(&x->chat, x->bpe, a->tokenizer, (fsdp_chat_format)a->chat_format));
     FSDP_TRY(fsdp_io_read_file(a->jsonl, text, len));
     FSDP_TRY(for_each_row(x, *text, *len, check_row));
@@ -325,7 +324,7 @@ static char *prep_meta(const fsdp_prepare_args *a, const prep_ctx *x, int vocab)
     if (!j) return NULL;
     cJSON_AddStringToObject(j, "tokenizer", x->bpe ? "tokenizer.json" : "bytes");
     cJSON_AddNumberToObject(j, "vocab", vocab);
-    cJSON_AddNumberToObject(j, "eot", x->eot);
+    if (x->eot >= 0) cJSON_AddNumberToObject(j, "eot", x->eot); /* a chat tokenizer may lack one */
     cJSON_AddNumberToObject(j, "documents", (double)x->n_docs);
     cJSON_AddNumberToObject(j, "train_tokens", (double)x->nt);
     cJSON_AddNumberToObject(j, "val_tokens", (double)x->nv);
