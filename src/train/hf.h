@@ -1,7 +1,7 @@
 /* hf.h — Hugging Face model folders as a starting point (`--init-from DIR`): DIR/config.json gives
  * the model's shape (configs this model cannot represent are refused, naming the field), and
  * DIR/model.safetensors or the shards named by DIR/model.safetensors.index.json give the weights.
- * Each rank reads only the elements of its own shards, and opens only the files that hold them. */
+ * Each rank reads only the elements of its own shards (and every file's header, to check config.json). */
 #ifndef FSDP_TRAIN_HF_H
 #define FSDP_TRAIN_HF_H
 
