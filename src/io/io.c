@@ -190,7 +190,7 @@ static fsdp_status create_temp(const char *path, char **tmp, int *fd) {
         unsigned x = (unsigned)getpid() * 2654435761u ^ (unsigned)time(NULL) ^ (++counter * 40503u);
         char *t = fsdp_strdupf("%s.tmp.%06x", path, x & 0xffffffu);
         if (!t) return FSDP_ERR(FSDP_ENOMEM, "no memory for a path");
-        int f = open(t, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOCTTY, 0644);
+        int f = open(t, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY, 0644);
         if (f >= 0) {
             *tmp = t;
             *fd = f;
@@ -213,13 +213,21 @@ static fsdp_status create_temp(const char *path, char **tmp, int *fd) {
     return fsdp_set_error(FSDP_EIO, "cannot create a temporary file beside %s: 100 names taken", path);
 }
 
+fsdp_status fsdp_io_symlink_error(const char *what, const char *path) {
+    return fsdp_set_error(FSDP_EIO,
+                          "%s%s%s is a symbolic link: outputs are opened with O_NOFOLLOW and never written "
+                          "or replaced through a link (it could point at any file); give the real path",
+                          what ? what : "output", " ", path);
+}
+
 /* The destination is a regular file or absent, and (unless allowed) none of this command's inputs. */
 static fsdp_status check_dest(const char *path, const char *what, unsigned flags) {
     struct stat st;
-    if (stat(path, &st) != 0) {
+    if (lstat(path, &st) != 0) {
         if (errno == ENOENT) return FSDP_OK;
         return io_err(what ? what : "cannot stat output", path, errno);
     }
+    if (S_ISLNK(st.st_mode)) return fsdp_io_symlink_error(what, path);
     if (!S_ISREG(st.st_mode))
         return fsdp_set_error(FSDP_EIO, "%s%s%s is %s, not a regular file: refusing to replace it",
                               what ? what : "", what ? " " : "", path, fsdp_io_kind(st.st_mode));
@@ -271,7 +279,7 @@ fsdp_status fsdp_out_commit(fsdp_out *o) {
     fsdp_status s = FSDP_OK;
     if (!o->tmp) return FSDP_ERR(FSDP_ESTATE, "commit of an output that was not begun");
     if (o->fd < 0) {
-        o->fd = open(o->tmp, O_RDONLY | O_CLOEXEC);
+        o->fd = open(o->tmp, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
         if (o->fd < 0) s = io_err("cannot reopen", o->tmp, errno);
     }
     if (s == FSDP_OK) {
@@ -362,19 +370,53 @@ void fsdp_path_dirname(const char *path, char *out, size_t cap) {
     }
 }
 
-void fsdp_rm_tree1(const char *dir) {
-    DIR *d = opendir(dir);
-    if (d) {
-        struct dirent *e;
-        while ((e = readdir(d)) != NULL) {
-            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-            char *f = fsdp_strdupf("%s/%s", dir, e->d_name);
-            if (f) unlink(f);
-            free(f);
-        }
-        closedir(d);
+/* Removes the entry name of the folder dirfd: a folder with everything in it (depth levels of
+ * subfolders at most), anything else (a symlink included) by unlinking the name itself. A folder is
+ * opened with O_NOFOLLOW|O_DIRECTORY, so an entry swapped for a symlink after the fstatat is never
+ * followed: its open fails and the link itself is unlinked. */
+static void rm_at(int dirfd, const char *name, int depth) {
+    struct stat st;
+    if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0) return;
+    if (!S_ISDIR(st.st_mode) || depth <= 0) {
+        if (!S_ISDIR(st.st_mode)) unlinkat(dirfd, name, 0);
+        return;
     }
-    rmdir(dir);
+    int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) {
+        if (errno == ELOOP || errno == ENOTDIR) unlinkat(dirfd, name, 0);
+        return;
+    }
+    DIR *d = fdopendir(fd);
+    if (!d) {
+        close(fd);
+        return;
+    }
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL)
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) rm_at(fd, e->d_name, depth - 1);
+    closedir(d); /* closes fd */
+    unlinkat(dirfd, name, AT_REMOVEDIR);
+}
+
+void fsdp_rm_tree(const char *path) {
+    if (!path || !*path) return;
+    char *p = fsdp_strdupf("%s", path);
+    if (!p) return;
+    size_t n = strlen(p);
+    while (n > 1 && p[n - 1] == '/')
+        p[--n] = '\0';
+    char *slash = strrchr(p, '/');
+    const char *base = slash ? slash + 1 : p;
+    /* The folders above the entry are followed as given (a symlinked parent is the caller's choice);
+     * the entry itself never is. */
+    int dirfd = AT_FDCWD;
+    if (slash) {
+        *slash = '\0';
+        dirfd = open(slash == p ? "/" : p, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    }
+    if (dirfd != -1 && strcmp(base, ".") && strcmp(base, "..") && *base) rm_at(dirfd, base, 8);
+    if (dirfd >= 0) close(dirfd);
+    free(p);
 }
 
 char *fsdp_strdupf(const char *fmt, ...) {

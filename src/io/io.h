@@ -48,9 +48,13 @@ typedef struct {
  * protocol's own `latest` pointer, which a resume reads and the next save replaces). */
 #define FSDP_OUT_MAY_REPLACE_INPUT 1u
 
+/* The error of an output path whose last component is a symbolic link (what, e.g. "--metrics", opens
+ * the message; NULL: "output"). Links in the folders above it are followed as given. */
+fsdp_status fsdp_io_symlink_error(const char *what, const char *path);
 /* Checks, without writing anything at path, that an output can be written there: the destination is
- * a regular file or absent, is not one of the input set's files, and its folder exists and takes a
- * new file (one is created and removed). what ("--report") opens the messages; NULL: "output". */
+ * a regular file or absent (a symbolic link is refused, fsdp_io_symlink_error), is not one of the input set's
+ * files, and its folder exists and takes a new file (one is created and removed). what ("--report") opens the
+ * messages; NULL: "output". */
 fsdp_status fsdp_out_check(const char *path, const char *what);
 /* fsdp_out_check, then creates the temporary (mode 0644) in path's folder; o->fd is open on it. */
 fsdp_status fsdp_out_begin(fsdp_out *o, const char *path, const char *what, unsigned flags);
@@ -74,8 +78,12 @@ fsdp_status fsdp_mkdirs(const char *path);
 fsdp_status fsdp_fsync_dir(const char *path);
 /* Folder part of a path ("a/b" -> "a", "b" -> "."), into out (cap bytes). */
 void fsdp_path_dirname(const char *path, char *out, size_t cap);
-/* Removes a folder and the plain files in it (one level; best effort, for temporary folders). */
-void fsdp_rm_tree1(const char *dir);
+/* Removes path, best effort (temporary and set-aside folders): a folder with everything in it (up to 8
+ * levels deep), anything else by unlinking it. Symbolic links are never followed: a symlink, at path
+ * or anywhere inside, is removed itself and its target is untouched (openat / fstatat with
+ * AT_SYMLINK_NOFOLLOW / unlinkat on folder descriptors opened O_DIRECTORY|O_NOFOLLOW). The folders
+ * above path's last component are followed as given. */
+void fsdp_rm_tree(const char *path);
 /* malloc'd printf (small strings: paths, names); NULL on failure. */
 char *fsdp_strdupf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* What a stat mode is, for messages: "a FIFO", "a folder", "a character device", ... */

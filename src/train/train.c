@@ -571,12 +571,14 @@ static fsdp_status probe_folder(const char *dir, int rank) {
  * never one of the run's inputs, and opened without blocking (a FIFO with no reader is refused). */
 static fsdp_status open_metrics(const char *path, int *fd_out) {
     struct stat st;
+    if (lstat(path, &st) == 0 && S_ISLNK(st.st_mode)) return fsdp_io_symlink_error("--metrics", path);
     if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
         return fsdp_set_error(FSDP_EIO, "--metrics %s is %s, not a regular file: refusing to write to it",
                               path, fsdp_io_kind(st.st_mode));
     if (fsdp_io_is_input(path))
         return fsdp_set_error(FSDP_EIO, "--metrics %s is a file this run reads: choose another path", path);
-    int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NONBLOCK | O_NOCTTY, 0644);
+    int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | O_NOCTTY, 0644);
+    if (fd < 0 && errno == ELOOP) return fsdp_io_symlink_error("--metrics", path); /* made since the lstat */
     if (fd < 0)
         return fsdp_set_error(FSDP_EIO, "cannot open --metrics %s for appending: %s", path, strerror(errno));
     int fl = fcntl(fd, F_GETFL);

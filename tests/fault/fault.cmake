@@ -2,9 +2,9 @@
 # becomes an error, ranks that disagree on their settings, data or checkpoint folder, a rank killed
 # mid-training and mid-checkpoint, a full disk while saving, a NaN loss or grad norm (fault_nonfinite.sh)
 # (tests/fault/*.sh, with the LD_PRELOAD fault library fault_inject.c), FIFOs, device nodes and
-# self-overwrites, concurrent runs, unwritable outputs and a full --metrics disk (fault_files.sh), files
-# changed under the reader: flipped manifest bits, a NaN behind right checksums, a mapped file that
-# shrinks (fault_integrity.sh), bad
+# self-overwrites, symbolic links never followed when deleting or writing, concurrent runs, unwritable
+# outputs and a full --metrics disk (fault_files.sh), files changed under the reader: flipped manifest
+# bits, a NaN behind right checksums, a mapped file that shrinks (fault_integrity.sh), bad
 # values for every flag
 # (test_flags.c), and a short training run under valgrind memcheck (tools/valgrind-check.sh).
 if(TARGET fsdp-train)
@@ -31,7 +31,7 @@ if(TARGET fsdp-train)
       set_tests_properties(fault/integrity_${part} PROPERTIES LABELS "script;fault" TIMEOUT 300)
     endforeach()
     # Files that are not what they seem, concurrent runs, outputs that must not be lost (issue 14).
-    foreach(part inputs outputs lock preflight metrics noop exitcodes)
+    foreach(part inputs outputs lock preflight metrics noop exitcodes symlinks)
       add_test(NAME fault/files_${part}
         COMMAND ${PROJECT_SOURCE_DIR}/tests/fault/fault_files.sh $<TARGET_FILE:fsdp-train>
                 ${PROJECT_SOURCE_DIR}/tests/mpirun.sh ${PROJECT_BINARY_DIR}/tmp_files_${part}

@@ -17,6 +17,10 @@
 #   metrics    a full disk under --metrics (injected, and a real small tmpfs where mounting is allowed)
 #              is an error with a non-zero exit, never lost lines with exit 0
 #   noop       --steps 0 and a resume at or past --steps say "nothing to do" and change nothing
+#   symlinks   nothing is deleted or written through a symbolic link: symlinked stale temporary and
+#              set-aside entries of a checkpoint folder are removed themselves (their targets keep
+#              their files); --metrics, --report, --trace, export --out and config.json beside it as a
+#              symlink are refused naming the path and O_NOFOLLOW, and the target is unchanged
 #   exitcodes  a bad command line exits 2 before and after launch, under mpirun with one message and
 #              no MPI_ABORT banner; other failures exit 1; the small message fixes of the issue
 # usage: fault_files.sh FSDP_TRAIN MPIRUN_SH WORKDIR FAULT_LIB PART
@@ -255,6 +259,38 @@ noop)
         not_trained noop_resume
     done
     [ "$before" = "$(snapshot ck4)" ] && [ ! -e mr.jsonl ] && [ ! -e mr.json ] && ok || bad "a run with nothing to do wrote files"
+    ;;
+symlinks)
+    # victim folders and a victim file that symlinks point at: they must come out as they went in
+    mkdir -p victim1 victim2 && echo keep >victim1/a.bin && echo keep >victim2/b.bin && echo keep >vfile
+    cp -r ck4 ck_ln
+    ln -s "$WORK/victim1" ck_ln/.tmp_step_000099  # a stale temporary folder: removed at the next save
+    ln -s "$WORK/victim2" ck_ln/.uncommitted_step_000006 # the set-aside name the save replaces
+    ln -s "$WORK/victim2" ck_ln/step_000006              # an uncommitted entry of the step being saved
+    run_ck ln_resume "$BIN" "${TINY[@]}" --steps 6 --checkpoint-dir ck_ln --resume
+    [ $rc = 0 ] && ok || bad "ln_resume: exit $rc: $(grep error ln_resume.log)"
+    [ "$(cat victim1/a.bin)$(cat victim2/b.bin)" = keepkeep ] && ok || bad "a symlinked temporary's target lost files: $(ls victim1 victim2)"
+    [ ! -L ck_ln/.tmp_step_000099 ] && [ -d ck_ln/step_000006 ] && [ ! -L ck_ln/step_000006 ] && ok || bad "ck_ln: $(ls -lA ck_ln)"
+    [ "$(cat ck_ln/latest)" = step_000006 ] && ok || bad "ck_ln: latest is $(cat ck_ln/latest)"
+    # outputs as symlinks onto another file: refused, the target untouched
+    for flag in metrics report trace; do
+        ln -sf "$WORK/vfile" "ln.$flag"
+        fails_with "ln_$flag" "--$flag ln.$flag is a symbolic link: outputs are opened with O_NOFOLLOW" \
+            "$BIN" "${TINY[@]}" --steps 2 --checkpoint-dir "ck_ln_$flag" "--$flag" "ln.$flag"
+        not_trained "ln_$flag"
+        [ "$(cat vfile)" = keep ] && [ -L "ln.$flag" ] && ok || bad "--$flag wrote through its symlink"
+    done
+    ln -sf "$WORK/vfile" ln.safetensors
+    fails_with ln_export "--out ln.safetensors is a symbolic link: outputs are opened with O_NOFOLLOW" \
+        "$BIN" export --checkpoint ck4 --out ln.safetensors
+    mkdir -p lncfg && ln -sf "$WORK/vfile" lncfg/config.json
+    fails_with ln_export_cfg "lncfg/config.json is a symbolic link" "$BIN" export --checkpoint ck4 --out lncfg/m.safetensors
+    [ ! -e lncfg/m.safetensors ] && ok || bad "export wrote --out although config.json beside it was refused"
+    [ "$(cat vfile)" = keep ] && ok || bad "export wrote through a symlink: $(head -c 40 vfile)"
+    # a symlink in a folder above the output is followed: only the last component counts
+    mkdir -p realdir && ln -sfn "$WORK/realdir" linkdir
+    run_ck ln_parent "$BIN" export --checkpoint ck4 --out linkdir/m.safetensors
+    [ $rc = 0 ] && [ -f realdir/m.safetensors ] && ok || bad "export through a symlinked parent folder: exit $rc: $(grep error ln_parent.log)"
     ;;
 exitcodes)
     # a bad command line: 2, found while parsing or after launch, with one message
