@@ -365,7 +365,7 @@ static fsdp_status set_aside_uncommitted(const char *ckpt_dir, const char *name,
                            fin);
         goto done;
     }
-    fsdp_rm_tree(aside);
+    fsdp_rm_tree1(aside);
     if (rename(fin, aside) != 0)
         s = fsdp_set_error(FSDP_EIO,
                            "%s exists but `latest` does not name it (an interrupted save); cannot move it "
@@ -390,7 +390,7 @@ static void remove_stale_temps(const char *ckpt_dir) {
             file = strncmp(e->d_name, "latest.tmp.", 11) == 0;
         if (!folder && !file) continue;
         char *p = fsdp_strdupf("%s/%s", ckpt_dir, e->d_name);
-        if (p && folder) fsdp_rm_tree(p);
+        if (p && folder) fsdp_rm_tree1(p);
         if (p && file) unlink(p);
         free(p);
     }
@@ -468,12 +468,12 @@ fsdp_status fsdp_ckpt_prune(const char *ckpt_dir, int keep_last, int keep_every,
         if (!from || !to) {
             s = FSDP_ERR(FSDP_ENOMEM, "no memory for a path");
         } else {
-            fsdp_rm_tree(to); /* a leftover of an interrupted removal */
+            fsdp_rm_tree1(to); /* a leftover of an interrupted removal */
             if (rename(from, to) != 0) {
                 s = fsdp_set_error(FSDP_EIO, "cannot move %s aside to remove it: %s", from, strerror(errno));
             } else {
                 s = fsdp_fsync_dir(ckpt_dir);
-                fsdp_rm_tree(to);
+                fsdp_rm_tree1(to);
                 count++;
                 if (names && cap) {
                     size_t l = strlen(names);
@@ -557,7 +557,7 @@ fsdp_status fsdp_ckpt_save_parts(fsdp_comm_t *comm, const char *ckpt_dir, const 
     }
     s = fsdp_comm_agree(comm, s, "committing the checkpoint");
 done:
-    if (s != FSDP_OK && rank == 0 && tmp_made) fsdp_rm_tree(tmp);
+    if (s != FSDP_OK && rank == 0 && tmp_made) fsdp_rm_tree1(tmp);
     if (s == FSDP_OK && final_dir) {
         *final_dir = fin;
         fin = NULL;

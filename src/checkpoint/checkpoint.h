@@ -130,7 +130,7 @@ void fsdp_ckpt_unlock(int fd);
  * real folder named step_NNNNNN (a symbolic link is left alone). Each is first renamed to
  * .tmp_step_NNNNNN.pruned (and the folder fsynced), so an interrupted removal never leaves a partial
  * checkpoint under a step name; the next save removes what is left (it removes every .tmp_step_*).
- * Removal is fsdp_rm_tree. *removed (may be NULL): folders removed; their names, space-separated,
+ * Removal is fsdp_rm_tree1. *removed (may be NULL): folders removed; their names, space-separated,
  * into names (cap bytes, may be NULL). FSDP_EIO when `latest` cannot be read (nothing removed). */
 fsdp_status fsdp_ckpt_prune(const char *ckpt_dir, int keep_last, int keep_every, int *removed, char *names,
                             size_t cap);

@@ -398,7 +398,7 @@ static void rm_at(int dirfd, const char *name, int depth) {
     unlinkat(dirfd, name, AT_REMOVEDIR);
 }
 
-void fsdp_rm_tree(const char *path) {
+void fsdp_rm_tree1(const char *path) {
     if (!path || !*path) return;
     char *p = fsdp_strdupf("%s", path);
     if (!p) return;

@@ -83,7 +83,7 @@ void fsdp_path_dirname(const char *path, char *out, size_t cap);
  * or anywhere inside, is removed itself and its target is untouched (openat / fstatat with
  * AT_SYMLINK_NOFOLLOW / unlinkat on folder descriptors opened O_DIRECTORY|O_NOFOLLOW). The folders
  * above path's last component are followed as given. */
-void fsdp_rm_tree(const char *path);
+void fsdp_rm_tree1(const char *path);
 /* malloc'd printf (small strings: paths, names); NULL on failure. */
 char *fsdp_strdupf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* What a stat mode is, for messages: "a FIFO", "a folder", "a character device", ... */

@@ -209,7 +209,7 @@ fsdp_status fsdp_export_run(const fsdp_train_config *cfg, FILE *out) {
     /* A Hugging Face folder: through a temporary one-rank checkpoint beside the output. */
     char *tmp = fsdp_strdupf("%s.init-from.tmp", cfg->out), *step_dir = NULL;
     if (!tmp) return FSDP_ERR(FSDP_ENOMEM, "no memory for a path");
-    fsdp_rm_tree(tmp); /* a leftover of an interrupted export */
+    fsdp_rm_tree1(tmp); /* a leftover of an interrupted export */
     fsdp_status s = fsdp_train_hf_to_checkpoint(cfg->init_from, tmp, &step_dir);
     if (s == FSDP_OK) {
         fsdp_train_config c = *cfg;
@@ -217,8 +217,8 @@ fsdp_status fsdp_export_run(const fsdp_train_config *cfg, FILE *out) {
         c.init_from = NULL;
         s = export_checkpoint(&c, out);
     }
-    if (step_dir) fsdp_rm_tree(step_dir);
-    fsdp_rm_tree(tmp);
+    if (step_dir) fsdp_rm_tree1(step_dir);
+    fsdp_rm_tree1(tmp);
     free(step_dir);
     free(tmp);
     return s;
