@@ -7,7 +7,7 @@
 #    error for a template or a tokenizer of neither format;
 #  - every class of malformed row refused with FILE:LINE and what is wrong, and nothing written: an
 #    existing output folder stays byte for byte, a new one is not created, no temporary folder is left;
-#  - an over-long --text refused from its size before it is read (issue 28 item 5).
+#  - an over-long --text refused from its size before it is read, bytes and BPE (issue 28 item 5).
 # usage: chat_jsonl.sh FSDP_TRAIN PYTHON WORKDIR
 set -uo pipefail
 BIN=$(realpath "$1") PY=$2 WORK=$3
@@ -137,4 +137,11 @@ rc=$?
 [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q 'at least 2185000001 tokens for train.bin, more than a token file holds (2147483647' big.log &&
     [ $(($(date +%s) - start)) -lt 10 ] && [ ! -e bigout ] && ok || bad "over-long text: rc $rc: $(cat big.log)"
 rm -f big.txt
+# with a BPE the bound is the bytes over the longest token's (GPT-2's: 128 bytes): a sparse 400 GB file
+truncate -s 400000000000 huge.txt
+timeout 60 "$BIN" prepare --text huge.txt --tokenizer gpt-2.json --out hugeout >huge.log 2>&1
+rc=$?
+[ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q 'at least 2968750001 tokens for train.bin, more than a token file holds' huge.log &&
+    [ ! -e hugeout ] && ok || bad "over-long text, BPE: rc $rc: $(cat huge.log)"
+rm -f huge.txt
 finish
