@@ -977,3 +977,14 @@ fsdp_status fsdp_ckpt_resolve(const char *dir, char **step_dir) {
     free(m);
     return s;
 }
+
+int fsdp_ckpt_managed_name(const char *name) {
+    static const char *const prefixes[] = {
+        ".tmp_step_",   ".uncommitted_step_", ".lock.rank_", ".write-test.",
+        ".shared-test", "latest.tmp.",        NULL};
+    long long step;
+    if (!strcmp(name, "latest") || step_name(name, &step)) return 1;
+    for (int i = 0; prefixes[i]; i++)
+        if (!strncmp(name, prefixes[i], strlen(prefixes[i]))) return 1;
+    return 0;
+}

@@ -112,6 +112,9 @@ fsdp_status fsdp_ckpt_read_range(fsdp_ckpt_reader *r, int u, size_t start, size_
 /* dir holding manifest.json -> itself; a checkpoint folder with `latest` -> its newest step folder.
  * *step_dir: malloc'd. FSDP_EIO naming dir when it holds neither. */
 fsdp_status fsdp_ckpt_resolve(const char *dir, char **step_dir);
+/* 1 if name is an entry of a checkpoint folder that the save protocol owns (latest, step_*, the
+ * temporaries, set-aside folders, lock and probe files): no other output may be written there. */
+int fsdp_ckpt_managed_name(const char *name);
 /* 1 if ckpt_dir has a `latest` pointer. */
 int fsdp_ckpt_has_latest(const char *ckpt_dir);
 

@@ -7,6 +7,8 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,7 +65,10 @@ typedef struct {
 static file_id *inputs;
 static size_t n_inputs, cap_inputs;
 
+static void claims_reset(void);
+
 void fsdp_io_inputs_reset(void) {
+    claims_reset();
     free(inputs);
     inputs = NULL;
     n_inputs = cap_inputs = 0;
@@ -96,6 +101,158 @@ void fsdp_io_note_input(const char *path) {
 int fsdp_io_is_input(const char *path) {
     struct stat st;
     return stat(path, &st) == 0 && stat_is_input(&st);
+}
+
+/* ---------------------------------------------------------------- claims */
+
+/* The paths a command names (flags), so that no output is an input or another output, or inside a
+ * folder another of them owns. */
+typedef struct {
+    char *path;                /* normalised: realpath of the longest existing prefix + the rest, lexically */
+    char what[64], given[256]; /* the flag and its path as given, for messages */
+    unsigned kind;
+    int (*managed)(const char *name);
+    int exists;
+    dev_t dev;
+    ino_t ino;
+} claim;
+static claim *claims;
+static size_t n_claims;
+
+static void claims_reset(void) {
+    for (size_t i = 0; i < n_claims; i++)
+        free(claims[i].path);
+    free(claims);
+    claims = NULL;
+    n_claims = 0;
+}
+
+/* Appends the components of rest to out (an absolute, normalised path), resolving "." and ".."
+ * lexically; 0 when it does not fit. */
+static int append_lexical(char *out, size_t cap, const char *rest) {
+    while (*rest) {
+        size_t n = strcspn(rest, "/");
+        if (n == 1 && rest[0] == '.') {
+        } else if (n == 2 && rest[0] == '.' && rest[1] == '.') {
+            char *sl = strrchr(out, '/');
+            if (sl) sl[sl == out ? 1 : 0] = '\0';
+        } else if (n > 0) {
+            size_t l = strlen(out);
+            if (l + n + 2 > cap) return 0;
+            if (l == 0 || out[l - 1] != '/') out[l++] = '/';
+            memcpy(out + l, rest, n);
+            out[l + n] = '\0';
+        }
+        rest += n;
+        while (*rest == '/')
+            rest++;
+    }
+    return 1;
+}
+
+char *fsdp_io_normalise(const char *path) {
+    char buf[PATH_MAX], res[PATH_MAX];
+    if (!path || !*path || strlen(path) >= sizeof buf) return NULL;
+    snprintf(buf, sizeof buf, "%s", path);
+    size_t n = strlen(buf);
+    while (n > 1 && buf[n - 1] == '/')
+        buf[--n] = '\0';
+    /* The longest prefix of folders that exists, resolved; the last component never is. */
+    char *cut = strrchr(buf, '/');
+    for (;;) {
+        const char *head = cut ? (cut == buf ? "/" : buf) : ".";
+        if (cut) *cut = '\0';
+        int ok = realpath(head, res) != NULL;
+        if (cut) *cut = '/';
+        if (ok) break;
+        if (!cut) return NULL;
+        char *prev = cut;
+        *prev = '\0';
+        cut = strrchr(buf, '/');
+        *prev = '/';
+        if (cut == NULL && prev == buf) return NULL;
+    }
+    if (!append_lexical(res, sizeof res, cut ? cut + 1 : buf)) return NULL;
+    return fsdp_strdupf("%s", res);
+}
+
+/* 1 if b lies inside folder a; *first = the component of b just below a. */
+static int inside(const char *a, const char *b, char *first, size_t cap) {
+    size_t n = strlen(a);
+    if (strncmp(a, b, n) != 0) return 0;
+    const char *r = b + n;
+    if (n > 1) {
+        if (*r != '/') return 0;
+        r++;
+    }
+    if (!*r) return 0;
+    size_t m = strcspn(r, "/");
+    snprintf(first, cap, "%.*s", (int)m, r);
+    return 1;
+}
+
+fsdp_status fsdp_io_claim(const char *path, const char *what, unsigned kind,
+                          int (*managed)(const char *name)) {
+    if (!path || !*path) return FSDP_OK;
+    claim c = {.kind = kind, .managed = managed};
+    snprintf(c.what, sizeof c.what, "%s", what ? what : "a path");
+    snprintf(c.given, sizeof c.given, "%s", path);
+    c.path = fsdp_io_normalise(path);
+    if (!c.path) return fsdp_set_error(FSDP_EIO, "%s %s: cannot resolve the path", c.what, path);
+    struct stat st;
+    if (lstat(c.path, &st) == 0) {
+        c.exists = 1;
+        c.dev = st.st_dev;
+        c.ino = st.st_ino;
+    }
+    if ((kind & FSDP_CLAIM_OUT) && !(kind & FSDP_CLAIM_IN) && c.exists && stat_is_input(&st)) {
+        free(c.path); /* the file itself was read (a shard, a manifest): say so, whichever flag named it */
+        return fsdp_set_error(FSDP_EIO,
+                              "%s %s is a file this command reads: writing it would replace its own input; "
+                              "choose another path",
+                              c.what, path);
+    }
+    for (size_t i = 0; i < n_claims; i++) {
+        const claim *e = &claims[i];
+        const int out = (kind & FSDP_CLAIM_OUT) || (e->kind & FSDP_CLAIM_OUT);
+        if (!out) continue; /* two inputs may be one file */
+        char first[256];
+        const int same =
+            !strcmp(e->path, c.path) || (c.exists && e->exists && e->dev == c.dev && e->ino == c.ino);
+        fsdp_status s = FSDP_OK;
+        if (same) {
+            s = fsdp_set_error(FSDP_EINVAL, "%s %s is the same %s as %s %s: %s; choose another path", c.what,
+                               path, (kind & FSDP_CLAIM_DIR) ? "folder" : "file", e->what, e->given,
+                               (kind & e->kind & FSDP_CLAIM_OUT) ? "each output needs a path of its own"
+                                                                 : "an output may not be one of the inputs");
+        } else if ((e->kind & FSDP_CLAIM_DIR) && inside(e->path, c.path, first, sizeof first) &&
+                   (!e->managed || e->managed(first))) {
+            s = fsdp_set_error(FSDP_EINVAL,
+                               "%s %s is inside %s %s's own entries (%s): %s; choose another path", c.what,
+                               path, e->what, e->given, first,
+                               (e->kind & FSDP_CLAIM_OUT) ? "the command writes or removes them"
+                                                          : "an output may not replace its input");
+        } else if ((kind & FSDP_CLAIM_DIR) && inside(c.path, e->path, first, sizeof first) &&
+                   (!managed || managed(first))) {
+            s = fsdp_set_error(FSDP_EINVAL,
+                               "%s %s is inside %s %s's own entries (%s): %s; choose another path", e->what,
+                               e->given, c.what, path, first,
+                               (kind & FSDP_CLAIM_OUT) ? "the command writes or removes them"
+                                                       : "an output may not replace its input");
+        }
+        if (s != FSDP_OK) {
+            free(c.path);
+            return s;
+        }
+    }
+    claim *p = realloc(claims, (n_claims + 1) * sizeof *p);
+    if (!p) {
+        free(c.path);
+        return FSDP_ERR(FSDP_ENOMEM, "no memory for the list of paths");
+    }
+    claims = p;
+    claims[n_claims++] = c;
+    return FSDP_OK;
 }
 
 const char *fsdp_io_kind(unsigned mode) {

@@ -29,11 +29,30 @@ fsdp_status fsdp_io_read_file(const char *path, char **data, size_t *len);
 /* Adds path (when it exists) to the input set without reading it: a file of the command's input
  * data set that this run happens not to read (val.bin without evaluation) is still not an output. */
 void fsdp_io_note_input(const char *path);
-/* Forgets the input set: every command calls it when it starts. (The set is process-wide and not
- * locked: the trainer's file I/O runs on one thread.) */
+/* Forgets the input set and the claims: every command calls it when it starts. (The set is process-wide and
+ * not locked: the trainer's file I/O runs on one thread.) */
 void fsdp_io_inputs_reset(void);
 /* 1 if path exists and is one of the input set's files (the same device and inode). */
 int fsdp_io_is_input(const char *path);
+
+/* ---- claims: the paths a command's flags name, so that no output is one of its inputs or another
+ * of its outputs, or lies among the entries of a folder another flag owns */
+
+#define FSDP_CLAIM_IN  1u /* the command reads it */
+#define FSDP_CLAIM_OUT 2u /* the command writes it (both: a checkpoint folder on --resume) */
+#define FSDP_CLAIM_DIR 4u /* a folder; managed (NULL: every entry) says which entries below it are its own   \
+                           */
+
+/* Records path (skipped when NULL or empty) as what ("--report"), after checking it against the paths
+ * claimed before (since fsdp_io_inputs_reset): when either is an output, the two may not be the same
+ * (by normalised path, or device and inode when both exist), and neither may lie inside a claimed
+ * folder's own entries. FSDP_EINVAL naming both flags and both paths otherwise. */
+fsdp_status fsdp_io_claim(const char *path, const char *what, unsigned kind,
+                          int (*managed)(const char *name));
+/* malloc'd absolute form of path: realpath of its longest existing folder prefix, then the rest with
+ * "." and ".." resolved lexically; the last component is never resolved (a symlink stays itself).
+ * NULL when nothing of it resolves. */
+char *fsdp_io_normalise(const char *path);
 
 /* ---- outputs: a temporary in the destination's folder, renamed over a regular file or nothing */
 

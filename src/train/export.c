@@ -204,13 +204,54 @@ done:
 
 static fsdp_status export_checkpoint(const fsdp_train_config *cfg, FILE *out);
 
+int fsdp_export_managed_name(const char *name) {
+    static const char *const files[] = {"model.safetensors",       "config.json",
+                                        "tokenizer.json",          "tokenizer_config.json",
+                                        "special_tokens_map.json", NULL};
+    for (int i = 0; files[i]; i++) {
+        size_t n = strlen(files[i]);
+        if (!strncmp(name, files[i], n) && (name[n] == '\0' || name[n] == '.'))
+            return 1; /* or its temporary */
+    }
+    return 0;
+}
+
+/* The export's paths (fsdp_io_claim): --out, config.json beside it and --logits are outputs; the
+ * checkpoint's step folder and --init-from are input folders no output may lie in, and the checkpoint
+ * folder's own entries (latest, step_*, ...) are not outputs either. */
+static fsdp_status export_claims(const fsdp_train_config *cfg, const char *step_dir, const char *odir) {
+    const unsigned D = FSDP_CLAIM_DIR, I = FSDP_CLAIM_IN, O = FSDP_CLAIM_OUT;
+    char parent[4096];
+    fsdp_path_dirname(step_dir, parent, sizeof parent);
+    FSDP_TRY(fsdp_io_claim(step_dir, "--checkpoint", D | I, NULL)); /* the specific one first */
+    FSDP_TRY(fsdp_io_claim(parent, "the folder of --checkpoint", D | I, fsdp_ckpt_managed_name));
+    FSDP_TRY(fsdp_io_claim(cfg->init_from, "--init-from", D | I, NULL));
+    FSDP_TRY(fsdp_io_claim(cfg->tokenizer, "--tokenizer", I, NULL));
+    FSDP_TRY(fsdp_io_claim(cfg->out, "--out", O, NULL));
+    char *cj = fsdp_strdupf("%s/config.json", odir);
+    fsdp_status s = cj ? fsdp_io_claim(cj, "config.json beside --out", O, NULL)
+                       : FSDP_ERR(FSDP_ENOMEM, "no memory for a path");
+    free(cj);
+    if (s == FSDP_OK) s = fsdp_io_claim(cfg->logits, "--logits", O, NULL);
+    return s;
+}
+
 fsdp_status fsdp_export_run(const fsdp_train_config *cfg, FILE *out) {
     if (!cfg->init_from) return export_checkpoint(cfg, out);
     /* A Hugging Face folder: through a temporary one-rank checkpoint beside the output. */
     char *tmp = fsdp_strdupf("%s.init-from.tmp", cfg->out), *step_dir = NULL;
     if (!tmp) return FSDP_ERR(FSDP_ENOMEM, "no memory for a path");
+    /* --out (and so the temporary beside it) outside the folder it converts, before anything is written */
+    fsdp_io_inputs_reset();
+    fsdp_status s = fsdp_io_claim(cfg->init_from, "--init-from", FSDP_CLAIM_DIR | FSDP_CLAIM_IN, NULL);
+    if (s == FSDP_OK) s = fsdp_io_claim(cfg->out, "--out", FSDP_CLAIM_OUT, NULL);
+    if (s == FSDP_OK) s = fsdp_io_claim(tmp, "the temporary checkpoint beside --out", FSDP_CLAIM_OUT, NULL);
+    if (s != FSDP_OK) {
+        free(tmp);
+        return s;
+    }
     fsdp_rm_tree1(tmp); /* a leftover of an interrupted export */
-    fsdp_status s = fsdp_train_hf_to_checkpoint(cfg->init_from, tmp, &step_dir);
+    s = fsdp_train_hf_to_checkpoint(cfg->init_from, tmp, &step_dir);
     if (s == FSDP_OK) {
         fsdp_train_config c = *cfg;
         c.checkpoint = step_dir;
@@ -328,6 +369,7 @@ static fsdp_status export_checkpoint(const fsdp_train_config *cfg, FILE *out) {
     if (s == FSDP_OK && (hdr = header_json(ts, n, st.step, dt == FSDP_BF16 ? "BF16" : "F32")) == NULL)
         s = FSDP_ERR(FSDP_ENOMEM, "no memory for the safetensors header");
     fsdp_path_dirname(cfg->out, odir, sizeof odir);
+    if (s == FSDP_OK) s = export_claims(cfg, step_dir, odir);
     if (s == FSDP_OK) s = export_open(cfg, odir, &o);
     if (s == FSDP_OK) s = export_write(&o, r, ts, n, hdr, dt);
     if (s == FSDP_OK) s = fsdp_out_commit(&o);

@@ -567,6 +567,20 @@ static fsdp_status probe_folder(const char *dir, int rank) {
     return s;
 }
 
+/* No output is an input or another output, nor among the checkpoint folder's, the --init-from folder's
+ * or the --export-final folder's own entries (--report onto ck/latest, --report = --metrics,
+ * --export-final inside a step folder): refused naming both flags, before anything is written. */
+static fsdp_status claim_paths(const fsdp_train_config *c) {
+    const unsigned D = FSDP_CLAIM_DIR, I = FSDP_CLAIM_IN, O = FSDP_CLAIM_OUT;
+    FSDP_TRY(fsdp_io_claim(c->checkpoint_dir, "--checkpoint-dir", D | O | (c->resume ? I : 0),
+                           fsdp_ckpt_managed_name));
+    FSDP_TRY(fsdp_io_claim(c->init_from, "--init-from", D | I, NULL));
+    FSDP_TRY(fsdp_io_claim(c->export_final, "--export-final", D | O, fsdp_export_managed_name));
+    FSDP_TRY(fsdp_io_claim(c->metrics, "--metrics", O, NULL));
+    FSDP_TRY(fsdp_io_claim(c->report, "--report", O, NULL));
+    return fsdp_io_claim(c->trace, "--trace", O, NULL);
+}
+
 /* --metrics: appended to, so not replaced through a temporary; still a regular file or nothing,
  * never one of the run's inputs, and opened without blocking (a FIFO with no reader is refused). */
 static fsdp_status open_metrics(const char *path, int *fd_out) {
@@ -1458,7 +1472,8 @@ static fsdp_status run_start(train_run *r, int *nothing) {
     }
     /* Every other output, before the first step (rank 0 writes them): --metrics is opened now, and
      * --report and --trace must be creatable where they go. */
-    if (r->rank == 0 && c->metrics) s = open_metrics(c->metrics, &r->metrics);
+    if (r->rank == 0) s = claim_paths(c);
+    if (s == FSDP_OK && r->rank == 0 && c->metrics) s = open_metrics(c->metrics, &r->metrics);
     if (s == FSDP_OK && r->rank == 0 && c->report) s = fsdp_out_check(c->report, "--report");
     if (s == FSDP_OK && r->rank == 0 && c->trace) s = fsdp_out_check(c->trace, "--trace");
     if (s == FSDP_OK && r->rank == 0 && c->export_final) {

@@ -49,6 +49,9 @@ fsdp_status fsdp_sample_run(const fsdp_train_config *cfg, fsdp_comm_t *comm, FIL
  * instead, the Hugging Face folder goes through a temporary checkpoint beside cfg->out (removed afterwards).
  */
 fsdp_status fsdp_export_run(const fsdp_train_config *cfg, FILE *out);
+/* 1 if name is an entry an export writes into its folder (the model file, config.json, the tokenizer
+ * files, their temporaries): --export-final's own entries. */
+int fsdp_export_managed_name(const char *name);
 
 /* For the export check: loads the checkpoint (ckpt: step or checkpoint folder) into an fp32 model in
  * this process (world 1), runs a fixed input (B 2, T min(16, seq-len), token i = i*2654435761 mod V)

@@ -21,6 +21,11 @@
 #              set-aside entries of a checkpoint folder are removed themselves (their targets keep
 #              their files); --metrics, --report, --trace, export --out and config.json beside it as a
 #              symlink are refused naming the path and O_NOFOLLOW, and the target is unchanged
+#   conflicts  no output is an input or another output, nor among the entries a folder flag owns:
+#              --report onto the checkpoint's latest, --report = --metrics (also by a hard link),
+#              --export-final inside a step folder, export --out inside --init-from or --checkpoint's
+#              step folder are refused naming both flags before anything is written; outputs beside
+#              them (ck/report.json, ck/exp/m.safetensors) are fine
 #   exitcodes  a bad command line exits 2 before and after launch, under mpirun with one message and
 #              no MPI_ABORT banner; other failures exit 1; the small message fixes of the issue
 # usage: fault_files.sh FSDP_TRAIN MPIRUN_SH WORKDIR FAULT_LIB PART
@@ -108,7 +113,7 @@ outputs)
     cp -r data pself && md5=$(md5sum <pself/train.bin)
     fails_with self_prepare "pself/train.bin is a file this command reads" "$BIN" prepare --text pself/train.bin --out pself
     [ "$md5" = "$(md5sum <pself/train.bin)" ] && ok || bad "prepare replaced its own input"
-    fails_with self_metrics "data/train.bin is a file this run reads" "$BIN" "${TINY[@]}" --steps 2 --checkpoint-dir ck_sm --metrics data/train.bin
+    fails_with self_metrics "data/train.bin is a file this command reads" "$BIN" "${TINY[@]}" --steps 2 --checkpoint-dir ck_sm --metrics data/train.bin
     fails_with self_report "data/val.bin is a file this command reads" "$BIN" "${TINY[@]}" --steps 2 --checkpoint-dir ck_sr --report data/val.bin
     [ "$(md5sum <data/val.bin)" = "$(md5sum <pself/val.bin)" ] && ok || bad "--report replaced val.bin"
     # a write that fails part-way (ENOSPC after 4 KiB of the export) leaves neither file nor temporary
@@ -291,6 +296,49 @@ symlinks)
     mkdir -p realdir && ln -sfn "$WORK/realdir" linkdir
     run_ck ln_parent "$BIN" export --checkpoint ck4 --out linkdir/m.safetensors
     [ $rc = 0 ] && [ -f realdir/m.safetensors ] && ok || bad "export through a symlinked parent folder: exit $rc: $(grep error ln_parent.log)"
+    ;;
+conflicts)
+    before=$(snapshot ck4)
+    fails_with cf_latest "--report ck4/latest is a file this command reads" \
+        "$BIN" "${TINY[@]}" --steps 6 --checkpoint-dir ck4 --resume --report ck4/latest
+    not_trained cf_latest
+    for e in latest .tmp_step_000002 step_000002; do # not there yet: the folder's own names all the same
+        fails_with cf_managed "--report ck_cf0/$e is inside --checkpoint-dir ck_cf0's own entries ($e)" \
+            "$BIN" "${TINY[@]}" --steps 2 --checkpoint-dir ck_cf0 --report "ck_cf0/$e"
+        not_trained cf_managed
+    done
+    [ "$before" = "$(snapshot ck4)" ] && ok || bad "--report onto latest changed ck4"
+    fails_with cf_same "--report ./m.json is the same file as --metrics m.json: each output needs a path of its own" \
+        "$BIN" "${TINY[@]}" --steps 2 --checkpoint-dir ck_cf1 --metrics m.json --report ./m.json
+    not_trained cf_same
+    [ ! -e m.json ] && ok || bad "cf_same wrote m.json"
+    echo '{}' >h1 && ln h1 h2
+    fails_with cf_hardlink "--report h2 is the same file as --metrics h1" \
+        "$BIN" "${TINY[@]}" --steps 2 --checkpoint-dir ck_cf2 --metrics h1 --report h2
+    [ "$(cat h1)" = '{}' ] && ok || bad "cf_hardlink appended to h1"
+    fails_with cf_final "--export-final ck_cf3/step_000002 is inside --checkpoint-dir ck_cf3's own entries (step_000002)" \
+        "$BIN" "${TINY[@]}" --steps 2 --checkpoint-dir ck_cf3 --export-final ck_cf3/step_000002
+    not_trained cf_final
+    fails_with cf_trace_final "--trace fin/model.safetensors is inside --export-final fin's own entries" \
+        "$BIN" "${TINY[@]}" --steps 2 --checkpoint-dir ck_cf4 --export-final fin --trace fin/model.safetensors
+    # export: an HF folder (made by export) as --init-from; --out inside it would replace its input
+    run_ck cf_hf "$BIN" export --checkpoint ck4 --out hf/model.safetensors
+    [ $rc = 0 ] && ok || bad "export to hf: $(grep error cf_hf.log)"
+    hf_before=$(snapshot hf)
+    for o in hf/model.safetensors hf/new.safetensors hf/sub/x.safetensors; do
+        fails_with cf_init "--out $o is inside --init-from hf's own entries" "$BIN" export --init-from hf --out "$o"
+    done
+    [ "$hf_before" = "$(snapshot hf)" ] && [ -z "$(ls -A hf | grep -v '^config.json$\|^model.safetensors$')" ] && ok || bad "export --init-from changed its folder: $(ls -A hf)"
+    fails_with cf_step "--out ck4/step_000004/x.safetensors is inside --checkpoint" \
+        "$BIN" export --checkpoint ck4 --out ck4/step_000004/x.safetensors
+    fails_with cf_ckmanaged "--out ck4/latest.tmp.x is inside the folder of --checkpoint" \
+        "$BIN" export --checkpoint ck4 --out ck4/latest.tmp.x
+    [ "$before" = "$(snapshot ck4)" ] && ok || bad "a refused export changed ck4"
+    # beside the managed entries is fine
+    run_ck cf_ok_export "$BIN" export --checkpoint ck4 --out ck4/exp/m.safetensors
+    [ $rc = 0 ] && [ -f ck4/exp/m.safetensors ] && ok || bad "export into ck4/exp: exit $rc: $(grep error cf_ok_export.log)"
+    run_ck cf_ok_report "$BIN" "${TINY[@]}" --steps 2 --checkpoint-dir ck_cf5 --report ck_cf5/report.json --metrics ck_cf5/m.jsonl
+    [ $rc = 0 ] && [ -f ck_cf5/report.json ] && ok || bad "--report inside --checkpoint-dir: exit $rc: $(grep error cf_ok_report.log)"
     ;;
 exitcodes)
     # a bad command line: 2, found while parsing or after launch, with one message
