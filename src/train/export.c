@@ -15,7 +15,9 @@
 #include "io/io.h"
 
 #include <cjson/cJSON.h>
+#include <dirent.h>
 #include <errno.h>
+#include <signal.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
@@ -236,7 +238,70 @@ static fsdp_status export_claims(const fsdp_train_config *cfg, const char *step_
     return s;
 }
 
+/* SIGINT / SIGTERM during an export: recorded, and the export stops at its next tensor (or stage) with
+ * an error, so that its temporaries are removed on the way out (the default action would leave them). */
+static volatile sig_atomic_t export_signal;
+static void on_signal(int sig) { export_signal = sig; }
+
+static fsdp_status interrupted(void) {
+    return export_signal
+               ? fsdp_set_error(FSDP_EIO, "export interrupted by %s: its temporary files are removed",
+                                export_signal == SIGINT ? "SIGINT" : "SIGTERM")
+               : FSDP_OK;
+}
+
+/* What an export killed outright (SIGKILL, a crash) left in --out's folder: the temporaries of --out and
+ * of the files beside it (NAME.tmp.XXXXXX), and the temporary checkpoint of --init-from. An export
+ * replaces those files, so their temporaries are its own. */
+static void remove_stale_temps(const char *outp) {
+    char odir[4096];
+    fsdp_path_dirname(outp, odir, sizeof odir);
+    const char *base = strrchr(outp, '/') ? strrchr(outp, '/') + 1 : outp;
+    DIR *d = opendir(odir);
+    if (!d) return;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        const char *t = strstr(e->d_name, ".tmp.");
+        size_t n = t ? (size_t)(t - e->d_name) : 0;
+        int mine =
+            t && strlen(t) == 11 && strspn(t + 5, "0123456789abcdef") == 6 &&
+            ((n == strlen(base) && !strncmp(e->d_name, base, n)) || fsdp_export_managed_name(e->d_name));
+        char *init_tmp = fsdp_strdupf("%s.init-from.tmp", base);
+        mine = mine || (init_tmp && !strcmp(e->d_name, init_tmp));
+        free(init_tmp);
+        if (!mine) continue;
+        char *p = fsdp_strdupf("%s/%s", odir, e->d_name);
+        if (p) fsdp_rm_tree1(p);
+        free(p);
+    }
+    closedir(d);
+}
+
+static fsdp_status export_run(const fsdp_train_config *cfg, FILE *out);
+
 fsdp_status fsdp_export_run(const fsdp_train_config *cfg, FILE *out) {
+    struct sigaction sa, old_int, old_term;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    export_signal = 0;
+    sigaction(SIGINT, &sa, &old_int);
+    sigaction(SIGTERM, &sa, &old_term);
+    fsdp_status s = export_run(cfg, out);
+    sigaction(SIGINT, &old_int, NULL);
+    sigaction(SIGTERM, &old_term, NULL);
+    int sig = export_signal;
+    export_signal = 0;
+    if (sig) { /* with the temporaries gone, end as the signal asked (under the old handler) */
+        fprintf(stderr, "fsdp-train: error: %s\n", s != FSDP_OK ? fsdp_last_error() : "export interrupted");
+        raise(sig);
+    }
+    return s;
+}
+
+static fsdp_status export_run(const fsdp_train_config *cfg, FILE *out) {
+    if (cfg->out) remove_stale_temps(cfg->out);
     if (!cfg->init_from) return export_checkpoint(cfg, out);
     /* A Hugging Face folder: through a temporary one-rank checkpoint beside the output. */
     char *tmp = fsdp_strdupf("%s.init-from.tmp", cfg->out), *step_dir = NULL;
@@ -252,6 +317,7 @@ fsdp_status fsdp_export_run(const fsdp_train_config *cfg, FILE *out) {
     }
     fsdp_rm_tree1(tmp); /* a leftover of an interrupted export */
     s = fsdp_train_hf_to_checkpoint(cfg->init_from, tmp, &step_dir);
+    if (s == FSDP_OK) s = interrupted();
     if (s == FSDP_OK) {
         fsdp_train_config c = *cfg;
         c.checkpoint = step_dir;
@@ -309,6 +375,7 @@ static fsdp_status export_write(fsdp_out *o, fsdp_ckpt_reader *r, const export_t
     if (s == FSDP_OK) s = fsdp_io_write_all(fd, hdr, hlen, tmp);
     if (s == FSDP_OK && padded > hlen) s = fsdp_io_write_all(fd, "        ", padded - hlen, tmp);
     for (int i = 0; i < n && s == FSDP_OK; i++) {
+        if ((s = interrupted()) != FSDP_OK) break;
         const fsdp_ckpt_unit *U = fsdp_ckpt_unit_desc(r, ts[i].unit);
         if (i == 0 || ts[i].unit != ts[i - 1].unit) { /* one unit's flat buffer at a time */
             fsdp_mem_free(flat);
@@ -372,6 +439,7 @@ static fsdp_status export_checkpoint(const fsdp_train_config *cfg, FILE *out) {
     if (s == FSDP_OK) s = export_claims(cfg, step_dir, odir);
     if (s == FSDP_OK) s = export_open(cfg, odir, &o);
     if (s == FSDP_OK) s = export_write(&o, r, ts, n, hdr, dt);
+    if (s == FSDP_OK) s = interrupted();
     if (s == FSDP_OK) s = fsdp_out_commit(&o);
     /* The run's tokenizer.json (and its Hugging Face companions) beside the model, so AutoTokenizer
      * loads the folder too. */

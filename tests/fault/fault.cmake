@@ -3,7 +3,7 @@
 # mid-training and mid-checkpoint, a full disk while saving, a NaN loss or grad norm (fault_nonfinite.sh)
 # (tests/fault/*.sh, with the LD_PRELOAD fault library fault_inject.c), FIFOs, device nodes and
 # self-overwrites, symbolic links never followed when deleting or writing, outputs that are
-# inputs or other outputs, concurrent runs, unwritable
+# inputs or other outputs, interrupted exports, concurrent runs, unwritable
 # outputs and a full --metrics disk (fault_files.sh), files changed under the reader: flipped manifest
 # bits, a NaN behind right checksums, a mapped file that shrinks (fault_integrity.sh), bad
 # values for every flag
@@ -32,7 +32,7 @@ if(TARGET fsdp-train)
       set_tests_properties(fault/integrity_${part} PROPERTIES LABELS "script;fault" TIMEOUT 300)
     endforeach()
     # Files that are not what they seem, concurrent runs, outputs that must not be lost (issue 14).
-    foreach(part inputs outputs lock preflight metrics noop exitcodes symlinks conflicts)
+    foreach(part inputs outputs lock preflight metrics noop exitcodes symlinks conflicts interrupt)
       add_test(NAME fault/files_${part}
         COMMAND ${PROJECT_SOURCE_DIR}/tests/fault/fault_files.sh $<TARGET_FILE:fsdp-train>
                 ${PROJECT_SOURCE_DIR}/tests/mpirun.sh ${PROJECT_BINARY_DIR}/tmp_files_${part}

@@ -26,6 +26,10 @@
 #              --export-final inside a step folder, export --out inside --init-from or --checkpoint's
 #              step folder are refused naming both flags before anything is written; outputs beside
 #              them (ck/report.json, ck/exp/m.safetensors) are fine
+#   interrupt  an export stopped by SIGTERM or SIGINT (raised at a write of its model file) removes its
+#              temporaries and ends by that signal; one killed by SIGKILL leaves a NAME.tmp.XXXXXX that
+#              the next export of the same destination removes; export --init-from's temporary
+#              checkpoint goes the same way
 #   exitcodes  a bad command line exits 2 before and after launch, under mpirun with one message and
 #              no MPI_ABORT banner; other failures exit 1; the small message fixes of the issue
 # usage: fault_files.sh FSDP_TRAIN MPIRUN_SH WORKDIR FAULT_LIB PART
@@ -339,6 +343,30 @@ conflicts)
     [ $rc = 0 ] && [ -f ck4/exp/m.safetensors ] && ok || bad "export into ck4/exp: exit $rc: $(grep error cf_ok_export.log)"
     run_ck cf_ok_report "$BIN" "${TINY[@]}" --steps 2 --checkpoint-dir ck_cf5 --report ck_cf5/report.json --metrics ck_cf5/m.jsonl
     [ $rc = 0 ] && [ -f ck_cf5/report.json ] && ok || bad "--report inside --checkpoint-dir: exit $rc: $(grep error cf_ok_report.log)"
+    ;;
+interrupt)
+    mkdir -p it
+    for sig in 15 2; do
+        rm -rf it/* && LD_PRELOAD=$FAULT_LIB FSDP_FAULT_MATCH=it/m.safetensors FSDP_FAULT_KILL_AT_WRITE=5 FSDP_FAULT_SIGNAL=$sig \
+            run_ck "it_sig$sig" "$BIN" export --checkpoint ck4 --out it/m.safetensors
+        [ $rc = $((128 + sig)) ] && ok || bad "it_sig$sig: exit $rc, want $((128 + sig)): $(tail -2 it_sig$sig.log)"
+        grep -q "export interrupted by SIG" "it_sig$sig.log" && ok || bad "it_sig$sig: $(tail -2 it_sig$sig.log)"
+        [ -z "$(ls -A it)" ] && ok || bad "an export stopped by signal $sig left: $(ls -A it)"
+    done
+    LD_PRELOAD=$FAULT_LIB FSDP_FAULT_MATCH=it/m.safetensors FSDP_FAULT_KILL_AT_WRITE=5 \
+        run_ck it_kill "$BIN" export --checkpoint ck4 --out it/m.safetensors
+    [ $rc = 137 ] && ls it | grep -q '^m.safetensors.tmp.' && ok || bad "it_kill: exit $rc, left $(ls -A it)"
+    run_ck it_again "$BIN" export --checkpoint ck4 --out it/m.safetensors
+    [ $rc = 0 ] && [ "$(ls -A it | tr '\n' ' ')" = "config.json m.safetensors " ] && ok || bad "the next export: exit $rc, left $(ls -A it)"
+    # --init-from: its temporary checkpoint beside --out
+    run_ck it_hf "$BIN" export --checkpoint ck4 --out hf/model.safetensors
+    mkdir -p ih
+    LD_PRELOAD=$FAULT_LIB FSDP_FAULT_MATCH=ih/m.safetensors.init-from.tmp FSDP_FAULT_KILL_AT_WRITE=2 \
+        run_ck ih_kill "$BIN" export --init-from hf --out ih/m.safetensors
+    [ $rc = 137 ] && [ -n "$(ls -A ih)" ] && ok || bad "ih_kill: exit $rc, left '$(ls -A ih)'"
+    LD_PRELOAD=$FAULT_LIB FSDP_FAULT_MATCH=ih/m.safetensors.tmp FSDP_FAULT_KILL_AT_WRITE=3 FSDP_FAULT_SIGNAL=15 \
+        run_ck ih_term "$BIN" export --init-from hf --out ih/m.safetensors
+    [ $rc = 143 ] && [ -z "$(ls -A ih)" ] && ok || bad "ih_term: exit $rc, left '$(ls -A ih)': $(tail -2 ih_term.log)"
     ;;
 exitcodes)
     # a bad command line: 2, found while parsing or after launch, with one message

@@ -3,6 +3,8 @@
  * or fails writes at a chosen point, so a crash or a full disk can be placed exactly inside a
  * checkpoint save. Without FSDP_FAULT_MATCH it changes nothing.
  *   FSDP_FAULT_KILL_AT_WRITE=n  SIGKILL just before the n-th (1-based) write/pwrite to a watched file
+ *   FSDP_FAULT_SIGNAL=n         the KILL_AT_* points raise signal n instead of SIGKILL, once (then the
+ *                               process goes on: SIGTERM / SIGINT handling is what is tested)
  *   FSDP_FAULT_KILL_AT_RENAME=1 SIGKILL just before a rename whose source or target is watched
  *   FSDP_FAULT_ENOSPC_AFTER=b   watched files together take b bytes; then writes fail with ENOSPC
  *                               (the write that crosses the limit is short, as on a real full disk)
@@ -40,6 +42,7 @@ static long long truncate_to;
 static long mmaps_seen;
 static long kill_at_op = -1; /* n-th watched operation kills; -1: off */
 static long ops_seen;
+static int fault_signal = SIGKILL;
 static unsigned char watched[MAX_FD];
 
 __attribute__((constructor)) static void fault_init(void) {
@@ -52,6 +55,7 @@ __attribute__((constructor)) static void fault_init(void) {
     if ((v = getenv("FSDP_FAULT_TRUNCATE_AT_MMAP"))) truncate_at_mmap = atol(v);
     if ((v = getenv("FSDP_FAULT_TRUNCATE_TO"))) truncate_to = atoll(v);
     if ((v = getenv("FSDP_FAULT_KILL_AT_OP"))) kill_at_op = atol(v);
+    if ((v = getenv("FSDP_FAULT_SIGNAL"))) fault_signal = atoi(v);
 }
 
 /* One watched operation (FSDP_FAULT_KILL_AT_OP). */
@@ -64,10 +68,12 @@ static int is_watched(const char *path) { return match && path && strstr(path, m
 
 static void die(const char *what, const char *path) {
     char msg[512];
-    int n = snprintf(msg, sizeof msg, "fault_inject: pid %d killed by SIGKILL at %s %s\n", (int)getpid(),
-                     what, path ? path : "");
+    int n = snprintf(msg, sizeof msg, "fault_inject: pid %d killed by signal %d at %s %s\n", (int)getpid(),
+                     fault_signal, what, path ? path : "");
     if (n > 0) (void)!write(2, msg, (size_t)n < sizeof msg ? (size_t)n : sizeof msg - 1);
-    raise(SIGKILL);
+    kill_at_write = kill_at_op = -1; /* once */
+    kill_at_rename = 0;
+    raise(fault_signal);
 }
 
 static void note_open(int fd, const char *path) {
