@@ -21,6 +21,7 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 typedef struct {
@@ -279,6 +280,32 @@ static void remove_stale_temps(const char *outp) {
 
 static fsdp_status export_run(const fsdp_train_config *cfg, FILE *out);
 
+/* The number of trailing components of folder dir that do not exist yet (the export creates them). */
+static int missing_levels(const char *dir) {
+    char p[4096];
+    snprintf(p, sizeof p, "%s", dir);
+    int n = 0;
+    struct stat st;
+    while (lstat(p, &st) != 0 && errno == ENOENT && strcmp(p, ".") && strcmp(p, "/")) {
+        n++;
+        char up[4096];
+        fsdp_path_dirname(p, up, sizeof up);
+        snprintf(p, sizeof p, "%s", up);
+    }
+    return n;
+}
+
+/* After a failed export: the folders it created for --out, if they are empty (rmdir), innermost first. */
+static void remove_created(const char *dir, int levels) {
+    char p[4096];
+    snprintf(p, sizeof p, "%s", dir);
+    for (int i = 0; i < levels && rmdir(p) == 0; i++) {
+        char up[4096];
+        fsdp_path_dirname(p, up, sizeof up);
+        snprintf(p, sizeof p, "%s", up);
+    }
+}
+
 fsdp_status fsdp_export_run(const fsdp_train_config *cfg, FILE *out) {
     struct sigaction sa, old_int, old_term;
     memset(&sa, 0, sizeof sa);
@@ -288,7 +315,11 @@ fsdp_status fsdp_export_run(const fsdp_train_config *cfg, FILE *out) {
     export_signal = 0;
     sigaction(SIGINT, &sa, &old_int);
     sigaction(SIGTERM, &sa, &old_term);
+    char odir[4096];
+    fsdp_path_dirname(cfg->out ? cfg->out : ".", odir, sizeof odir);
+    const int levels = missing_levels(odir);
     fsdp_status s = export_run(cfg, out);
+    if (s != FSDP_OK) remove_created(odir, levels);
     sigaction(SIGINT, &old_int, NULL);
     sigaction(SIGTERM, &old_term, NULL);
     int sig = export_signal;

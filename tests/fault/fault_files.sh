@@ -125,6 +125,10 @@ outputs)
     LD_PRELOAD=$FAULT_LIB FSDP_FAULT_MATCH=full/m.safetensors FSDP_FAULT_ENOSPC_AFTER=4096 \
         fails_with export_full "disk full" "$BIN" export --checkpoint ck4 --out full/m.safetensors
     [ -z "$(ls -A full)" ] && ok || bad "a failed export left files: $(ls -A full)"
+    # the folders a failed export created for --out go too
+    LD_PRELOAD=$FAULT_LIB FSDP_FAULT_MATCH=newd/sub/m.safetensors FSDP_FAULT_ENOSPC_AFTER=4096 \
+        fails_with export_full_new "disk full" "$BIN" export --checkpoint ck4 --out newd/sub/m.safetensors
+    [ ! -e newd ] && ok || bad "a failed export left the folders it made: $(find newd)"
     ;;
 lock)
     # A holds the folder: it is stopped (SIGSTOP) once its lock file names it, so the overlap does not
