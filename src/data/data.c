@@ -562,30 +562,14 @@ fsdp_status fsdp_data_meta_vocab(const char *data, int *vocab) {
     char *path = dir ? fsdp_strdupf("%s/meta.json", dir) : NULL;
     free(dir);
     if (!path) return FSDP_ERR(FSDP_ENOMEM, "no memory for a path");
-    if (access(path, F_OK) != 0) {
-        free(path);
-        return FSDP_OK;
-    }
-    char *text = NULL;
-    size_t len;
-    fsdp_status s = fsdp_io_read_file(path, &text, &len);
-    if (s == FSDP_OK) {
-        cJSON *j = NULL;
-        s = fsdp_json_parse(text, len, path, &j); /* not JSON, or a repeated key: named there */
-        cJSON *v = j ? cJSON_GetObjectItemCaseSensitive(j, "vocab") : NULL;
-        /* A whole number: 300.9 is a damaged file, not a vocabulary of 300. */
-        if (s == FSDP_OK &&
-            (!cJSON_IsNumber(v) || !(v->valuedouble >= 2 && v->valuedouble <= FSDP_TOKENS_MAX_VOCAB) ||
-             v->valuedouble != floor(v->valuedouble)))
-            s = fsdp_set_error(FSDP_EFORMAT,
-                               "%s: \"vocab\" must be a whole number from 2 to %d (a model needs at least 2 "
-                               "tokens; token ids are int32)",
-                               path, FSDP_TOKENS_MAX_VOCAB);
-        else if (s == FSDP_OK)
-            *vocab = (int)v->valuedouble;
-        cJSON_Delete(j);
-    }
-    fsdp_mem_free(text);
+    cJSON *j = NULL;
+    long v = 0;
+    fsdp_status s = fsdp_json_read_file(path, 1, &j); /* not JSON, or a repeated key: named there */
+    if (s == FSDP_OK && j)
+        s = fsdp_json_get_whole(j, path, "vocab", 2, FSDP_TOKENS_MAX_VOCAB,
+                                "a model needs at least 2 tokens; token ids are int32", &v, NULL);
+    if (s == FSDP_OK && j) *vocab = (int)v;
+    cJSON_Delete(j);
     free(path);
     return s;
 }

@@ -7,10 +7,8 @@
 #include "io/json.h"
 
 #include <cjson/cJSON.h>
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 const char *const fsdp_pack_names[] = {"auto", "doc", "concat", "pad", NULL};
 
@@ -96,29 +94,14 @@ fsdp_status fsdp_pack_meta_eot(const char *dir, int vocab, int32_t *eot) {
     *eot = -1;
     char *path = fsdp_strdupf("%s/meta.json", dir);
     if (!path) return FSDP_ERR(FSDP_ENOMEM, "no memory for a path");
-    if (access(path, F_OK) != 0) {
-        free(path);
-        return FSDP_OK;
-    }
-    char *text = NULL;
-    size_t len;
-    fsdp_status s = fsdp_io_read_file(path, &text, &len);
-    if (s == FSDP_OK) {
-        cJSON *j = NULL;
-        s = fsdp_json_parse(text, len, path, &j);
-        cJSON *v = j ? cJSON_GetObjectItemCaseSensitive(j, "eot") : NULL;
-        if (s == FSDP_OK && v &&
-            (!cJSON_IsNumber(v) || !(v->valuedouble >= 0 && v->valuedouble < vocab) ||
-             v->valuedouble != floor(v->valuedouble)))
-            s = fsdp_set_error(FSDP_EFORMAT,
-                               "%s: \"eot\" must be a whole number from 0 to %d (a token id of the "
-                               "vocabulary)",
-                               path, vocab - 1);
-        else if (s == FSDP_OK && v)
-            *eot = (int32_t)v->valuedouble;
-        cJSON_Delete(j);
-    }
-    fsdp_mem_free(text);
+    cJSON *j = NULL;
+    long v = -1;
+    int found = 0;
+    fsdp_status s = fsdp_json_read_file(path, 1, &j);
+    if (s == FSDP_OK && j)
+        s = fsdp_json_get_whole(j, path, "eot", 0, vocab - 1L, "a token id of the vocabulary", &v, &found);
+    if (s == FSDP_OK && found) *eot = (int32_t)v;
+    cJSON_Delete(j);
     free(path);
     return s;
 }

@@ -40,8 +40,9 @@ int fsdp_io_is_input(const char *path);
 
 #define FSDP_CLAIM_IN  1u /* the command reads it */
 #define FSDP_CLAIM_OUT 2u /* the command writes it (both: a checkpoint folder on --resume) */
-#define FSDP_CLAIM_DIR 4u /* a folder; managed (NULL: every entry) says which entries below it are its own   \
-                           */
+#define FSDP_CLAIM_DIR                                                                                       \
+    4u /* a folder; managed (NULL: every entry) says which entries below it are its own                      \
+        */
 
 /* Records path (skipped when NULL or empty) as what ("--report"), after checking it against the paths
  * claimed before (since fsdp_io_inputs_reset): when either is an output, the two may not be the same

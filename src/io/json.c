@@ -2,10 +2,13 @@
 #include "io/json.h"
 
 #include "core/core.h"
+#include "io/io.h"
 
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static uint64_t key_hash(const char *s) {
     uint64_t h = 1469598103934665603ull;
@@ -105,5 +108,29 @@ fsdp_status fsdp_json_parse(const char *text, size_t len, const char *what, cJSO
         return s;
     }
     *out = j;
+    return FSDP_OK;
+}
+
+fsdp_status fsdp_json_read_file(const char *path, int missing_ok, cJSON **out) {
+    *out = NULL;
+    if (missing_ok && access(path, F_OK) != 0) return FSDP_OK;
+    char *text = NULL;
+    size_t len = 0;
+    FSDP_TRY(fsdp_io_read_file(path, &text, &len));
+    fsdp_status s = fsdp_json_parse(text, len, path, out);
+    fsdp_mem_free(text);
+    return s;
+}
+
+fsdp_status fsdp_json_get_whole(const cJSON *j, const char *path, const char *key, long lo, long hi,
+                                const char *why, long *out, int *found) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
+    if (found) *found = v != NULL;
+    if (!v && found) return FSDP_OK;
+    if (!cJSON_IsNumber(v) || !(v->valuedouble >= (double)lo && v->valuedouble <= (double)hi) ||
+        v->valuedouble != floor(v->valuedouble))
+        return fsdp_set_error(FSDP_EFORMAT, "%s: \"%s\" must be a whole number from %ld to %ld (%s)", path,
+                              key, lo, hi, why);
+    *out = (long)v->valuedouble;
     return FSDP_OK;
 }

@@ -19,13 +19,8 @@
 /* ---------------------------------------------------------------- config.json */
 
 static fsdp_status read_json(const char *path, cJSON **out) {
-    char *text = NULL;
-    size_t len = 0;
-    FSDP_TRY(fsdp_io_read_file(path, &text, &len));
     cJSON *j = NULL;
-    fsdp_status s = fsdp_json_parse(text, len, path, &j);
-    fsdp_mem_free(text);
-    FSDP_TRY(s);
+    FSDP_TRY(fsdp_json_read_file(path, 0, &j));
     if (!cJSON_IsObject(j)) {
         cJSON_Delete(j);
         return fsdp_set_error(FSDP_EFORMAT, "%s is not a JSON object", path);
