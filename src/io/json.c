@@ -102,6 +102,16 @@ fsdp_status fsdp_json_parse(const char *text, size_t len, const char *what, cJSO
     if (!j)
         return fsdp_set_error(FSDP_EFORMAT, "%s is not valid JSON (near byte %ld)", what,
                               end ? (long)(end - text) : -1L);
+    /* After the value only white space (a safetensors header pads with spaces): `{"vocab": 300} junk` is
+     * a damaged file, not a vocabulary of 300. */
+    size_t off = end ? (size_t)(end - text) : len;
+    while (off < len && (text[off] == ' ' || text[off] == '\t' || text[off] == '\n' || text[off] == '\r'))
+        off++;
+    if (off < len) {
+        cJSON_Delete(j);
+        return fsdp_set_error(FSDP_EFORMAT, "%s is not valid JSON (text after the value at byte %zu)", what,
+                              off);
+    }
     fsdp_status s = fsdp_json_check_unique(j, what);
     if (s != FSDP_OK) {
         cJSON_Delete(j);

@@ -1,7 +1,7 @@
 /* test_json.c — the strict JSON reader (src/io/json.h): a key repeated in any object of the tree is
  * FSDP_EFORMAT naming the file and the key, in small objects (pairwise check) and large ones (hash set),
  * at any depth, after deep nesting and in arrays of objects; the same key in different objects, and
- * valid files, load. */
+ * valid files, load. Text after the value (but white space) is FSDP_EFORMAT naming its byte. */
 #include "test_util.h"
 
 #include "fsdp.h"
@@ -41,6 +41,18 @@ int main(void) {
     CHECK_ERR(parse("{\"a\": [[[[{\"z\": [[{}]]}]]]], \"b\": {\"q\": 1, \"q\": 1}}"), FSDP_EFORMAT, "\"q\"");
     CHECK_ERR(parse("{\"a\": 1, \"b\": 2, \"a\": 3}"), FSDP_EFORMAT, "\"a\"");
     CHECK_ERR(parse("{\"a\": 1"), FSDP_EFORMAT, "x.json is not valid JSON");
+    /* text after the value is damage; white space after it (a padded safetensors header) is not */
+    CHECK_ERR(parse("{\"vocab\": 300} trailing"), FSDP_EFORMAT, "text after the value at byte 15");
+    CHECK_ERR(parse("{\"a\": 1}{\"a\": 2}"), FSDP_EFORMAT, "text after the value at byte 8");
+    CHECK_ERR(parse("7 8"), FSDP_EFORMAT, "text after the value at byte 2");
+    CHECK_OK(parse("{\"a\": 1}  \n\t\r  "));
+    {
+        const char nul_tail[] = "{\"a\": 1}\0junk";
+        cJSON *j = NULL;
+        CHECK_ERR(fsdp_json_parse(nul_tail, sizeof nul_tail - 1, "x.json", &j), FSDP_EFORMAT,
+                  "text after the value at byte 8");
+        CHECK(j == NULL);
+    }
     /* large objects go through the hash set */
     char *t = big_object(5000, -1);
     CHECK_OK(parse(t));
