@@ -665,6 +665,12 @@ fsdp_status fsdp_data_files_find(const char *data, fsdp_data_files *f) {
                                 : FSDP_ERR(FSDP_ENOMEM, "no memory for a path");
             }
         }
+        if (s == FSDP_OK && f->n_train == 0 && access(tp, F_OK) != 0 && stat(data, &st) == 0 &&
+            S_ISDIR(st.st_mode))
+            s = fsdp_set_error(FSDP_EINVAL,
+                               "--data %s: the folder holds neither train.bin nor shards named *_train_*.bin "
+                               "(make one with `fsdp-train prepare --out %s ...`)",
+                               data, data);
         if (s == FSDP_OK && f->n_train == 0) {
             /* DIR/train.bin and DIR/val.bin, also when missing: opening train.bin says so */
             s = list_add(&f->train, &f->n_train, tp);

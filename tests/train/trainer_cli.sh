@@ -220,6 +220,8 @@ if [ "$PART" = bad ] || [ "$PART" = all ]; then
     expect_fail "--batch 12 is not divisible by --micro-batches 1 x 5 ranks" flag_world "$MPIRUN" 5 "$BIN" "${TINY[@]}" --checkpoint-dir ck_w
     # data
     expect_fail "nodata/train.bin" data_missing "$BIN" "${TINY[@]}" --data nodata --checkpoint-dir ck_x
+    mkdir -p d_empty && echo unrelated > d_empty/notes.txt
+    expect_fail "--data d_empty: the folder holds neither train.bin nor shards named *_train_*.bin" data_empty "$BIN" "${TINY[@]}" --data d_empty --checkpoint-dir ck_x
     mkdir -p d_size d_magic d_ver d_vocab
     python3 - <<'PY'
 import struct
