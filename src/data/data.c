@@ -1,7 +1,6 @@
 /* data.c — token files in llm.c's layout (read, validate, write), the byte-level tokenizer behind
  * `fsdp-train prepare`, and the loader that hands each rank its disjoint part of every global batch.
  * Token files are read with pread per micro-batch: nothing is mapped or loaded whole. */
-#define _GNU_SOURCE /* renameat2 */
 #include "data/data.h"
 
 #include "core/core.h"
@@ -376,57 +375,13 @@ static int prep_output_name(const char *name, int *tokenizer) {
     return 0;
 }
 
-/* *exists: out is a folder to replace. Refused: a symbolic link, not a folder, a folder holding anything
- * else than prepare's files, or one of this command's inputs (but the tokenizer, copied before). */
-static fsdp_status prep_check_old(const char *out, int *exists) {
-    struct stat st;
-    *exists = 0;
-    if (lstat(out, &st) != 0) {
-        if (errno == ENOENT) return FSDP_OK;
-        return fsdp_set_error(FSDP_EIO, "prepare --out %s: %s", out, strerror(errno));
-    }
-    if (S_ISLNK(st.st_mode))
-        return fsdp_set_error(FSDP_EINVAL,
-                              "prepare --out %s is a symbolic link: prepare replaces the folder as one unit "
-                              "and never through a link; pass the folder it points to",
-                              out);
-    if (!S_ISDIR(st.st_mode))
-        return fsdp_set_error(FSDP_EINVAL, "prepare --out %s exists and is %s, not a folder", out,
-                              fsdp_io_kind(st.st_mode));
-    DIR *d = opendir(out);
-    if (!d)
-        return fsdp_set_error(FSDP_EIO, "prepare --out %s: cannot read the folder: %s", out, strerror(errno));
-    fsdp_status s = FSDP_OK;
-    struct dirent *e;
-    while (s == FSDP_OK && (e = readdir(d)) != NULL) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-        char *p = fsdp_strdupf("%s/%s", out, e->d_name);
-        int tok = 0;
-        struct stat es = {0};
-        if (!p)
-            s = FSDP_ERR(FSDP_ENOMEM, "no memory for a path");
-        else if (!prep_output_name(e->d_name, &tok))
-            s = fsdp_set_error(
-                FSDP_EINVAL,
-                "prepare --out %s holds %s, which prepare does not write: prepare replaces the "
-                "folder as one unit; move it away or choose another --out",
-                out, e->d_name);
-        else if (lstat(p, &es) != 0 || !S_ISREG(es.st_mode))
-            s = fsdp_set_error(
-                FSDP_EINVAL,
-                "prepare --out %s: %s is %s, not a regular file: prepare replaces the folder as "
-                "one unit and would remove it; move it away or choose another --out",
-                out, p, fsdp_io_kind(es.st_mode));
-        else if (!tok && fsdp_io_is_input(p))
-            s = fsdp_set_error(FSDP_EINVAL,
-                               "prepare --out %s: %s is a file this command reads (one of its inputs): "
-                               "replacing the folder would remove it",
-                               out, p);
-        free(p);
-    }
-    closedir(d);
-    *exists = s == FSDP_OK;
-    return s;
+/* An old folder's entry prepare replaces (fsdp_io_dir_stage): its files, and the tokenizer may be one
+ * of the command's inputs (it is copied before the swap). */
+static unsigned prep_own(const char *name, void *arg) {
+    (void)arg;
+    int tok = 0;
+    if (!prep_output_name(name, &tok)) return 0;
+    return FSDP_STAGE_OWN | (tok ? FSDP_STAGE_MAY_BE_INPUT : 0u);
 }
 
 /* The files of the folder, written into dir (the new folder). */
@@ -448,7 +403,6 @@ static fsdp_status prep_write_files(const fsdp_prepare_args *a, const prep_ctx *
     if (s == FSDP_OK && (meta = prep_meta(a, x, vocab)) == NULL)
         s = FSDP_ERR(FSDP_ENOMEM, "no memory for meta.json");
     if (s == FSDP_OK) s = fsdp_io_write_file_atomic(meta_path, meta, strlen(meta), 0);
-    if (s == FSDP_OK) s = fsdp_fsync_dir(dir);
     free(meta);
     free(meta_path);
     free(vm_path);
@@ -460,44 +414,12 @@ static fsdp_status prep_write_files(const fsdp_prepare_args *a, const prep_ctx *
 
 /* OUT as one unit: the files go into a new folder beside it, which then takes its place (data.h). */
 static fsdp_status prep_write(const fsdp_prepare_args *a, const prep_ctx *x, int vocab) {
-    size_t n = strlen(a->out_dir);
-    while (n > 1 && a->out_dir[n - 1] == '/')
-        n--;
-    char *out = fsdp_strdupf("%.*s", (int)n, a->out_dir), parent[4096];
-    if (!out) return FSDP_ERR(FSDP_ENOMEM, "no memory for a path");
-    fsdp_path_dirname(out, parent, sizeof parent);
-    const char *base = strrchr(out, '/') ? strrchr(out, '/') + 1 : out;
-    int exists = 0;
-    char *tmp = NULL;
-    fsdp_status s = fsdp_mkdirs(parent);
-    if (s == FSDP_OK) s = prep_check_old(out, &exists);
-    if (s == FSDP_OK && !(tmp = fsdp_strdupf("%s/.%s.prepare.XXXXXX", parent, base)))
-        s = FSDP_ERR(FSDP_ENOMEM, "no memory for a path");
-    if (s == FSDP_OK && !mkdtemp(tmp)) { /* mkdir: the name is new, never an existing one */
-        s = fsdp_set_error(FSDP_EIO, "prepare: cannot create a folder beside %s: %s", out, strerror(errno));
-        free(tmp);
-        tmp = NULL;
-    }
-    if (s == FSDP_OK && chmod(tmp, 0755) != 0)
-        s = fsdp_set_error(FSDP_EIO, "prepare: cannot chmod %s: %s", tmp, strerror(errno));
-    if (s == FSDP_OK) s = prep_write_files(a, x, vocab, tmp);
-    if (s == FSDP_OK && exists) {
-        if (renameat2(AT_FDCWD, tmp, AT_FDCWD, out, RENAME_EXCHANGE) != 0) /* after it, tmp is the old one */
-            s = fsdp_set_error(
-                FSDP_EIO,
-                "prepare: cannot swap %s into the place of %s (renameat2 RENAME_EXCHANGE: %s): "
-                "the old folder is untouched",
-                tmp, out, strerror(errno));
-    } else if (s == FSDP_OK && rename(tmp, out) != 0) {
-        s = fsdp_set_error(FSDP_EIO, "prepare: cannot rename %s to %s: %s", tmp, out, strerror(errno));
-    } else if (s == FSDP_OK) {
-        free(tmp);
-        tmp = NULL; /* it is out now */
-    }
-    if (s == FSDP_OK) s = fsdp_fsync_dir(parent);
-    if (tmp) fsdp_rm_tree1(tmp); /* the new folder after a failure, or the old one after the swap */
-    free(tmp);
-    free(out);
+    fsdp_dir_stage st;
+    fsdp_status s = fsdp_io_dir_stage(&st, a->out_dir, "prepare", "--out", "prepare", prep_own, NULL);
+    if (s != FSDP_OK) return s;
+    s = prep_write_files(a, x, vocab, st.tmp);
+    if (s == FSDP_OK) return fsdp_io_dir_commit(&st);
+    fsdp_io_dir_abort(&st);
     return s;
 }
 

@@ -40,7 +40,8 @@ typedef struct {
 /* Writes out_dir as one unit: everything goes into a new folder beside it (.NAME.prepare.XXXXXX, same
  * parent), fsync'd, then swapped into place (renameat2 RENAME_EXCHANGE with an existing folder, whose
  * old contents are then removed; rename when there is none), so a kill at any point leaves the old
- * folder or the new one, never a mix (a killed run may leave its .NAME.prepare.* folder behind). An
+ * folder or the new one, never a mix (a killed run may leave its .NAME.prepare.* folder behind, which the
+ * next prepare of the same out_dir removes: fsdp_io_dir_stage). An
  * existing out_dir must be a real folder (not a symbolic link) holding only files prepare writes and
  * none of this command's inputs but the tokenizer; a failure leaves it untouched and removes the new
  * folder. Limits are checked before any tokenizing: each token file holds at most INT32_MAX tokens

@@ -1,5 +1,6 @@
 /* io.c — POSIX file helpers shared by the trainer's readers and writers (see io.h). Every failure
  * becomes an fsdp_status whose message names the path and the system's reason. */
+#define _GNU_SOURCE /* renameat2 */
 #include "io/io.h"
 
 #include "core/core.h"
@@ -410,6 +411,11 @@ fsdp_status fsdp_out_check(const char *path, const char *what) {
     return s;
 }
 
+fsdp_status fsdp_out_check_dest(const char *path, const char *what) {
+    if (!path || !*path) return fsdp_set_error(FSDP_EINVAL, "%s: empty path", what ? what : "output");
+    return check_dest(path, what, 0);
+}
+
 fsdp_status fsdp_out_begin(fsdp_out *o, const char *path, const char *what, unsigned flags) {
     memset(o, 0, sizeof *o);
     o->fd = -1;
@@ -588,4 +594,150 @@ char *fsdp_strdupf(const char *fmt, ...) {
     vsnprintf(s, (size_t)n + 1, fmt, ap);
     va_end(ap);
     return s;
+}
+
+/* ---- folders as one unit */
+
+/* Removes what a run killed outright left beside the folder: PARENT/.BASE.TAG.XXXXXX (mkdtemp's six
+ * letters and digits), nothing else. */
+static void stage_remove_stale(const char *parent, const char *base, const char *tag) {
+    char *prefix = fsdp_strdupf(".%s.%s.", base, tag);
+    DIR *d = prefix ? opendir(parent) : NULL;
+    struct dirent *e;
+    while (d && (e = readdir(d)) != NULL) {
+        size_t k = strlen(prefix);
+        const char *x = e->d_name + k;
+        static const char alnum[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+        if (strncmp(e->d_name, prefix, k) || strlen(x) != 6 || strspn(x, alnum) != 6) continue;
+        char *p = fsdp_strdupf("%s/%s", parent, e->d_name);
+        fsdp_rm_tree1(p);
+        free(p);
+    }
+    if (d) closedir(d);
+    free(prefix);
+}
+
+/* st->exists: out is a folder to replace, holding only what own() calls its own (io.h). */
+static fsdp_status stage_check_old(fsdp_dir_stage *st, const char *cmd, const char *what,
+                                   unsigned (*own)(const char *, void *), void *arg) {
+    const char *out = st->out;
+    struct stat sb;
+    if (lstat(out, &sb) != 0) {
+        if (errno == ENOENT) return FSDP_OK;
+        return fsdp_set_error(FSDP_EIO, "%s %s %s: %s", cmd, what, out, strerror(errno));
+    }
+    if (S_ISLNK(sb.st_mode))
+        return fsdp_set_error(FSDP_EINVAL,
+                              "%s %s %s is a symbolic link: %s replaces the folder as one unit and never "
+                              "through a link; pass the folder it points to",
+                              cmd, what, out, cmd);
+    if (!S_ISDIR(sb.st_mode))
+        return fsdp_set_error(FSDP_EINVAL, "%s %s %s exists and is %s, not a folder", cmd, what, out,
+                              fsdp_io_kind(sb.st_mode));
+    DIR *d = opendir(out);
+    if (!d)
+        return fsdp_set_error(FSDP_EIO, "%s %s %s: cannot read the folder: %s", cmd, what, out,
+                              strerror(errno));
+    fsdp_status s = FSDP_OK;
+    struct dirent *e;
+    while (s == FSDP_OK && (e = readdir(d)) != NULL) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        char *p = fsdp_strdupf("%s/%s", out, e->d_name);
+        unsigned k = own(e->d_name, arg);
+        struct stat es = {0};
+        if (!p)
+            s = FSDP_ERR(FSDP_ENOMEM, "no memory for a path");
+        else if (!(k & FSDP_STAGE_OWN))
+            s = fsdp_set_error(FSDP_EINVAL,
+                               "%s %s %s holds %s, which %s does not write: %s replaces the folder as one "
+                               "unit; move it away or choose another folder",
+                               cmd, what, out, e->d_name, cmd, cmd);
+        else if (lstat(p, &es) != 0 || !S_ISREG(es.st_mode))
+            s = fsdp_set_error(FSDP_EINVAL,
+                               "%s %s %s: %s is %s, not a regular file: %s replaces the folder as one unit "
+                               "and would remove it; move it away or choose another folder",
+                               cmd, what, out, p, fsdp_io_kind(es.st_mode), cmd);
+        else if (!(k & FSDP_STAGE_MAY_BE_INPUT) && fsdp_io_is_input(p))
+            s = fsdp_set_error(FSDP_EINVAL,
+                               "%s %s %s: %s is a file this command reads (one of its inputs): replacing "
+                               "the folder would remove it",
+                               cmd, what, out, p);
+        free(p);
+    }
+    closedir(d);
+    st->exists = s == FSDP_OK;
+    return s;
+}
+
+fsdp_status fsdp_io_dir_check(const char *out, const char *cmd, const char *what,
+                              unsigned (*own)(const char *name, void *arg), void *arg) {
+    fsdp_dir_stage st = {0};
+    if (!(st.out = fsdp_strdupf("%s", out))) return FSDP_ERR(FSDP_ENOMEM, "no memory for a path");
+    fsdp_status s = stage_check_old(&st, cmd, what, own, arg);
+    free(st.out);
+    return s;
+}
+
+fsdp_status fsdp_io_dir_stage(fsdp_dir_stage *st, const char *out, const char *cmd, const char *what,
+                              const char *tag, unsigned (*own)(const char *name, void *arg), void *arg) {
+    memset(st, 0, sizeof *st);
+    size_t n = strlen(out);
+    while (n > 1 && out[n - 1] == '/')
+        n--;
+    char parent[4096];
+    st->out = fsdp_strdupf("%.*s", (int)n, out);
+    if (!st->out) return FSDP_ERR(FSDP_ENOMEM, "no memory for a path");
+    fsdp_path_dirname(st->out, parent, sizeof parent);
+    const char *base = strrchr(st->out, '/') ? strrchr(st->out, '/') + 1 : st->out;
+    fsdp_status s = FSDP_OK;
+    if (!*base || !strcmp(base, ".") || !strcmp(base, ".."))
+        s = fsdp_set_error(FSDP_EINVAL,
+                           "%s %s %s: %s replaces the folder as one unit, so it needs a folder named by "
+                           "its own name (not %s)",
+                           cmd, what, out, cmd, *base ? base : "/");
+    if (s == FSDP_OK && !(st->parent = fsdp_strdupf("%s", parent)))
+        s = FSDP_ERR(FSDP_ENOMEM, "no memory for a path");
+    if (s == FSDP_OK) s = fsdp_mkdirs(parent);
+    if (s == FSDP_OK) stage_remove_stale(parent, base, tag);
+    if (s == FSDP_OK) s = stage_check_old(st, cmd, what, own, arg);
+    if (s == FSDP_OK && !(st->tmp = fsdp_strdupf("%s/.%s.%s.XXXXXX", parent, base, tag)))
+        s = FSDP_ERR(FSDP_ENOMEM, "no memory for a path");
+    if (s == FSDP_OK && !mkdtemp(st->tmp)) { /* mkdir: the name is new, never an existing one */
+        s = fsdp_set_error(FSDP_EIO, "%s: cannot create a folder beside %s: %s", cmd, st->out,
+                           strerror(errno));
+        free(st->tmp);
+        st->tmp = NULL;
+    }
+    if (s == FSDP_OK && chmod(st->tmp, 0755) != 0)
+        s = fsdp_set_error(FSDP_EIO, "%s: cannot chmod %s: %s", cmd, st->tmp, strerror(errno));
+    if (s != FSDP_OK) fsdp_io_dir_abort(st);
+    return s;
+}
+
+fsdp_status fsdp_io_dir_commit(fsdp_dir_stage *st) {
+    fsdp_status s = fsdp_fsync_dir(st->tmp);
+    if (s == FSDP_OK && st->exists) {
+        if (renameat2(AT_FDCWD, st->tmp, AT_FDCWD, st->out, RENAME_EXCHANGE) !=
+            0) /* then tmp is the old one */
+            s = fsdp_set_error(FSDP_EIO,
+                               "cannot swap %s into the place of %s (renameat2 RENAME_EXCHANGE: %s): the old "
+                               "folder is untouched",
+                               st->tmp, st->out, strerror(errno));
+    } else if (s == FSDP_OK && rename(st->tmp, st->out) != 0) {
+        s = fsdp_set_error(FSDP_EIO, "cannot rename %s to %s: %s", st->tmp, st->out, strerror(errno));
+    } else if (s == FSDP_OK) {
+        free(st->tmp);
+        st->tmp = NULL; /* it is out now */
+    }
+    if (s == FSDP_OK) s = fsdp_fsync_dir(st->parent);
+    fsdp_io_dir_abort(st); /* the new folder after a failure, or the old one after the swap */
+    return s;
+}
+
+void fsdp_io_dir_abort(fsdp_dir_stage *st) {
+    if (st->tmp) fsdp_rm_tree1(st->tmp);
+    free(st->tmp);
+    free(st->parent);
+    free(st->out);
+    memset(st, 0, sizeof *st);
 }

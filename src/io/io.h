@@ -76,6 +76,9 @@ fsdp_status fsdp_io_symlink_error(const char *what, const char *path);
  * files, and its folder exists and takes a new file (one is created and removed). what ("--report") opens the
  * messages; NULL: "output". */
 fsdp_status fsdp_out_check(const char *path, const char *what);
+/* The destination checks of fsdp_out_check alone, writing nothing (a destination inside a folder that
+ * fsdp_io_dir_stage replaces: the new folder is where the files are written). */
+fsdp_status fsdp_out_check_dest(const char *path, const char *what);
 /* fsdp_out_check, then creates the temporary (mode 0644) in path's folder; o->fd is open on it. */
 fsdp_status fsdp_out_begin(fsdp_out *o, const char *path, const char *what, unsigned flags);
 /* fsync + close of the temporary (if o->fd is still open; else it is reopened for the fsync), a
@@ -89,6 +92,38 @@ fsdp_status fsdp_io_write_file_atomic(const char *path, const void *data, size_t
 /* Copies the file src to dst (atomically, as fsdp_io_write_file_atomic); nothing to do when dst already
  * is src (the same file, by device and inode). */
 fsdp_status fsdp_io_copy_file(const char *src, const char *dst);
+
+/* ---- folders as one unit: every file into a new folder beside the destination, then swapped in */
+
+typedef struct {
+    char *out;    /* the destination folder, without trailing slashes */
+    char *parent; /* the folder it lies in */
+    char *tmp;    /* PARENT/.NAME.TAG.XXXXXX (mkdtemp), where the files go; NULL once committed */
+    int exists;   /* out is an existing folder that the commit swaps with tmp */
+} fsdp_dir_stage;
+
+/* What own(name, arg) says of an entry of the old folder: the command writes it (it is replaced), and
+ * whether it may also be one of the command's inputs (a tokenizer, copied into tmp before the swap). */
+#define FSDP_STAGE_OWN          1u
+#define FSDP_STAGE_MAY_BE_INPUT 2u
+
+/* Starts writing folder out as one unit: creates out's parent folders, removes what an earlier run of
+ * the same command killed outright left there (folders named .NAME.TAG.XXXXXX, nothing else), checks
+ * the old out and creates st->tmp (mode 0755). An existing out must be a folder, not a symbolic link,
+ * holding only regular files that own() calls its own and that are not inputs (fsdp_io_is_input) unless
+ * own() says they may be; anything else is refused naming it, since the commit removes the old folder.
+ * cmd ("prepare") and what ("--out") open the messages. */
+fsdp_status fsdp_io_dir_stage(fsdp_dir_stage *st, const char *out, const char *cmd, const char *what,
+                              const char *tag, unsigned (*own)(const char *name, void *arg), void *arg);
+/* The check of an existing out alone (fsdp_io_dir_stage's), nothing created: for a check before the work. */
+fsdp_status fsdp_io_dir_check(const char *out, const char *cmd, const char *what,
+                              unsigned (*own)(const char *name, void *arg), void *arg);
+/* fsync of tmp, then tmp takes out's place: renameat2(RENAME_EXCHANGE) with an existing folder (whose
+ * old contents, now at tmp, are removed), a plain rename when there was none; fsync of the parent. On
+ * failure tmp is removed and the old folder is untouched. Always frees st's strings. */
+fsdp_status fsdp_io_dir_commit(fsdp_dir_stage *st);
+/* Removes tmp and frees st (a no-op on a zeroed or finished st). */
+void fsdp_io_dir_abort(fsdp_dir_stage *st);
 
 /* fsync + close; reports either failure (a full disk may only show up here). */
 fsdp_status fsdp_io_close_sync(int fd, const char *path);
