@@ -228,7 +228,8 @@ static const opt_def opts[] = {
      "sample among the k likeliest (0: all)"},
     {"text", OPT_LIST, F(texts), 0, 0, NULL, C_PREPARE, "input text files (one or more)"},
     {"out", OPT_STR, F(out), 0, 0, NULL, C_PREPARE | C_EXPORT,
-     "prepare: output folder; export: FILE.safetensors"},
+     "prepare: output folder; export: DIR/FILE.safetensors (DIR, a folder of its own, is replaced as one "
+     "unit)"},
     {"val-fraction", OPT_DBL, F(val_fraction), 0, 0.999, NULL, C_PREPARE,
      "share of documents kept for val.bin"},
     {"doc-sep", OPT_STR, F(doc_sep), 0, 0, NULL, C_PREPARE,
@@ -724,7 +725,7 @@ void fsdp_train_usage(FILE *f, fsdp_train_cmd cmd) {
         "is replaced as one unit",
         "write a checkpoint's (or a Hugging Face folder's) full model (fp32, or --export-dtype bf16) as "
         ".safetensors with its family's Hugging Face tensor names, plus config.json (and the tokenizer when "
-        "the run has one)",
+        "the run has one), its folder replaced as one unit",
         "generate text from a checkpoint or a Hugging Face folder (GPT-2 or the Llama family)",
     };
     fprintf(f, "usage: fsdp-train %s[flags]\n  %s\n\nflags (default in brackets):\n",

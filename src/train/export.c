@@ -15,7 +15,6 @@
 #include "io/io.h"
 
 #include <cjson/cJSON.h>
-#include <dirent.h>
 #include <errno.h>
 #include <signal.h>
 #include <fcntl.h>
@@ -205,7 +204,8 @@ done:
     return s;
 }
 
-static fsdp_status export_checkpoint(const fsdp_train_config *cfg, FILE *out);
+static fsdp_status export_checkpoint(const fsdp_train_config *cfg, fsdp_dir_stage *st, const char *scratch,
+                                     FILE *out);
 
 int fsdp_export_managed_name(const char *name) {
     static const char *const files[] = {"model.safetensors",       "config.json",
@@ -251,33 +251,6 @@ static fsdp_status interrupted(void) {
                : FSDP_OK;
 }
 
-/* What an export killed outright (SIGKILL, a crash) left in --out's folder: the temporaries of --out and
- * of the files beside it (NAME.tmp.XXXXXX), and the temporary checkpoint of --init-from. An export
- * replaces those files, so their temporaries are its own. */
-static void remove_stale_temps(const char *outp) {
-    char odir[4096];
-    fsdp_path_dirname(outp, odir, sizeof odir);
-    const char *base = strrchr(outp, '/') ? strrchr(outp, '/') + 1 : outp;
-    DIR *d = opendir(odir);
-    if (!d) return;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        const char *t = strstr(e->d_name, ".tmp.");
-        size_t n = t ? (size_t)(t - e->d_name) : 0;
-        int mine =
-            t && strlen(t) == 11 && strspn(t + 5, "0123456789abcdef") == 6 &&
-            ((n == strlen(base) && !strncmp(e->d_name, base, n)) || fsdp_export_managed_name(e->d_name));
-        char *init_tmp = fsdp_strdupf("%s.init-from.tmp", base);
-        mine = mine || (init_tmp && !strcmp(e->d_name, init_tmp));
-        free(init_tmp);
-        if (!mine) continue;
-        char *p = fsdp_strdupf("%s/%s", odir, e->d_name);
-        if (p) fsdp_rm_tree1(p);
-        free(p);
-    }
-    closedir(d);
-}
-
 static fsdp_status export_run(const fsdp_train_config *cfg, FILE *out);
 
 /* The number of trailing components of folder dir that do not exist yet (the export creates them). */
@@ -295,11 +268,12 @@ static int missing_levels(const char *dir) {
     return n;
 }
 
-/* After a failed export: the folders it created for --out, if they are empty (rmdir), innermost first. */
+/* After a failed export: the folders it created above --out's folder, if they are empty (rmdir), innermost
+ * first (the folder itself is made only by the commit's rename). */
 static void remove_created(const char *dir, int levels) {
     char p[4096];
     snprintf(p, sizeof p, "%s", dir);
-    for (int i = 0; i < levels && rmdir(p) == 0; i++) {
+    for (int i = 0; i < levels && (rmdir(p) == 0 || errno == ENOENT); i++) {
         char up[4096];
         fsdp_path_dirname(p, up, sizeof up);
         snprintf(p, sizeof p, "%s", up);
@@ -331,34 +305,112 @@ fsdp_status fsdp_export_run(const fsdp_train_config *cfg, FILE *out) {
     return s;
 }
 
+static fsdp_status export_stage(const fsdp_train_config *cfg, fsdp_dir_stage *st);
+
 static fsdp_status export_run(const fsdp_train_config *cfg, FILE *out) {
-    if (cfg->out) remove_stale_temps(cfg->out);
-    if (!cfg->init_from) return export_checkpoint(cfg, out);
-    /* A Hugging Face folder: through a temporary one-rank checkpoint beside the output. */
-    char *tmp = fsdp_strdupf("%s.init-from.tmp", cfg->out), *step_dir = NULL;
-    if (!tmp) return FSDP_ERR(FSDP_ENOMEM, "no memory for a path");
-    /* --out (and so the temporary beside it) outside the folder it converts, before anything is written */
+    fsdp_dir_stage st = {0};
+    if (!cfg->init_from) return export_checkpoint(cfg, &st, NULL, out);
+    /* A Hugging Face folder: through a temporary one-rank checkpoint inside the new folder (removed before
+     * it takes --out's folder's place). --out outside the folder it converts, before anything is written. */
     fsdp_io_inputs_reset();
     fsdp_status s = fsdp_io_claim(cfg->init_from, "--init-from", FSDP_CLAIM_DIR | FSDP_CLAIM_IN, NULL);
     if (s == FSDP_OK) s = fsdp_io_claim(cfg->out, "--out", FSDP_CLAIM_OUT, NULL);
-    if (s == FSDP_OK) s = fsdp_io_claim(tmp, "the temporary checkpoint beside --out", FSDP_CLAIM_OUT, NULL);
-    if (s != FSDP_OK) {
-        free(tmp);
-        return s;
-    }
-    fsdp_rm_tree1(tmp); /* a leftover of an interrupted export */
-    s = fsdp_train_hf_to_checkpoint(cfg->init_from, tmp, &step_dir);
+    if (s == FSDP_OK) s = export_stage(cfg, &st);
+    if (s != FSDP_OK) return s;
+    char *tmp = fsdp_strdupf("%s/init-from.tmp", st.tmp), *step_dir = NULL;
+    s = tmp ? fsdp_io_claim(tmp, "the temporary checkpoint of --init-from", FSDP_CLAIM_OUT, NULL)
+            : FSDP_ERR(FSDP_ENOMEM, "no memory for a path");
+    if (s == FSDP_OK) s = fsdp_train_hf_to_checkpoint(cfg->init_from, tmp, &step_dir);
     if (s == FSDP_OK) s = interrupted();
     if (s == FSDP_OK) {
         fsdp_train_config c = *cfg;
         c.checkpoint = step_dir;
         c.init_from = NULL;
-        s = export_checkpoint(&c, out);
+        s = export_checkpoint(&c, &st, tmp, out); /* commits or aborts st */
+    } else {
+        fsdp_io_dir_abort(&st);
     }
-    if (step_dir) fsdp_rm_tree1(step_dir);
-    fsdp_rm_tree1(tmp);
     free(step_dir);
     free(tmp);
+    return s;
+}
+
+/* The names export writes in --out's folder (the stage's own entries, fsdp_io_dir_stage): --out's own
+ * (and what begins with it and a dot: temporaries of earlier versions), config.json, the tokenizer files
+ * (which may be an input: --tokenizer DIR/tokenizer.json is copied before the swap) and --logits when it
+ * lies in the folder. */
+typedef struct {
+    const char *out, *logits; /* last components; logits NULL unless in the folder */
+} export_names;
+
+static unsigned export_own(const char *name, void *arg) {
+    const export_names *x = arg;
+    size_t n = strlen(x->out);
+    if (!strncmp(name, "tokenizer", 9) || !strncmp(name, "special_tokens_map.json", 23))
+        return fsdp_export_managed_name(name) ? FSDP_STAGE_OWN | FSDP_STAGE_MAY_BE_INPUT : 0u;
+    if (fsdp_export_managed_name(name) ||
+        (!strncmp(name, x->out, n) && (name[n] == '\0' || name[n] == '.')) ||
+        (x->logits && !strcmp(name, x->logits)))
+        return FSDP_STAGE_OWN;
+    return 0;
+}
+
+fsdp_status fsdp_export_check_folder(const char *dir, const char *what) {
+    export_names x = {"model.safetensors", NULL};
+    return fsdp_io_dir_check(dir, "export", what, export_own, &x);
+}
+
+static const char *last_component(const char *p) { return strrchr(p, '/') ? strrchr(p, '/') + 1 : p; }
+
+/* 1 if --logits lies in --out's folder (then it is written into the new folder with the rest). */
+static int logits_in_folder(const fsdp_train_config *cfg) {
+    if (!cfg->logits) return 0;
+    char a[4096], b[4096];
+    fsdp_path_dirname(cfg->out, a, sizeof a);
+    fsdp_path_dirname(cfg->logits, b, sizeof b);
+    char *na = fsdp_io_normalise(a), *nb = fsdp_io_normalise(b);
+    int same = na && nb && !strcmp(na, nb);
+    free(na);
+    free(nb);
+    return same;
+}
+
+/* Every destination is checked before the work: --logits (outside --out's folder: it takes a new file),
+ * then --out, config.json and --logits inside the folder when it exists (their kind alone); then --out's
+ * folder is staged (fsdp_io_dir_stage): the new folder beside it, .NAME.export.XXXXXX, that the commit swaps
+ * into its place (beside the folder a symbolic link names, when the folder is one). */
+static fsdp_status export_stage(const fsdp_train_config *cfg, fsdp_dir_stage *st) {
+    char odir[4096];
+    fsdp_path_dirname(cfg->out, odir, sizeof odir);
+    struct stat sb;
+    const int have = lstat(odir, &sb) == 0, in = logits_in_folder(cfg);
+    if (cfg->logits && !in) FSDP_TRY(fsdp_out_check(cfg->logits, "--logits"));
+    if (cfg->logits && in && have) FSDP_TRY(fsdp_out_check_dest(cfg->logits, "--logits"));
+    if (have) { /* without writing there: a kill now leaves the old folder as it was */
+        FSDP_TRY(fsdp_out_check_dest(cfg->out, "--out"));
+        char *cj = fsdp_strdupf("%s/config.json", odir);
+        fsdp_status s = cj ? fsdp_out_check_dest(cj, "config.json beside --out")
+                           : FSDP_ERR(FSDP_ENOMEM, "no memory for a path");
+        free(cj);
+        FSDP_TRY(s);
+    }
+    const char *ob = last_component(odir);
+    if (!strcmp(ob, ".") || !strcmp(ob, "..") || !strcmp(odir, "/"))
+        return fsdp_set_error(FSDP_EINVAL,
+                              "export --out %s: export replaces the folder of --out as one unit (the model, "
+                              "config.json, the tokenizer), which cannot be %s: give it a folder of its own "
+                              "(--out DIR/%s)",
+                              cfg->out, odir, last_component(cfg->out));
+    /* a symbolic link as the folder (out -> /bigdisk/out) is followed: the folder it names is replaced */
+    char *real = NULL;
+    if (have && S_ISLNK(sb.st_mode) && !(real = realpath(odir, NULL)))
+        return fsdp_set_error(FSDP_EIO,
+                              "export --out %s: its folder %s is a symbolic link that does not resolve: %s",
+                              cfg->out, odir, strerror(errno));
+    export_names x = {last_component(cfg->out), in ? last_component(cfg->logits) : NULL};
+    fsdp_status s =
+        fsdp_io_dir_stage(st, real ? real : odir, "export", "--out's folder", "export", export_own, &x);
+    free(real);
     return s;
 }
 
@@ -375,19 +427,6 @@ static fsdp_status export_tokenizer(const fsdp_train_config *cfg, int vocab, cha
         s = fsdp_set_error(FSDP_EINVAL, "%s: more tokens (%d) than the model's vocabulary (%d)", *tpath,
                            fsdp_bpe_vocab_size(bpe), vocab);
     fsdp_bpe_free(bpe);
-    return s;
-}
-
-/* Every destination is checked before the work: the logits file, then config.json and the model
- * file (opened as o's temporary) in odir, created if missing. */
-static fsdp_status export_open(const fsdp_train_config *cfg, const char *odir, fsdp_out *o) {
-    FSDP_TRY(fsdp_mkdirs(odir));
-    if (cfg->logits) FSDP_TRY(fsdp_out_check(cfg->logits, "--logits"));
-    char *cfg_json = fsdp_strdupf("%s/config.json", odir);
-    fsdp_status s = cfg_json ? fsdp_out_check(cfg_json, "config.json beside --out")
-                             : FSDP_ERR(FSDP_ENOMEM, "no memory for a path");
-    free(cfg_json);
-    if (s == FSDP_OK) s = fsdp_out_begin(o, cfg->out, "--out", 0);
     return s;
 }
 
@@ -445,51 +484,72 @@ static fsdp_status export_write(fsdp_out *o, fsdp_ckpt_reader *r, const export_t
     return s;
 }
 
-static fsdp_status export_checkpoint(const fsdp_train_config *cfg, FILE *out) {
-    char *step_dir = NULL, *hdr = NULL, *tpath = NULL;
+/* The export of cfg->checkpoint into st's new folder (staged here when st->tmp is NULL), which then takes
+ * the place of --out's folder (or, on failure, is removed); scratch (a folder inside it: --init-from's
+ * temporary checkpoint) is removed before. */
+static fsdp_status export_checkpoint(const fsdp_train_config *cfg, fsdp_dir_stage *st, const char *scratch,
+                                     FILE *out) {
+    char *step_dir = NULL, *hdr = NULL, *tpath = NULL, *sout = NULL, *slogits = NULL;
     fsdp_ckpt_reader *r = NULL;
     export_tensor *ts = NULL;
     int n = 0, eot = -1;
     fsdp_out o = {.fd = -1};
     fsdp_train_config c = fsdp_train_config_default();
     fsdp_model_config mc;
-    fsdp_ckpt_state st;
+    fsdp_ckpt_state st_ck;
     char odir[4096];
     fsdp_io_inputs_reset();
     fsdp_status s = fsdp_ckpt_resolve(cfg->checkpoint, &step_dir);
     if (s == FSDP_OK) s = fsdp_ckpt_open(&r, step_dir);
     if (s == FSDP_OK) s = fsdp_train_config_from_json(&c, fsdp_ckpt_config(r), step_dir);
     if (s == FSDP_OK) s = fsdp_train_model_config(&c, &mc);
-    if (s == FSDP_OK) s = fsdp_ckpt_state_get(r, &st);
+    if (s == FSDP_OK) s = fsdp_ckpt_state_get(r, &st_ck);
     const fsdp_dtype dt = (fsdp_dtype)cfg->export_dtype;
     if (s == FSDP_OK) s = plan(r, &mc, fsdp_dtype_size(dt), &ts, &n);
     if (s == FSDP_OK) s = export_tokenizer(cfg, c.vocab, &tpath, &eot);
-    if (s == FSDP_OK && (hdr = header_json(ts, n, st.step, dt == FSDP_BF16 ? "BF16" : "F32")) == NULL)
+    if (s == FSDP_OK && (hdr = header_json(ts, n, st_ck.step, dt == FSDP_BF16 ? "BF16" : "F32")) == NULL)
         s = FSDP_ERR(FSDP_ENOMEM, "no memory for the safetensors header");
     fsdp_path_dirname(cfg->out, odir, sizeof odir);
     if (s == FSDP_OK) s = export_claims(cfg, step_dir, odir);
-    if (s == FSDP_OK) s = export_open(cfg, odir, &o);
+    if (s == FSDP_OK && !st->tmp) s = export_stage(cfg, st);
+    /* every file into the new folder, --logits too when it lies in --out's */
+    if (s == FSDP_OK && !(sout = fsdp_strdupf("%s/%s", st->tmp, last_component(cfg->out))))
+        s = FSDP_ERR(FSDP_ENOMEM, "no memory for a path");
+    if (s == FSDP_OK && cfg->logits &&
+        !(slogits = logits_in_folder(cfg) ? fsdp_strdupf("%s/%s", st->tmp, last_component(cfg->logits))
+                                          : fsdp_strdupf("%s", cfg->logits)))
+        s = FSDP_ERR(FSDP_ENOMEM, "no memory for a path");
+    if (s == FSDP_OK) s = fsdp_out_begin(&o, sout, "--out", 0);
     if (s == FSDP_OK) s = export_write(&o, r, ts, n, hdr, dt);
     if (s == FSDP_OK) s = interrupted();
     if (s == FSDP_OK) s = fsdp_out_commit(&o);
     /* The run's tokenizer.json (and its Hugging Face companions) beside the model, so AutoTokenizer
      * loads the folder too. */
     int n_tok = 0;
-    if (s == FSDP_OK && tpath) s = fsdp_data_copy_tokenizer(tpath, odir, &n_tok);
-    if (s == FSDP_OK) s = write_config_json(cfg->out, &mc, eot, tpath, dt);
+    if (s == FSDP_OK && tpath) s = fsdp_data_copy_tokenizer(tpath, st->tmp, &n_tok);
+    if (s == FSDP_OK) s = write_config_json(sout, &mc, eot, tpath, dt);
+    if (s == FSDP_OK && slogits) s = fsdp_train_write_logits(step_dir, slogits);
+    fsdp_out_abort(&o); /* a no-op once committed */
+    fsdp_ckpt_close(r);
+    if (scratch) fsdp_rm_tree1(scratch);
+    if (s == FSDP_OK) s = interrupted();
+    if (s == FSDP_OK) {
+        s = fsdp_io_dir_commit(st);
+    } else {
+        fsdp_io_dir_abort(st);
+    }
     if (s == FSDP_OK && out && tpath)
         fprintf(out, "copied %s beside it as tokenizer.json%s\n", tpath,
                 n_tok > 1 ? " (with its tokenizer_config.json / special_tokens_map.json)" : "");
-    if (s == FSDP_OK && cfg->logits) s = fsdp_train_write_logits(step_dir, cfg->logits);
     if (s == FSDP_OK && out)
         fprintf(out, "exported %s (step %lld, %d tensors, %llu bytes of %s data) and config.json beside it\n",
-                cfg->out, (long long)st.step, n, (unsigned long long)(n ? ts[n - 1].end : 0),
+                cfg->out, (long long)st_ck.step, n, (unsigned long long)(n ? ts[n - 1].end : 0),
                 dt == FSDP_BF16 ? "bf16" : "fp32");
-    fsdp_out_abort(&o); /* a no-op once committed */
+    free(slogits);
+    free(sout);
     free(tpath);
     free(hdr);
     free(ts);
-    fsdp_ckpt_close(r);
     free(step_dir);
     return s;
 }

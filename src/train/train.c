@@ -1480,6 +1480,7 @@ static fsdp_status run_start(train_run *r, int *nothing) {
         char *p = fsdp_strdupf("%s/model.safetensors", c->export_final);
         s = p ? fsdp_mkdirs(c->export_final) : FSDP_ERR(FSDP_ENOMEM, "no memory for a path");
         if (s == FSDP_OK) s = fsdp_out_check(p, "--export-final");
+        if (s == FSDP_OK) s = fsdp_export_check_folder(c->export_final, "--export-final");
         free(p);
     }
     FSDP_TRY(fsdp_comm_agree(comm, s, "checking the output files"));

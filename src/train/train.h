@@ -52,6 +52,9 @@ fsdp_status fsdp_export_run(const fsdp_train_config *cfg, FILE *out);
 /* 1 if name is an entry an export writes into its folder (the model file, config.json, the tokenizer
  * files, their temporaries): --export-final's own entries. */
 int fsdp_export_managed_name(const char *name);
+/* Checks, creating nothing, that an export with --out DIR/model.safetensors may replace folder dir (what:
+ * "--export-final"): absent, or a folder holding only files export writes (fsdp_io_dir_stage). */
+fsdp_status fsdp_export_check_folder(const char *dir, const char *what);
 
 /* For the export check: loads the checkpoint (ckpt: step or checkpoint folder) into an fp32 model in
  * this process (world 1), runs a fixed input (B 2, T min(16, seq-len), token i = i*2654435761 mod V)

@@ -27,9 +27,9 @@
 #              step folder are refused naming both flags before anything is written; outputs beside
 #              them (ck/report.json, ck/exp/m.safetensors) are fine
 #   interrupt  an export stopped by SIGTERM or SIGINT (raised at a write of its model file) removes its
-#              temporaries and ends by that signal; one killed by SIGKILL leaves a NAME.tmp.XXXXXX that
-#              the next export of the same destination removes; export --init-from's temporary
-#              checkpoint goes the same way
+#              new folder and ends by that signal; one killed by SIGKILL leaves only its .NAME.export.XXXXXX
+#              beside --out's folder, which the next export of the same folder removes (and nothing else
+#              of a like name); export --init-from's temporary checkpoint, inside it, goes the same way
 #   exitcodes  a bad command line exits 2 before and after launch, under mpirun with one message and
 #              no MPI_ABORT banner; other failures exit 1; the small message fixes of the issue
 # usage: fault_files.sh FSDP_TRAIN MPIRUN_SH WORKDIR FAULT_LIB PART
@@ -122,11 +122,12 @@ outputs)
     [ "$(md5sum <data/val.bin)" = "$(md5sum <pself/val.bin)" ] && ok || bad "--report replaced val.bin"
     # a write that fails part-way (ENOSPC after 4 KiB of the export) leaves neither file nor temporary
     mkdir -p full
-    LD_PRELOAD=$FAULT_LIB FSDP_FAULT_MATCH=full/m.safetensors FSDP_FAULT_ENOSPC_AFTER=4096 \
+    LD_PRELOAD=$FAULT_LIB FSDP_FAULT_MATCH=.full.export. FSDP_FAULT_ENOSPC_AFTER=4096 \
         fails_with export_full "disk full" "$BIN" export --checkpoint ck4 --out full/m.safetensors
     [ -z "$(ls -A full)" ] && ok || bad "a failed export left files: $(ls -A full)"
+    [ -z "$(ls -A | grep '^\.full\.export\.')" ] && ok || bad "a failed export left its new folder: $(ls -A)"
     # the folders a failed export created for --out go too
-    LD_PRELOAD=$FAULT_LIB FSDP_FAULT_MATCH=newd/sub/m.safetensors FSDP_FAULT_ENOSPC_AFTER=4096 \
+    LD_PRELOAD=$FAULT_LIB FSDP_FAULT_MATCH=newd/.sub.export. FSDP_FAULT_ENOSPC_AFTER=4096 \
         fails_with export_full_new "disk full" "$BIN" export --checkpoint ck4 --out newd/sub/m.safetensors
     [ ! -e newd ] && ok || bad "a failed export left the folders it made: $(find newd)"
     ;;
@@ -351,26 +352,28 @@ conflicts)
 interrupt)
     mkdir -p it
     for sig in 15 2; do
-        rm -rf it/* && LD_PRELOAD=$FAULT_LIB FSDP_FAULT_MATCH=it/m.safetensors FSDP_FAULT_KILL_AT_WRITE=5 FSDP_FAULT_SIGNAL=$sig \
+        rm -rf it/* && LD_PRELOAD=$FAULT_LIB FSDP_FAULT_MATCH=/m.safetensors FSDP_FAULT_KILL_AT_WRITE=5 FSDP_FAULT_SIGNAL=$sig \
             run_ck "it_sig$sig" "$BIN" export --checkpoint ck4 --out it/m.safetensors
         [ $rc = $((128 + sig)) ] && ok || bad "it_sig$sig: exit $rc, want $((128 + sig)): $(tail -2 it_sig$sig.log)"
         grep -q "export interrupted by SIG" "it_sig$sig.log" && ok || bad "it_sig$sig: $(tail -2 it_sig$sig.log)"
-        [ -z "$(ls -A it)" ] && ok || bad "an export stopped by signal $sig left: $(ls -A it)"
+        [ -z "$(ls -A it)$(ls -A | grep '^\.it\.export\.')" ] && ok || bad "an export stopped by signal $sig left: $(ls -A it) $(ls -A)"
     done
-    LD_PRELOAD=$FAULT_LIB FSDP_FAULT_MATCH=it/m.safetensors FSDP_FAULT_KILL_AT_WRITE=5 \
+    LD_PRELOAD=$FAULT_LIB FSDP_FAULT_MATCH=/m.safetensors FSDP_FAULT_KILL_AT_WRITE=5 \
         run_ck it_kill "$BIN" export --checkpoint ck4 --out it/m.safetensors
-    [ $rc = 137 ] && ls it | grep -q '^m.safetensors.tmp.' && ok || bad "it_kill: exit $rc, left $(ls -A it)"
+    [ $rc = 137 ] && [ -z "$(ls -A it)" ] && ls -A | grep -q '^\.it\.export\.' && ok || bad "it_kill: exit $rc, left $(ls -A it) $(ls -A)"
+    mkdir -p .it.export.keep && touch .it.export.keep/x # not of mkdtemp's pattern: left alone
     run_ck it_again "$BIN" export --checkpoint ck4 --out it/m.safetensors
     [ $rc = 0 ] && [ "$(ls -A it | tr '\n' ' ')" = "config.json m.safetensors " ] && ok || bad "the next export: exit $rc, left $(ls -A it)"
+    [ "$(ls -A | grep '^\.it\.export\.')" = .it.export.keep ] && ok || bad "the next export left or removed: $(ls -A | grep '^\.it\.')"
     # --init-from: its temporary checkpoint beside --out
     run_ck it_hf "$BIN" export --checkpoint ck4 --out hf/model.safetensors
     mkdir -p ih
-    LD_PRELOAD=$FAULT_LIB FSDP_FAULT_MATCH=ih/m.safetensors.init-from.tmp FSDP_FAULT_KILL_AT_WRITE=2 \
+    LD_PRELOAD=$FAULT_LIB FSDP_FAULT_MATCH=/init-from.tmp/ FSDP_FAULT_KILL_AT_WRITE=2 \
         run_ck ih_kill "$BIN" export --init-from hf --out ih/m.safetensors
-    [ $rc = 137 ] && [ -n "$(ls -A ih)" ] && ok || bad "ih_kill: exit $rc, left '$(ls -A ih)'"
-    LD_PRELOAD=$FAULT_LIB FSDP_FAULT_MATCH=ih/m.safetensors.tmp FSDP_FAULT_KILL_AT_WRITE=3 FSDP_FAULT_SIGNAL=15 \
+    [ $rc = 137 ] && [ -z "$(ls -A ih)" ] && [ -d "$(ls -d .ih.export.*)/init-from.tmp" ] && ok || bad "ih_kill: exit $rc, left '$(ls -A ih)' $(ls -A)"
+    LD_PRELOAD=$FAULT_LIB FSDP_FAULT_MATCH=/m.safetensors.tmp. FSDP_FAULT_KILL_AT_WRITE=3 FSDP_FAULT_SIGNAL=15 \
         run_ck ih_term "$BIN" export --init-from hf --out ih/m.safetensors
-    [ $rc = 143 ] && [ -z "$(ls -A ih)" ] && ok || bad "ih_term: exit $rc, left '$(ls -A ih)': $(tail -2 ih_term.log)"
+    [ $rc = 143 ] && [ -z "$(ls -A ih)$(ls -A | grep '^\.ih\.export\.')" ] && ok || bad "ih_term: exit $rc, left '$(ls -A ih)' $(ls -A): $(tail -2 ih_term.log)"
     ;;
 exitcodes)
     # a bad command line: 2, found while parsing or after launch, with one message

@@ -5,7 +5,8 @@
 # does not own (a symbolic link named like a step, other files) is left alone, a removal interrupted
 # earlier (.tmp_step_*.pruned) is cleaned by the next save, a resume keeps pruning; --export-final DIR
 # --export-dtype bf16 writes the model alone whose every value is the fp32 export's rounded to nearest
-# even (checked here bit by bit with an independent rounding), and f32 equals `fsdp-train export`'s.
+# even (checked here bit by bit with an independent rounding), and f32 equals `fsdp-train export`'s; a
+# --export-final folder holding a file export does not write is refused before step 1.
 # usage: retention.sh FSDP_TRAIN_BINARY MPIRUN_SH WORKDIR
 set -uo pipefail
 BIN=$1 MPIRUN=$2 WORK=$3
@@ -46,6 +47,11 @@ for s in 4 8 12 14 16; do loads "ck/$(printf step_%06d $s)" && ok || bad "step $
 "$BIN" "${TINY[@]}" --steps 4 --checkpoint-dir ck4 --export-final fin32 >f.log 2>&1 || bad "export-final f32: $(tail -3 f.log)"
 "$BIN" export --checkpoint ck3 --out ref/model.safetensors >g.log 2>&1 || bad "export: $(tail -3 g.log)"
 grep -q "exported fin16/model.safetensors (step 4, .* of bf16 data)" e.log && [ -f fin16/config.json ] && ok || bad "export-final output: $(grep export e.log)"
+# --export-final replaces its folder as one unit: one holding a file export does not write is refused before step 1
+mkdir -p finx && echo mine >finx/notes.txt
+"$BIN" "${TINY[@]}" --steps 4 --checkpoint-dir ck5 --export-final finx >x.log 2>&1 && bad "--export-final onto a foreign file ran" ||
+    { grep -q "export --export-final finx holds notes.txt, which export does not write" x.log && ! grep -q "^step 1/" x.log &&
+          [ "$(ls -A finx)" = notes.txt ] && ok || bad "--export-final finx: $(tail -2 x.log)"; }
 $PY - ref/model.safetensors fin16/model.safetensors fin32/model.safetensors fin16/config.json <<'PY' && ok || bad "exported tensors"
 import json, struct, sys
 def load(p):

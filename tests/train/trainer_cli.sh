@@ -267,8 +267,9 @@ f = open('ck_flip/step_000004/rank_00000.bin', 'r+b'); f.seek(5000); b = f.read(
     expect_fail "missing shard file ck_missing/step_000004/rank_00000.bin" ck_missing "$BIN" "${TINY[@]}" --steps 8 --checkpoint-dir ck_missing --resume
     [ "$snap" = "$(snapshot ck_missing)" ] && ok || bad "failed resume changed ck_missing"
     expect_fail "no checkpoint in ck_none" ck_none "$BIN" "${TINY[@]}" --checkpoint-dir ck_none --resume
-    expect_fail "payload checksum mismatch" export_flip "$BIN" export --checkpoint ck_flip --out flip.safetensors
-    [ ! -e flip.safetensors ] && ok || bad "export of a corrupt checkpoint left a file"
+    expect_fail "payload checksum mismatch" export_flip "$BIN" export --checkpoint ck_flip --out flip/m.safetensors
+    [ ! -e flip ] && [ -z "$(ls -A | grep '^\.flip\.export\.')" ] && ok || bad "export of a corrupt checkpoint left files: $(ls -A)"
+    expect_fail "export replaces the folder of --out as one unit" export_cwd "$BIN" export --checkpoint ck_good --out ./m.safetensors
     # a 2-rank resume from a checkpoint with a broken shard fails on every rank, cleanly
     expect_fail "payload checksum mismatch" ck_flip2 "$MPIRUN" 2 "$BIN" "${TINY[@]}" --steps 8 --checkpoint-dir ck_flip --resume
     [ "$good" = "$(snapshot ck_good)" ] && ok || bad "ck_good changed"
