@@ -900,6 +900,73 @@ static int per_rank_setting(const char *name) {
            !strcmp(name, "data") || !strcmp(name, "checkpoint-dir");
 }
 
+/* The entries agree_settings compares after the settings: the data folder's files, then its shards
+ * ("*": shards_fingerprint); heads: the bytes of a file's head hashed beside its size (0: all of it). */
+static const char *const agree_files[] = {"train.bin", "val.bin", "meta.json", "tokenizer.json", "*"};
+static const size_t agree_heads[] = {1024, 1024, 0, 0, 1024};
+enum { AGREE_NFILES = sizeof agree_files / sizeof agree_files[0] };
+
+/* mine[k]: the hash of settings entry k of j (0 for a per-rank one), then of each agree_files entry. */
+static fsdp_status settings_hashes(const train_run *r, const cJSON *j, int n, int64_t *mine) {
+    int k = 0;
+    for (const cJSON *it = j->child; it; it = it->next, k++) {
+        if (per_rank_setting(it->string)) continue;
+        char *v = cJSON_PrintUnformatted(it);
+        if (!v) return FSDP_ERR(FSDP_ENOMEM, "no memory for the settings record");
+        mine[k] = (int64_t)fnv1a(fnv1a(0xcbf29ce484222325ull, it->string, strlen(it->string)), v, strlen(v));
+        free(v);
+    }
+    for (int f = 0; f < AGREE_NFILES; f++) {
+        if (f == AGREE_NFILES - 1) {
+            mine[n + f] = (int64_t)shards_fingerprint(r->cfg.data, agree_heads[f]);
+            continue;
+        }
+        char *dir = fsdp_data_dir(r->cfg.data);
+        char *p = dir ? fsdp_strdupf("%s/%s", dir, agree_files[f]) : NULL;
+        free(dir);
+        if (!p) return FSDP_ERR(FSDP_ENOMEM, "no memory for a path");
+        mine[n + f] = (int64_t)file_fingerprint(p, agree_heads[f]);
+        free(p);
+    }
+    return FSDP_OK;
+}
+
+/* all: every rank's total entries (rank q's at q*total). Writes into msg each entry some rank holds
+ * another value of than rank 0, with those ranks; returns how many entries differ. */
+static int settings_differences(const train_run *r, const cJSON *j, int n, int total, const int64_t *all,
+                                char *msg, size_t cap) {
+    size_t len = 0;
+    int differ = 0;
+    msg[0] = '\0';
+    for (int e = 0; e < total; e++) {
+        int first = 1;
+        for (int q = 1; q < r->world; q++) {
+            if (all[(size_t)q * (size_t)total + (size_t)e] == all[e]) continue;
+            if (first && len < cap) {
+                const char *name = e < n ? NULL : agree_files[e - n];
+                if (e < n) {
+                    const cJSON *it = j->child;
+                    for (int i = 0; i < e; i++)
+                        it = it->next;
+                    name = it->string;
+                }
+                if (e == total - 1)
+                    len += (size_t)snprintf(msg + len, cap - len,
+                                            "%sthe shards of --data %s (names, sizes, first KiB) (ranks",
+                                            differ ? "; " : "", r->cfg.data);
+                else
+                    len += (size_t)snprintf(msg + len, cap - len, "%s%s%s%s (ranks", differ ? "; " : "",
+                                            e < n ? "--" : r->cfg.data, e < n ? "" : "/", name);
+                differ++;
+            }
+            if (len < cap) len += (size_t)snprintf(msg + len, cap - len, " %d", q);
+            first = 0;
+        }
+        if (!first && len < cap) len += (size_t)snprintf(msg + len, cap - len, " differ from rank 0)");
+    }
+    return differ;
+}
+
 /* Before anything is built: every rank's resolved settings (the config record, less the per-rank ones)
  * and the data folder's fingerprint (train.bin's and val.bin's size and header, meta.json and
  * tokenizer.json whole, the shards' names, sizes and headers) against rank 0's, one hash per entry and one
@@ -907,47 +974,18 @@ static int per_rank_setting(const char *name) {
  * rank 0's. */
 static fsdp_status agree_settings(train_run *r) {
     if (r->world == 1) return FSDP_OK;
-    /* the last entry: the shards (shards_fingerprint) */
-    static const char *const files[] = {"train.bin", "val.bin", "meta.json", "tokenizer.json", "*"};
-    static const size_t heads[] = {1024, 1024, 0, 0, 1024};
-    enum { NFILES = sizeof files / sizeof files[0] };
     cJSON *j = fsdp_train_config_to_json(&r->cfg);
     fsdp_status s = j ? FSDP_OK : FSDP_ERR(FSDP_ENOMEM, "no memory for the settings record");
     int n = 0;
     for (cJSON *it = j ? j->child : NULL; it; it = it->next)
         n++;
-    const int total = n + NFILES;
+    const int total = n + AGREE_NFILES;
     /* The entry count is the code's, the same on every rank; checked all the same (a MAX and a MIN). */
     int64_t *mine = j ? calloc((size_t)total, sizeof *mine) : NULL;
     int64_t *all = j ? calloc((size_t)total * (size_t)r->world, sizeof *all) : NULL;
     if (s == FSDP_OK && (!mine || !all))
         s = FSDP_ERR(FSDP_ENOMEM, "no memory for %d ranks' settings", r->world);
-    int k = 0;
-    for (cJSON *it = j ? j->child : NULL; s == FSDP_OK && it; it = it->next, k++) {
-        if (per_rank_setting(it->string)) continue;
-        char *v = cJSON_PrintUnformatted(it);
-        if (!v) {
-            s = FSDP_ERR(FSDP_ENOMEM, "no memory for the settings record");
-            break;
-        }
-        mine[k] = (int64_t)fnv1a(fnv1a(0xcbf29ce484222325ull, it->string, strlen(it->string)), v, strlen(v));
-        free(v);
-    }
-    for (int f = 0; s == FSDP_OK && f < NFILES; f++) {
-        if (f == NFILES - 1) {
-            mine[n + f] = (int64_t)shards_fingerprint(r->cfg.data, heads[f]);
-            continue;
-        }
-        char *dir = fsdp_data_dir(r->cfg.data);
-        char *p = dir ? fsdp_strdupf("%s/%s", dir, files[f]) : NULL;
-        free(dir);
-        if (!p) {
-            s = FSDP_ERR(FSDP_ENOMEM, "no memory for a path");
-            break;
-        }
-        mine[n + f] = (int64_t)file_fingerprint(p, heads[f]);
-        free(p);
-    }
+    if (s == FSDP_OK) s = settings_hashes(r, j, n, mine);
     s = fsdp_comm_agree(r->comm, s, "recording the settings");
     if (s == FSDP_OK) {
         int64_t cnt[2] = {total, -total}, red[2];
@@ -964,37 +1002,8 @@ static fsdp_status agree_settings(train_run *r) {
         }
     }
     char msg[1536];
-    size_t len = 0;
-    int differ = 0;
-    for (int e = 0; s == FSDP_OK && e < total; e++) {
-        int first = 1;
-        for (int q = 1; q < r->world; q++) {
-            if (all[(size_t)q * (size_t)total + (size_t)e] == all[e]) continue;
-            if (first && len < sizeof msg) {
-                const char *name = e < n ? NULL : files[e - n];
-                if (e < n) {
-                    cJSON *it = j->child;
-                    for (int i = 0; i < e; i++)
-                        it = it->next;
-                    name = it->string;
-                }
-                if (e == total - 1)
-                    len += (size_t)snprintf(msg + len, sizeof msg - len,
-                                            "%sthe shards of --data %s (names, sizes, first KiB) (ranks",
-                                            differ ? "; " : "", r->cfg.data);
-                else
-                    len +=
-                        (size_t)snprintf(msg + len, sizeof msg - len, "%s%s%s%s (ranks", differ ? "; " : "",
-                                         e < n ? "--" : r->cfg.data, e < n ? "" : "/", name);
-                differ++;
-            }
-            if (len < sizeof msg) len += (size_t)snprintf(msg + len, sizeof msg - len, " %d", q);
-            first = 0;
-        }
-        if (!first && len < sizeof msg)
-            len += (size_t)snprintf(msg + len, sizeof msg - len, " differ from rank 0)");
-    }
-    if (s == FSDP_OK && differ)
+    const int differ = s == FSDP_OK ? settings_differences(r, j, n, total, all, msg, sizeof msg) : 0;
+    if (differ)
         s = fsdp_set_error(
             FSDP_EINVAL,
             "the ranks disagree on %d setting%s or data file%s: %s. Every rank must be given the "
