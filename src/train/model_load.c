@@ -181,11 +181,16 @@ fsdp_status fsdp_train_load_hf_model(const char *dir, fsdp_comm_t *comm, fsdp_tr
     return s;
 }
 
-fsdp_status fsdp_train_hf_to_checkpoint(const char *hf_dir, const char *ckpt_dir, char **step_dir) {
-    fsdp_comm_t *comm = NULL;
+/* A world of one (this process alone): export's conversions run without a launcher. */
+static fsdp_status self_comm(fsdp_comm_t **comm) {
     fsdp_comm_config cc = fsdp_comm_config_default();
     cc.backend = FSDP_COMM_SELF;
-    FSDP_TRY(fsdp_comm_init(&comm, &cc, NULL, NULL));
+    return fsdp_comm_init(comm, &cc, NULL, NULL);
+}
+
+fsdp_status fsdp_train_hf_to_checkpoint(const char *hf_dir, const char *ckpt_dir, char **step_dir) {
+    fsdp_comm_t *comm = NULL;
+    FSDP_TRY(self_comm(&comm));
     fsdp_train_config c = fsdp_train_config_default();
     run_model rm = {0};
     cJSON *cj = NULL;
@@ -207,9 +212,7 @@ fsdp_status fsdp_train_hf_to_checkpoint(const char *hf_dir, const char *ckpt_dir
 
 fsdp_status fsdp_train_write_logits(const char *ckpt, const char *path) {
     fsdp_comm_t *comm = NULL;
-    fsdp_comm_config cc = fsdp_comm_config_default();
-    cc.backend = FSDP_COMM_SELF;
-    FSDP_TRY(fsdp_comm_init(&comm, &cc, NULL, NULL));
+    FSDP_TRY(self_comm(&comm));
     fsdp_train_config c = fsdp_train_config_default();
     run_model rm = {0};
     fsdp_ckpt_state st;

@@ -4,6 +4,7 @@
  * odd: the rest is a tokenizer.json: a loaded one encodes a fixed text and decodes it back exactly, a
  * refused one says why. */
 #include "fuzz_common.h"
+#include "../test_bytes.h"
 
 #include "fsdp.h"
 #include "data/bpe.h"
@@ -11,23 +12,6 @@
 #include <cjson/cJSON.h>
 
 static fsdp_bpe *fixed_;
-
-/* GPT-2's byte -> character map, as UTF-8. */
-static void byte_char(int b, char *out) {
-    int n = 0, cp = b;
-    if (!((b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174)) {
-        cp = 256;
-        for (int i = 0; i < b; i++)
-            if (!((i >= 33 && i <= 126) || (i >= 161 && i <= 172) || i >= 174)) cp++;
-    }
-    if (cp < 0x80) {
-        out[n++] = (char)cp;
-    } else {
-        out[n++] = (char)(0xC0 | (cp >> 6));
-        out[n++] = (char)(0x80 | (cp & 0x3F));
-    }
-    out[n] = '\0';
-}
 
 static fsdp_bpe *fixed(void) {
     if (fixed_) return fixed_;
@@ -39,7 +23,7 @@ static fsdp_bpe *fixed(void) {
     int id = 0;
     char c[8];
     for (int b = 0; b < 256; b++) {
-        byte_char(b, c);
+        test_gpt2_byte_char(b, c);
         cJSON_AddNumberToObject(vocab, c, id++);
     }
     for (size_t k = 0; k < sizeof merges / sizeof merges[0]; k++) {

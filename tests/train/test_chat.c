@@ -4,6 +4,7 @@
  * FILE:LINE message, and --chat-format auto's refusals. A unit test: it runs in the ASan+UBSan build too
  * (tests/train/chat_jsonl.sh compares real tokenizers with transformers). */
 #include "test_util.h"
+#include "test_bytes.h"
 
 #include "data/chat.h"
 #include "data/data.h"
@@ -20,28 +21,12 @@ static char *path_in(const char *name) { return fsdp_strdupf("%s/%s", dir, name)
 
 enum { EOT = 256, IM_START, IM_END, BOT, SH, EH, EOT_ID };
 
-/* GPT-2's byte -> character map as UTF-8 (the byte-level alphabet of a tokenizer.json). */
-static void byte_char(int b, char *out) {
-    int cp = b;
-    if (!((b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174)) {
-        cp = 256;
-        for (int i = 0; i < b; i++)
-            if (!((i >= 33 && i <= 126) || (i >= 161 && i <= 172) || i >= 174)) cp++;
-    }
-    int n = 0;
-    if (cp < 0x80)
-        out[n++] = (char)cp;
-    else
-        out[n++] = (char)(0xC0 | (cp >> 6)), out[n++] = (char)(0x80 | (cp & 0x3F));
-    out[n] = 0;
-}
-
 static void write_tokenizer(const char *path, int chatml, int llama3) {
     FILE *f = fopen(path, "wb");
     fputs("{\"model\": {\"type\": \"BPE\", \"merges\": [], \"vocab\": {", f);
     for (int b = 0; b < 256; b++) {
         char c[8];
-        byte_char(b, c);
+        test_gpt2_byte_char(b, c);
         fprintf(f, "%s\"%s%s\": %d", b ? ", " : "", c[0] == '"' || c[0] == '\\' ? "\\" : "", c, b);
     }
     fputs("}}, \"pre_tokenizer\": {\"type\": \"ByteLevel\"}, \"added_tokens\": [{\"id\": 256, \"content\": "

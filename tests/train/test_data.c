@@ -2,6 +2,7 @@
  * the loader: disjoint, complete rank/micro-batch slices of each global batch for world sizes 1..4,
  * wrap-around, and save/restore of its position. Expectations are derived from the token index. */
 #include "test_util.h"
+#include "test_bytes.h"
 
 #include "fsdp.h"
 #include "data/data.h"
@@ -281,22 +282,6 @@ static void test_prepare(void) {
     free(out);
 }
 
-/* GPT-2's byte -> character map as UTF-8 (the byte-level alphabet of a tokenizer.json). */
-static void byte_char(int b, char *out) {
-    int cp = b;
-    if (!((b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174)) {
-        cp = 256;
-        for (int i = 0; i < b; i++)
-            if (!((i >= 33 && i <= 126) || (i >= 161 && i <= 172) || i >= 174)) cp++;
-    }
-    int n = 0;
-    if (cp < 0x80)
-        out[n++] = (char)cp;
-    else
-        out[n++] = (char)(0xC0 | (cp >> 6)), out[n++] = (char)(0x80 | (cp & 0x3F));
-    out[n] = 0;
-}
-
 /* prepare with a vocabulary over 65536 writes 32-bit files (llm.c's Llama 3 header) and the loader
  * reads them: a byte-level tokenizer whose <|endoftext|> is id 100000, no merges, so the ids of a
  * document are its bytes' tokens (byte b is id b here), known without the tokenizer. */
@@ -306,7 +291,7 @@ static void test_prepare32(void) {
     fputs("{\"model\": {\"type\": \"BPE\", \"merges\": [], \"vocab\": {", f);
     for (int b = 0; b < 256; b++) {
         char c[8];
-        byte_char(b, c);
+        test_gpt2_byte_char(b, c);
         fprintf(f, "%s\"%s%s\": %d", b ? ", " : "", c[0] == '"' || c[0] == '\\' ? "\\" : "", c, b);
     }
     fputs("}}, \"pre_tokenizer\": {\"type\": \"ByteLevel\"}, \"added_tokens\": [{\"id\": 100000, "
