@@ -116,7 +116,7 @@ static int table(const opts *o) {
     size_t act = gpt_activation_bytes(&o->gc, o->B, o->T),
            other = gpt_other_bytes(&o->gc, o->B, o->T, o->compute);
     printf("GPT-2 shape: L %d, C %d, V %d, T %d, batch %d, %d micro-batch(es), compute %s, recompute %d; "
-           "activations %.1f MiB (gpt_activation_bytes), GEMM workspace %.1f MiB (gpt_other_bytes, without "
+           "activations %.1f MiB (gpt_activation_bytes), GEMM workspace %.1f MiB (gpt_other_bytes, with "
            "oneDNN's scratchpad)\n\n",
            o->gc.n_layer, o->gc.n_embd, o->gc.vocab_size, o->T, o->B, o->n_micro, fsdp_dtype_name(o->compute),
            o->gc.recompute, mib(act), mib(other));

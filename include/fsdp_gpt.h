@@ -65,10 +65,10 @@ size_t gpt_activation_bytes(const gpt_config *cfg, int B, int T);
  * copies of both operands and the bias; mixed mode on the f32-compute path: the widened weight rows,
  * at most 32 MiB, a B*T x rows fp32 buffer when the LM head is widened in blocks, and a 4C-float bias)
  * plus the largest short-lived buffer that coexists with them (softmax-CE
- * row losses, B*T doubles; LayerNorm parameters widened to fp32, 2*C floats). Exact for these buffers
- * from the second step on (the workspace reaches its size in the first backward). NOT included:
- * oneDNN's own scratchpad, whose size oneDNN picks per GEMM shape and CPU ISA — so the figure is a
- * lower bound of the measured `other` peak. May initialise oneDNN and resolve the mixed-precision GEMM
+ * row losses, B*T doubles; LayerNorm parameters widened to fp32, 2*C floats), and oneDNN's own
+ * scratchpad, whose size oneDNN picks per GEMM shape and CPU ISA: each GEMM is set up dry on this
+ * machine's path to learn it. Exact from the second step on (the workspace reaches its size in the
+ * first backward). May initialise oneDNN and resolve the mixed-precision GEMM
  * path (a probe, under auto); allocates nothing tracked. 0 for an invalid config or B, T < 1. */
 size_t gpt_other_bytes(const gpt_config *cfg, int B, int T, fsdp_dtype compute);
 

@@ -121,6 +121,7 @@ struct fsdp_model_family {
     fsdp_status (*end_eval)(void *impl);
     fsdp_status (*decode)(void *impl, const int *tokens, int n, int pos, const float **logits);
     fsdp_status (*set_recompute)(void *impl, int on);
+    fsdp_unit_t *(*unit)(void *impl, int i); /* unit i: 0 the root, 1..L the blocks; NULL outside */
     /* Hugging Face: config.json (j, read from `path` for messages) to a config, refusing by name what
      * the family cannot represent; a config to config.json's fields (added to j); the tensor map. */
     fsdp_status (*hf_read_config)(const struct cJSON *j, const char *path, fsdp_model_config *c);
@@ -164,6 +165,9 @@ fsdp_status fsdp_model_logits(const fsdp_model_t *m, const float **logits, int *
 fsdp_status fsdp_model_end_eval(fsdp_model_t *m);
 fsdp_status fsdp_model_decode(fsdp_model_t *m, const int *tokens, int n, int pos, const float **logits);
 fsdp_status fsdp_model_set_recompute(fsdp_model_t *m, int on);
+/* The model's unit i on its engine: 0 the root (embeddings, final norm, LM head), 1..n_layer the blocks
+ * "h0".."h<L-1>"; NULL for a NULL model or i out of range. */
+fsdp_unit_t *fsdp_model_unit(fsdp_model_t *m, int i);
 
 #ifdef __cplusplus
 }

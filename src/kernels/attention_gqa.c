@@ -349,3 +349,49 @@ fsdp_status fsdp_attention_gqa_backward(float *dqkv, const float *dout, const fl
     fsdp_mem_free(scratch);
     return gemm_status(bad, "backward");
 }
+
+fsdp_status fsdp_decode_attention(float *out, int ld_out, const float *qkv, int ld_q, const float *K,
+                                  const float *V, int ld_kv, float *att, int nthr, int n, int pos, int H,
+                                  int KV, int hd, float scale, int Tmax) {
+    if (!out || !qkv || !K || !V || !att)
+        return FSDP_ERR(FSDP_EINVAL, "decode attention: out, qkv, K, V and att must be non-NULL");
+    if (n < 1 || pos < 0 || pos > Tmax - n || H < 1 || KV < 1 || H % KV != 0 || hd < 1 || nthr < 1 ||
+        ld_out < H * hd || ld_q < H * hd || ld_kv < KV * hd)
+        return FSDP_ERR(FSDP_EINVAL,
+                        "decode attention: n=%d pos=%d Tmax=%d H=%d KV=%d hd=%d nthr=%d ld_out=%d ld_q=%d "
+                        "ld_kv=%d",
+                        n, pos, Tmax, H, KV, hd, nthr, ld_out, ld_q, ld_kv);
+    const int group = H / KV;
+#pragma omp parallel for schedule(static) collapse(2) num_threads(nthr)
+    for (int i = 0; i < n; i++)
+        for (int h = 0; h < H; h++) {
+            const float *q = qkv + (size_t)i * ld_q + (size_t)h * hd;
+            const size_t kh = (size_t)(h / group) * hd;
+            float *a = att + (size_t)omp_get_thread_num() * (size_t)Tmax;
+            const int ctx = pos + i + 1;
+            float mx = -INFINITY;
+            for (int t = 0; t < ctx; t++) {
+                const float *k = K + (size_t)t * ld_kv + kh;
+                float s = 0.0f;
+                for (int e = 0; e < hd; e++)
+                    s += q[e] * k[e];
+                a[t] = s * scale;
+                if (a[t] > mx) mx = a[t];
+            }
+            float sum = 0.0f;
+            for (int t = 0; t < ctx; t++) {
+                a[t] = expf(a[t] - mx);
+                sum += a[t];
+            }
+            const float inv = 1.0f / sum;
+            float *o = out + (size_t)i * ld_out + (size_t)h * hd;
+            for (int e = 0; e < hd; e++)
+                o[e] = 0.0f;
+            for (int t = 0; t < ctx; t++) {
+                const float w = a[t] * inv, *v = V + (size_t)t * ld_kv + kh;
+                for (int e = 0; e < hd; e++)
+                    o[e] += w * v[e];
+            }
+        }
+    return FSDP_OK;
+}

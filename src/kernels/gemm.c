@@ -50,6 +50,8 @@ static struct {
     fsdp_gemm_mixed_choice choice;
     char impl[2][128]; /* fsdp_gemm_impl_name results for F32, BF16 */
     int strided_ok;    /* -1 unknown; 1: oneDNN's f32 matmul is the same kernel with strided A and C */
+    int dry;                 /* fsdp_gemm_workspace_bytes: GEMMs record their slots, touch no data */
+    size_t dry_slot[NSLOT];  /* the largest request per slot while dry */
 } G = {.bf16_probe = -1, .strided_ok = -1};
 
 static pthread_mutex_t G_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -127,6 +129,12 @@ void fsdp_kernels_shutdown(void) {
 
 /* Grow-only scratch slot of at least `bytes`. Contents are not preserved. */
 static fsdp_status slot_get(int s, size_t bytes, void **out) {
+    if (G.dry) { /* only the size: the GEMM runs nothing, and takes the branches a real slot takes */
+        static _Alignas(64) char never_touched[64];
+        if (G.dry_slot[s] < bytes) G.dry_slot[s] = bytes;
+        *out = never_touched;
+        return FSDP_OK;
+    }
     if (G.slot_bytes[s] < bytes) {
         fsdp_mem_free(G.slot[s]);
         G.slot[s] = NULL;
@@ -321,6 +329,7 @@ void fsdp_gemm_get_cache_stats(fsdp_gemm_cache_stats *out) {
 /* Conversions split over OpenMP threads; each chunk is the bit-exact core routine. */
 #define CVT_CHUNK ((size_t)1 << 15)
 static void to_bf16_par(fsdp_bf16 *dst, const float *src, size_t n) {
+    if (G.dry) return;
     FSDP_PROF_SCOPE(FSDP_PROF_CAST);
     long nc = (long)((n + CVT_CHUNK - 1) / CVT_CHUNK);
 #pragma omp parallel for schedule(static) if (nc > 1)
@@ -330,6 +339,7 @@ static void to_bf16_par(fsdp_bf16 *dst, const float *src, size_t n) {
     }
 }
 static void to_f32_par(float *dst, const fsdp_bf16 *src, size_t n) {
+    if (G.dry) return;
     FSDP_PROF_SCOPE(FSDP_PROF_CAST);
     long nc = (long)((n + CVT_CHUNK - 1) / CVT_CHUNK);
 #pragma omp parallel for schedule(static) if (nc > 1)
@@ -408,6 +418,7 @@ static fsdp_status gemm_run(float *C, const void *A, const void *B, const void *
     FSDP_TRY(entry_get(&k, &e));
     void *pad = NULL;
     if (e->scratch_bytes) FSDP_TRY(slot_get(SLOT_PAD, e->scratch_bytes, &pad));
+    if (G.dry) return FSDP_OK; /* the primitive (and so its scratchpad) is what a real call would take */
 
     DNNL_TRY(dnnl_memory_set_data_handle(e->a, (void *)A), "set A");
     DNNL_TRY(dnnl_memory_set_data_handle(e->b, (void *)B), "set B");
@@ -467,6 +478,7 @@ int fsdp_gemm_widen_rows(int K, int N) {
 
 /* dst[m, 0:n] = src[m, 0:n] for m < M, row strides ldd and lds. */
 static void copy_cols(float *dst, int ldd, const float *src, int lds, int M, int n) {
+    if (G.dry) return;
 #pragma omp parallel for schedule(static) if ((size_t)M * n > CVT_CHUNK)
     for (int m = 0; m < M; m++)
         memcpy(dst + (size_t)m * ldd, src + (size_t)m * lds, (size_t)n * sizeof(float));
@@ -751,24 +763,12 @@ static void bias_grad(float *dbias, const float *dout, int M, int N, int acc) {
     bias_grad_generic(dbias, dout, M, N, acc);
 }
 
-fsdp_status fsdp_matmul_backward(float *dinp, int dinp_acc, float *dweight, int dweight_acc, float *dbias,
-                                 int dbias_acc, const float *dout, const float *inp, const void *weight,
-                                 fsdp_dtype pdt, int M, int K, int N) {
-    FSDP_PROF_SCOPE(pdt == FSDP_BF16 ? FSDP_PROF_GEMM_BF16 : FSDP_PROF_GEMM_F32);
-    FSDP_TRY(check_dims(__func__, M, K, N, pdt));
-    if (!dout) return FSDP_ERR(FSDP_EINVAL, "dout must be non-NULL");
-    if (dinp && !weight) return FSDP_ERR(FSDP_EINVAL, "dinp requested but weight is NULL");
-    if (dweight && !inp) return FSDP_ERR(FSDP_EINVAL, "dweight requested but inp is NULL");
-    if (dinp && dinp == dout) return FSDP_ERR(FSDP_EINVAL, "dinp must not alias dout");
-
-    if (dbias) bias_grad(dbias, dout, M, N, dbias_acc);
-    if (!dinp && !dweight) return FSDP_OK;
-
-    pthread_mutex_lock(&G_lock);
-    fsdp_status st = init_locked();
-    if (st == FSDP_OK && pdt == FSDP_BF16) st = mixed_resolve_locked();
-    fsdp_gemm_path path = st == FSDP_OK ? path_locked(pdt) : FSDP_GEMM_F32;
-    if (st == FSDP_OK && (path == FSDP_GEMM_F32 || path == FSDP_GEMM_F32_COMPUTE)) {
+/* The GEMMs of fsdp_matmul_backward (its dinp and dweight) on `path`. Lock held, engine ready. */
+static fsdp_status backward_locked(float *dinp, int dinp_acc, float *dweight, int dweight_acc, const float *dout,
+                                   const float *inp, const void *weight, fsdp_dtype pdt, fsdp_gemm_path path,
+                                   int M, int K, int N) {
+    fsdp_status st = FSDP_OK;
+    if (path == FSDP_GEMM_F32 || path == FSDP_GEMM_F32_COMPUTE) {
         /* fp32 activations as they are; only the weight is bf16 on the f32-compute path. */
         if (dinp && path == FSDP_GEMM_F32)
             st = gemm_exec(dinp, dout, weight, NULL, FSDP_F32, 0, 0, 0, M, N, K, 0, 0, 0, dinp_acc);
@@ -776,12 +776,11 @@ fsdp_status fsdp_matmul_backward(float *dinp, int dinp_acc, float *dweight, int 
             st = f32c_dinp(dinp, dinp_acc, dout, weight, M, K, N);
         if (st == FSDP_OK && dweight)
             st = gemm_exec(dweight, dout, inp, NULL, FSDP_F32, 0, 1, 0, N, M, K, 0, 0, 0, dweight_acc);
-        pthread_mutex_unlock(&G_lock);
         return st;
     }
     const void *dY = dout, *X = inp;
     int widen = path == FSDP_GEMM_BF16_VIA_F32;
-    if (st == FSDP_OK) {
+    {
         void *d16 = NULL, *x16 = NULL;
         st = slot_get(SLOT_A, (size_t)M * N * sizeof(fsdp_bf16), &d16);
         if (st == FSDP_OK && dweight) st = slot_get(SLOT_B, (size_t)M * K * sizeof(fsdp_bf16), &x16);
@@ -800,6 +799,59 @@ fsdp_status fsdp_matmul_backward(float *dinp, int dinp_acc, float *dweight, int 
     /* dW[N,K] (+)= dY^T · X: A = dY stored [M,N] = [K',M'] (ta 1), B = X [M,K] (tb 0). */
     if (st == FSDP_OK && dweight)
         st = gemm_exec(dweight, dY, X, NULL, FSDP_BF16, widen, 1, 0, N, M, K, 0, 0, 0, dweight_acc);
+    return st;
+}
+
+fsdp_status fsdp_matmul_backward(float *dinp, int dinp_acc, float *dweight, int dweight_acc, float *dbias,
+                                 int dbias_acc, const float *dout, const float *inp, const void *weight,
+                                 fsdp_dtype pdt, int M, int K, int N) {
+    FSDP_PROF_SCOPE(pdt == FSDP_BF16 ? FSDP_PROF_GEMM_BF16 : FSDP_PROF_GEMM_F32);
+    FSDP_TRY(check_dims(__func__, M, K, N, pdt));
+    if (!dout) return FSDP_ERR(FSDP_EINVAL, "dout must be non-NULL");
+    if (dinp && !weight) return FSDP_ERR(FSDP_EINVAL, "dinp requested but weight is NULL");
+    if (dweight && !inp) return FSDP_ERR(FSDP_EINVAL, "dweight requested but inp is NULL");
+    if (dinp && dinp == dout) return FSDP_ERR(FSDP_EINVAL, "dinp must not alias dout");
+
+    if (dbias) bias_grad(dbias, dout, M, N, dbias_acc);
+    if (!dinp && !dweight) return FSDP_OK;
+
+    pthread_mutex_lock(&G_lock);
+    fsdp_status st = init_locked();
+    if (st == FSDP_OK && pdt == FSDP_BF16) st = mixed_resolve_locked();
+    if (st == FSDP_OK)
+        st = backward_locked(dinp, dinp_acc, dweight, dweight_acc, dout, inp, weight, pdt, path_locked(pdt), M, K,
+                             N);
     pthread_mutex_unlock(&G_lock);
     return st;
+}
+
+size_t fsdp_gemm_workspace_bytes(size_t rows, const fsdp_gemm_shape *shapes, int n_shapes, fsdp_dtype compute) {
+    static _Alignas(64) float dummy[16]; /* never read or written while dry */
+    float *x = dummy;
+    size_t bytes = 0;
+    if (rows < 1 || rows > INT_MAX || n_shapes < 1) return 0;
+    pthread_mutex_lock(&G_lock);
+    fsdp_status st = init_locked();
+    if (st == FSDP_OK && compute == FSDP_BF16) st = mixed_resolve_locked();
+    if (st == FSDP_OK) {
+        const fsdp_dtype pdt = compute == FSDP_BF16 ? FSDP_BF16 : FSDP_F32;
+        const fsdp_gemm_path path = path_locked(pdt);
+        const int M = (int)rows;
+        G.dry = 1;
+        memset(G.dry_slot, 0, sizeof G.dry_slot);
+        for (int i = 0; i < n_shapes && st == FSDP_OK; i++) {
+            const int K = shapes[i].k, N = shapes[i].n;
+            st = forward_locked(x, x, x, shapes[i].bias ? x : NULL, pdt, path, M, K, N);
+            /* the weight gradient overwrites (first touch) or accumulates (later micro-batches, a tied
+             * weight's second use): each its own primitive */
+            for (int acc = 0; acc < 2 && st == FSDP_OK; acc++)
+                st = backward_locked(x, 0, x, acc, x, x, x, pdt, path, M, K, N);
+        }
+        G.dry = 0;
+        for (int s = 0; s < NSLOT; s++)
+            bytes += G.dry_slot[s];
+    }
+    pthread_mutex_unlock(&G_lock);
+    if (st != FSDP_OK) fsdp_clear_error(); /* the GEMMs themselves report it */
+    return st == FSDP_OK ? bytes : 0;
 }

@@ -115,6 +115,19 @@ int fsdp_gemm_widen_rows(int K, int N);
 void fsdp_gemm_widen_workspace(int M, int K, int N, size_t *w32_bytes, size_t *c32_bytes);
 /* Tests/benchmarks: the block bound of fsdp_gemm_widen_rows in bytes (0: the default, 32 MiB). */
 void fsdp_gemm_set_widen_bytes(size_t bytes);
+/* One weight a model multiplies by: out[rows, n] = in[rows, k] W[n, k]^T (+ bias[n] when bias). */
+typedef struct {
+    int k, n, bias;
+} fsdp_gemm_shape;
+/* The bytes the GEMMs keep in category other (their grow-only workspace: operand copies, widened
+ * weights and bias, dense block buffers, oneDNN's scratchpad) at its peak when a model multiplies
+ * `rows` activation rows by each of the weights in shapes, forward and backward (dinp, and dW both
+ * overwriting and accumulating), with parameter dtype `compute` (FSDP_F32 or FSDP_BF16, the path
+ * fsdp_gemm_path_for takes). Exact: each GEMM runs dry on this machine's path and ISA (the same code and
+ * oneDNN primitives as the real call, which it creates and caches, touching no data) and the slots'
+ * largest requests are added up. May initialise oneDNN and resolve the mixed-precision path; allocates
+ * nothing tracked. 0 on an error or for no shapes. */
+size_t fsdp_gemm_workspace_bytes(size_t rows, const fsdp_gemm_shape *shapes, int n_shapes, fsdp_dtype compute);
 
 /* Primitive cache counters since init (tests: a repeated shape must hit). */
 typedef struct {
@@ -260,6 +273,15 @@ size_t fsdp_attention_gqa_lse_floats(int B, int T, int H);
  * than nthr, or under 80% of them busy in the last round). In bytes; 0 for non-positive arguments. */
 size_t fsdp_attention_gqa_forward_scratch_bytes(int T, int hd, int nthr);
 size_t fsdp_attention_gqa_backward_scratch_bytes(int B, int T, int KV, int hd, int nthr);
+
+/* Decoding with a KV cache: attention of n new queries (positions pos..pos+n-1) over the cached keys
+ * and values of positions 0..pos+i (causal). Query i, head h (of H) lies at qkv + i*ld_q + h*hd; key
+ * and value of position t, KV head g (of KV; H % KV == 0, query head h reads g = h / (H/KV)) at
+ * K + t*ld_kv + g*hd and V + t*ld_kv + g*hd; out row i at out + i*ld_out. Scores are scaled by scale.
+ * att: scratch of Tmax floats per thread, nthr OpenMP threads. */
+fsdp_status fsdp_decode_attention(float *out, int ld_out, const float *qkv, int ld_q, const float *K,
+                                  const float *V, int ld_kv, float *att, int nthr, int n, int pos, int H,
+                                  int KV, int hd, float scale, int Tmax);
 
 /* ---------------------------------------------------------------- Llama family: RMSNorm, RoPE, SwiGLU
  * (llama_ops.c). Rows may be strided (ld = elements from one row start to the next, >= the row width),

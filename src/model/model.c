@@ -216,3 +216,5 @@ fsdp_status fsdp_model_set_recompute(fsdp_model_t *m, int on) {
     m->cfg.recompute = on ? 1 : 0;
     return FSDP_OK;
 }
+
+fsdp_unit_t *fsdp_model_unit(fsdp_model_t *m, int i) { return m ? m->cfg.family->unit(m->impl, i) : NULL; }

@@ -315,8 +315,8 @@ static fsdp_status plan_local(const fsdp_train_config *cfg_in, fsdp_comm_t *comm
             c->layers, c->width, c->heads, c->vocab, c->seq_len, c->batch,
             c->batch / (c->micro_batches * world), threads, threads == 1 ? "" : "s");
         FSDP_TRY(fsdp_plan_print(out, &plan, NULL));
-        fprintf(out, "activation and other are estimates (other excludes oneDNN's GEMM scratchpad); the "
-                     "rest is exact\n");
+        fprintf(out, "activation is an estimate; the rest is exact (other: the GEMM workspace with oneDNN's "
+                     "scratchpad, sized on this CPU's kernels)\n");
         /* what a run would be refused for (check_mem_limit): --mem-limit, else the machine's memory shared
          * by the ranks planned for on this host */
         long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);

@@ -29,8 +29,8 @@ fsdp_status fsdp_train_run(const fsdp_train_config *cfg, fsdp_comm_t *comm, FILE
 /* The memory plan of the run cfg describes (a checked config with the vocabulary resolved) on `world`
  * ranks with `threads` OpenMP threads per rank: the model's units (gpt_units_init, so the layout is the
  * one gpt_init builds), the engine policies of the flags, activations = the model's arena + the token
- * buffers + attention backward's per-thread scratch, other = the GEMM workspace (gpt_other_bytes: a
- * lower bound, oneDNN's scratchpad is not known before it runs) + the data loaders' buffers (validation
+ * buffers + attention backward's per-thread scratch, other = the GEMM workspace (the model's other_bytes:
+ * exact, oneDNN's scratchpad included, fsdp_gemm_workspace_bytes) + the data loaders' buffers (validation
  * loader counted when have_val). Allocates nothing tracked. */
 fsdp_status fsdp_train_plan_compute(const fsdp_train_config *cfg, int world, int threads, int have_val,
                                     fsdp_engine_t *eng, /* the run's (its transports), or NULL: one host */

@@ -33,4 +33,18 @@ if(TARGET fsdp-train)
               ${FSDP_MPIRUN} ${PROJECT_BINARY_DIR}/tmp_plan_llama_np${np} ${np})
     set_tests_properties(train/plan_llama/np${np} PROPERTIES LABELS "script;train" TIMEOUT 300)
   endforeach()
+  # Every GEMM path this CPU offers (issue 39 item 1: "other" holds oneDNN's scratchpad, whose size
+  # depends on the kernel oneDNN picks): the f32-compute path above; the native bf16 path (on a CPU
+  # without bf16 matmul: bf16-via-f32); and both again with oneDNN capped at AVX2 (tests/kernels/
+  # isa.cmake), where bf16 means bf16-via-f32.
+  function(fsdp_plan_llama_variant name)
+    add_test(NAME train/plan_llama/${name}/np1
+      COMMAND ${PROJECT_SOURCE_DIR}/tests/train/plan_llama.sh $<TARGET_FILE:fsdp-train>
+              ${FSDP_MPIRUN} ${PROJECT_BINARY_DIR}/tmp_plan_llama_${name} 1)
+    set_tests_properties(train/plan_llama/${name}/np1 PROPERTIES LABELS "script;train" TIMEOUT 300
+      ENVIRONMENT "${ARGN}")
+  endfunction()
+  fsdp_plan_llama_variant(bf16 PLAN_MIXED=bf16)
+  fsdp_plan_llama_variant(avx2 ${FSDP_AVX2_ENV})
+  fsdp_plan_llama_variant(avx2-bf16 ${FSDP_AVX2_ENV} PLAN_MIXED=bf16)
 endif()

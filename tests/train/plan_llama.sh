@@ -21,10 +21,13 @@ export OMP_NUM_THREADS=1
 run() { if [ "$NP" = 1 ]; then "$BIN" "$@"; else "$MPIRUN" "$NP" "$BIN" "$@"; fi; }
 
 "$BIN" prepare --text "$SRC"/src/*/*.c --out data --val-fraction 0.2 >prep.log 2>&1 || bad "prepare: $(cat prep.log)"
-# --mixed-compute f32: the GEMM path sizes the GEMM workspace ("other") and is the same in every process.
+# --mixed-compute f32 (or PLAN_MIXED): the GEMM path sizes the GEMM workspace ("other"), so it is set
+# rather than probed (a probe may choose differently per process). With ONEDNN_MAX_CPU_ISA=AVX2 an
+# AVX-512 machine checks the AVX2 kernels' workspaces too (tests/train/plan.cmake).
+MIXED=${PLAN_MIXED:-f32}
 BASE=(--model llama --layers 2 --width 48 --heads 4 --head-dim 12 --intermediate 80 --seq-len 16 --batch 4
       --micro-batches 2 --steps 2 --eval-every 0 --sample-tokens 0 --threads 1 --lr 1e-3 --warmup 1
-      --mixed-compute f32)
+      --mixed-compute "$MIXED")
 declare -A SHAPE=([gqa]="--kv-heads 2 --tie-embeddings 0" [qwen2]="--kv-heads 1 --qkv-bias --tie-embeddings 1")
 k=0
 for shape in gqa qwen2; do

@@ -1,12 +1,15 @@
-/* gpt.h — the GPT-2 model's API is the installed header include/fsdp_gpt.h; this in-tree name stays
- * so that code including "model/gpt2/gpt.h" keeps building. */
+/* gpt.h — GPT-2 inside the library: its block table for the decoder driver (gpt.c) and what
+ * gpt2_family.c takes from it. The GPT-2 API that programs use is include/fsdp_gpt.h (gpt_api.c, a thin
+ * layer over include/fsdp_model.h); the config, units and tensor indices it declares live in gpt.c. */
 #ifndef FSDP_MODEL_GPT_H
 #define FSDP_MODEL_GPT_H
 #include "fsdp_gpt.h"
+#include "fsdp_model.h"
+#include "model/decoder.h"
 
-/* gpt_forward with document ids doc int32 [B,T] (or NULL: gpt_forward itself), for the model-family
- * interface's packed batches (fsdp_model_batch.doc): a position attends only to earlier positions of its
- * row with the same id, and learned positions restart at 0 where the id changes. Library-internal. */
-fsdp_status gpt_forward_doc(gpt_model_t *m, const int *tokens, const int *targets, const int *doc, int B,
-                            int T, float *loss);
+extern const fsdp_block_table fsdp_gpt2_blocks;
+
+/* Bytes in category other (the GEMM workspace and the short-lived buffers beside it) for (B, T)
+ * batches of the GPT-2 config c on the path compute dtype `compute` takes. */
+size_t gpt2_other_bytes(const fsdp_model_config *c, int B, int T, fsdp_dtype compute);
 #endif

@@ -1,5 +1,5 @@
 /* gpt2_family.c — GPT-2 as a model family (include/fsdp_model.h): the fsdp_model_config <-> gpt_config
- * mapping, the dispatch onto gpt.c, and GPT-2's Hugging Face side (config.json in and out, and the one
+ * mapping, the family table over the decoder driver with gpt.c's block table, and GPT-2's Hugging Face side (config.json in and out, and the one
  * tensor-name map that --init-from and export both use). */
 #include "fsdp_model.h"
 
@@ -112,43 +112,13 @@ static fsdp_status units(fsdp_model_units *out, const fsdp_model_config *c) {
 }
 
 static size_t activation_bytes(const fsdp_model_config *c, int B, int T, int threads) {
-    gpt_config g = to_gpt(c);
-    return gpt_activation_bytes(&g, B, T) +
+    return fsdp_decoder_arena_bytes(&fsdp_gpt2_blocks, c, B, T) +
            fsdp_attention_backward_scratch_bytes(T, c->n_embd / c->n_head, threads);
 }
 
-static size_t other_bytes(const fsdp_model_config *c, int B, int T, fsdp_dtype compute) {
-    gpt_config g = to_gpt(c);
-    return gpt_other_bytes(&g, B, T, compute);
-}
-
 static fsdp_status init(void **impl, fsdp_engine_t *eng, const fsdp_model_config *c) {
-    gpt_config g = to_gpt(c);
-    gpt_model_t *m = NULL;
-    FSDP_TRY(gpt_init(&m, eng, &g));
-    *impl = m;
-    return FSDP_OK;
+    return fsdp_decoder_init(impl, eng, c, &fsdp_gpt2_blocks);
 }
-
-static void model_free(void *impl) { gpt_free(impl); }
-
-static fsdp_status forward(void *impl, const fsdp_model_batch *b, float *loss) {
-    return gpt_forward_doc(impl, b->tokens, b->targets, b->doc, b->B, b->T, loss);
-}
-
-static fsdp_status backward(void *impl, float loss_scale) { return gpt_backward(impl, loss_scale); }
-
-static fsdp_status logits(const void *impl, const float **l, int *B, int *T, int *Vp) {
-    return gpt_logits(impl, l, B, T, Vp);
-}
-
-static fsdp_status end_eval(void *impl) { return gpt_end_eval(impl); }
-
-static fsdp_status decode(void *impl, const int *tokens, int n, int pos, const float **l) {
-    return gpt_decode(impl, tokens, n, pos, l);
-}
-
-static fsdp_status set_recompute(void *impl, int on) { return gpt_set_recompute(impl, on); }
 
 /* ---------------------------------------------------------------- Hugging Face */
 
@@ -303,15 +273,9 @@ const fsdp_model_family fsdp_gpt2_family = {
     .flops_per_token = flops_per_token,
     .units = units,
     .activation_bytes = activation_bytes,
-    .other_bytes = other_bytes,
+    .other_bytes = gpt2_other_bytes,
     .init = init,
-    .free = model_free,
-    .forward = forward,
-    .backward = backward,
-    .logits = logits,
-    .end_eval = end_eval,
-    .decode = decode,
-    .set_recompute = set_recompute,
+    FSDP_DECODER_ENTRIES,
     .hf_read_config = hf_read_config,
     .hf_write_config = hf_write_config,
     .hf_map = hf_map,

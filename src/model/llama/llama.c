@@ -1,15 +1,15 @@
-/* llama.c — the Llama family's forward and backward on FSDP units (llama.h has the units; fsdp_model.h the
- * contract). Pre-norm blocks: x + o(attn(rope(norm_qk(qkv(rms(x)))))), then + down(swiglu(gate_up(rms)))
- * with grouped-query attention, one GEMM for q|k|v and one for gate|up. Activations live in one tracked
- * allocation (category activation) carved into named buffers; with recompute only the residual stream
- * is kept and one set of block buffers is reused, recomputed bit for bit in each block's backward. */
+/* llama.c — the Llama family as a block table of the decoder driver (model/decoder.h): its config, units,
+ * per-block activations and the kernels of its blocks (llama.h has the units; fsdp_model.h the contract).
+ * Pre-norm blocks: x + o(attn(rope(norm_qk(qkv(rms(x)))))), then + down(swiglu(gate_up(rms))) with
+ * grouped-query attention, one GEMM for q|k|v and one for gate|up. The driver runs forward, backward and
+ * decode; with recompute it keeps only the residual stream and one set of block buffers. */
 #include "model/llama/llama.h"
 
 #include "core/core.h"
 #include "kernels/kernels.h"
+#include "model/decoder.h"
 
 #include <math.h>
-#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -188,10 +188,8 @@ double llama_flops_per_token(const fsdp_model_config *cfg, int T) {
     return 6.0 * w + 12.0 * (double)d.L * (double)d.A * (T + 1) / 2.0;
 }
 
-/* ---------------------------------------------------------------- activation arena */
 
-#define ALIGN_F 16 /* every buffer starts 64-byte aligned */
-static size_t align_f(size_t n) { return (n + ALIGN_F - 1) / ALIGN_F * ALIGN_F; }
+/* ---------------------------------------------------------------- activations */
 
 /* Per-block saved activations (N = B*T rows). */
 typedef struct {
@@ -209,29 +207,56 @@ typedef struct {
     float *act;     /* (N, I) silu(gate) * up, the down GEMM's input */
 } block_acts;
 
-static size_t block_acts_floats(const fsdp_model_config *r, size_t B, size_t T) {
+/* ---------------------------------------------------------------- the family's state and arena */
+
+/* The family's state: shapes, tensor indices and RoPE frequencies, and its buffers in the arena (the
+ * final norm's 1/rms, backward's scratch). */
+typedef struct {
+    dims d;
+    int bi[LLAMA_BLOCK_KINDS]; /* llama_block_tensor */
+    float *inv_freq;           /* (hd/2) RoPE frequencies (plain heap: not an activation) */
+    float scale;               /* 1/sqrt(hd) */
+    float *rstdf;              /* (N) */
+    float *datty;              /* (N, A) */
+    float *dqkv;               /* (N, QKV) */
+    float *dgu;                /* (N, 2I) */
+    float *dact;               /* (N, I) */
+} llama_state;
+
+static void carve_block(const fsdp_model_config *r, fsdp_carve *k, size_t B, size_t T, void *acts) {
     const dims d = dims_of(r);
     const size_t N = B * T;
-    size_t n = align_f(N) * 2 + align_f(N * d.C) * 3 + align_f(N * d.QKV) + align_f(N * d.A) +
-               align_f(fsdp_attention_gqa_lse_floats((int)B, (int)T, (int)d.NH)) + align_f(2 * N * d.I) +
-               align_f(N * d.I);
-    if (r->qk_norm) n += align_f(N * d.QKV) + align_f(N * (d.NH + d.NKV));
-    return n;
+    block_acts tmp, *a = acts ? acts : &tmp;
+    a->rstd1 = fsdp_carve_take(k, N);
+    a->xn1 = fsdp_carve_take(k, N * d.C);
+    a->qkv_pre = r->qk_norm ? fsdp_carve_take(k, N * d.QKV) : NULL;
+    a->qk_rstd = r->qk_norm ? fsdp_carve_take(k, N * (d.NH + d.NKV)) : NULL;
+    a->qkv = fsdp_carve_take(k, N * d.QKV);
+    a->lse = fsdp_carve_take(k, fsdp_attention_gqa_lse_floats((int)B, (int)T, (int)d.NH));
+    a->atty = fsdp_carve_take(k, N * d.A);
+    a->res2 = fsdp_carve_take(k, N * d.C);
+    a->rstd2 = fsdp_carve_take(k, N);
+    a->xn2 = fsdp_carve_take(k, N * d.C);
+    a->gu = fsdp_carve_take(k, 2 * N * d.I);
+    a->act = fsdp_carve_take(k, N * d.I);
 }
 
-static size_t arena_floats(const fsdp_model_config *r, int B, int T, int recompute) {
-    const dims d = dims_of(r);
-    const size_t N = (size_t)B * (size_t)T;
-    size_t n = (recompute ? 1 : d.L) * block_acts_floats(r, (size_t)B, (size_t)T);
-    n += (d.L + 1) * align_f(N * d.C);            /* res */
-    n += align_f(N * d.C) + align_f(N);           /* final norm's output, rstd */
-    n += align_f(N * d.Vp);                       /* logits */
-    n += 3 * align_f(N * d.C);                    /* tmpC dres dtmpC */
-    n += align_f(N * d.A) + align_f(N * d.QKV);   /* datty dqkv */
-    n += align_f(2 * N * d.I) + align_f(N * d.I); /* dgu dact */
-    n += 4 * align_f(N);                          /* tokens, targets, pos, doc (int32) */
-    return n;
+static void carve_head(const fsdp_model_config *r, fsdp_carve *k, size_t N, void *fam) {
+    (void)r;
+    llama_state tmp, *s = fam ? fam : &tmp;
+    s->rstdf = fsdp_carve_take(k, N);
 }
+
+static void carve_grad(const fsdp_model_config *r, fsdp_carve *k, size_t N, void *fam) {
+    const dims d = dims_of(r);
+    llama_state tmp, *s = fam ? fam : &tmp;
+    s->datty = fsdp_carve_take(k, N * d.A);
+    s->dqkv = fsdp_carve_take(k, N * d.QKV);
+    s->dgu = fsdp_carve_take(k, 2 * N * d.I);
+    s->dact = fsdp_carve_take(k, N * d.I);
+}
+
+extern const fsdp_block_table fsdp_llama_blocks;
 
 /* Category activation at its peak in a training step: the arena plus the largest buffer a kernel
  * allocates for one call (attention's forward or backward scratch, RMSNorm backward's partial sums). */
@@ -249,49 +274,23 @@ size_t llama_activation_bytes(const fsdp_model_config *cfg, int B, int T, int th
         s = fsdp_rmsnorm_backward_scratch_bytes(N * (int)d.NH, (int)d.hd);
         if (s > scratch) scratch = s;
     }
-    return arena_floats(&r, B, T, r.recompute) * sizeof(float) + scratch;
+    return fsdp_decoder_arena_bytes(&fsdp_llama_blocks, &r, B, T) + scratch;
 }
 
-/* Mirrors gemm.c's workspace slots for this model's GEMM shapes (N = B*T rows): out[N,n] = in[N,k] W^T
- * for (k, n) in {(C, QKV), (A, C), (C, 2I), (I, C), (C, Vp)}, and their backward (dinp and dW). bf16
- * GEMMs: slot A holds a bf16 copy of in (forward) or dout (backward), slot B of in (backward); the
- * bf16-via-f32 fallback also widens both operands (A32: in or dout; B32: a weight or in) and the bias.
- * The f32-compute path widens weight rows (fsdp_gemm_widen_workspace per shape), the bias (QKV floats
- * when qkv_bias). Beside them the softmax-CE row losses (N doubles). oneDNN's scratchpad is not
- * included, so the figure is a lower bound of the measured peak (see fsdp_gpt.h). */
+/* The GEMM workspace of this model's weights (fsdp_gemm_workspace_bytes): out[N,n] = in[N,k] W^T for
+ * (k, n) in {(C, QKV), (A, C), (C, 2I), (I, C), (C, Vp)}, the first with a bias when qkv_bias; beside it
+ * the softmax-CE row losses (N doubles). */
 size_t llama_other_bytes(const fsdp_model_config *cfg, int B, int T, fsdp_dtype compute) {
     if (llama_check(cfg) != FSDP_OK || B < 1 || T < 1) return 0;
     const fsdp_model_config r = llama_resolve(cfg);
     const dims d = dims_of(&r);
     const size_t N = (size_t)B * (size_t)T;
-    const size_t kn[5][2] = {{d.C, d.QKV}, {d.A, d.C}, {d.C, 2 * d.I}, {d.I, d.C}, {d.C, d.Vp}};
-    size_t bytes = 0;
-    fsdp_gemm_path path = compute == FSDP_BF16 ? fsdp_gemm_path_for(FSDP_BF16) : FSDP_GEMM_F32;
-    if (path == FSDP_GEMM_BF16 || path == FSDP_GEMM_BF16_VIA_F32) {
-        size_t a = 0, b = 0, a32 = 0, b32 = 0;
-        for (int i = 0; i < 5; i++) {
-            size_t k = kn[i][0], n = kn[i][1];
-            if (N * k > a) a = N * k;     /* forward in */
-            if (N * n > a) a = N * n;     /* backward dout */
-            if (N * k > b) b = N * k;     /* backward in (dW) */
-            if (N * k > a32) a32 = N * k; /* widened A operands */
-            if (N * n > a32) a32 = N * n;
-            if (k * n > b32) b32 = k * n; /* widened weights and the dW's in */
-            if (N * k > b32) b32 = N * k;
-        }
-        bytes += (a + b) * sizeof(fsdp_bf16);
-        if (path == FSDP_GEMM_BF16_VIA_F32) bytes += (a32 + b32 + (r.qkv_bias ? d.QKV : 0)) * sizeof(float);
-    } else if (path == FSDP_GEMM_F32_COMPUTE) {
-        size_t w32 = 0, c32 = 0;
-        for (int i = 0; i < 5; i++) {
-            size_t wb, cb;
-            fsdp_gemm_widen_workspace((int)N, (int)kn[i][0], (int)kn[i][1], &wb, &cb);
-            if (wb > w32) w32 = wb;
-            if (cb > c32) c32 = cb;
-        }
-        bytes += w32 + c32 + (r.qkv_bias ? d.QKV * sizeof(float) : 0);
-    }
-    return bytes + N * sizeof(double);
+    const fsdp_gemm_shape w[5] = {{(int)d.C, (int)d.QKV, r.qkv_bias},
+                                  {(int)d.A, (int)d.C, 0},
+                                  {(int)d.C, 2 * (int)d.I, 0},
+                                  {(int)d.I, (int)d.C, 0},
+                                  {(int)d.C, (int)d.Vp, 0}};
+    return fsdp_gemm_workspace_bytes(N, w, 5, compute) + N * sizeof(double);
 }
 
 /* ---------------------------------------------------------------- units */
@@ -366,124 +365,7 @@ fsdp_status llama_units(fsdp_model_units *out, const fsdp_model_config *cfg) {
     return FSDP_OK;
 }
 
-static void units_release(fsdp_model_units *u) {
-    free(u->owner);
-    free(u->units);
-    memset(u, 0, sizeof *u);
-}
-
-/* ---------------------------------------------------------------- the model */
-
-typedef struct {
-    fsdp_model_config cfg; /* resolved */
-    dims d;
-    int bi[LLAMA_BLOCK_KINDS]; /* llama_block_tensor */
-    fsdp_engine_t *eng;
-    fsdp_dtype pdt;       /* the engine's compute dtype: parameter views are float* or fsdp_bf16* */
-    fsdp_unit_t *root;    /* "root" */
-    fsdp_unit_t **blocks; /* (L) "h<l>" */
-    int recompute;        /* what the next forward does */
-    float *inv_freq;      /* (hd/2) RoPE frequencies (plain heap: not an activation) */
-    float scale;          /* 1/sqrt(hd) */
-
-    void *arena;
-    size_t arena_bytes;
-    int act_B, act_T, act_recompute;
-    block_acts *acts; /* (L), or (L) copies of one set with recompute */
-    float *res;       /* (L+1, N, C) residual stream: res[0] = embeddings, res[l+1] = block l's output */
-    float *xnf;       /* (N, C) final norm's output */
-    float *rstdf;     /* (N) */
-    float *logits;    /* (N, Vp); dlogits after backward */
-    float *tmpC, *dres, *dtmpC;        /* (N, C) */
-    float *datty;                      /* (N, A) */
-    float *dqkv;                       /* (N, QKV) */
-    float *dgu;                        /* (N, 2I) */
-    float *dact;                       /* (N, I) */
-    int *tokens, *targets, *pos, *doc; /* (N) copies of the batch; pos: RoPE positions */
-    int has_doc;
-    int n_counted; /* targets of the last forward that count */
-
-    /* decode: the key/value cache (K after RoPE) and per-call buffers */
-    float *kv;  /* (L, 2, T_max, KV) */
-    float *dec; /* DEC_ROWS rows of scratch (decode_floats) */
-    int kv_len;
-
-    int B, T;
-    int have_targets, pending_backward, logits_valid;
-} llama_model;
-
-static fsdp_status ensure_arena(llama_model *m, int B, int T) {
-    const fsdp_model_config *c = &m->cfg;
-    if (m->arena && m->act_B == B && m->act_T == T && m->act_recompute == m->recompute) return FSDP_OK;
-    size_t nf = arena_floats(c, B, T, m->recompute), bytes;
-    if (!fsdp_mul_ok(nf, sizeof(float), &bytes))
-        return FSDP_ERR(FSDP_EINVAL, "activations for B=%d T=%d overflow size_t", B, T);
-    if (bytes > m->arena_bytes) {
-        fsdp_mem_free(m->arena);
-        m->arena = NULL;
-        m->arena_bytes = 0;
-        FSDP_TRY(fsdp_mem_alloc(&m->arena, bytes, FSDP_MEM_ACTIVATION));
-        m->arena_bytes = bytes;
-    }
-    const dims d = m->d;
-    const size_t N = (size_t)B * (size_t)T;
-    float *p = m->arena;
-#define TAKE(n) (p += align_f(n), p - align_f(n))
-    const int nsets = m->recompute ? 1 : c->n_layer;
-    for (int s = 0; s < nsets; s++) {
-        block_acts *a = &m->acts[s];
-        a->rstd1 = TAKE(N);
-        a->xn1 = TAKE(N * d.C);
-        a->qkv_pre = c->qk_norm ? TAKE(N * d.QKV) : NULL;
-        a->qk_rstd = c->qk_norm ? TAKE(N * (d.NH + d.NKV)) : NULL;
-        a->qkv = TAKE(N * d.QKV);
-        a->lse = TAKE(fsdp_attention_gqa_lse_floats(B, T, (int)d.NH));
-        a->atty = TAKE(N * d.A);
-        a->res2 = TAKE(N * d.C);
-        a->rstd2 = TAKE(N);
-        a->xn2 = TAKE(N * d.C);
-        a->gu = TAKE(2 * N * d.I);
-        a->act = TAKE(N * d.I);
-    }
-    for (int s = nsets; s < c->n_layer; s++)
-        m->acts[s] = m->acts[0];
-    m->res = p; /* (L+1) slices at the aligned stride align_f(N*C): res_at */
-    p += (d.L + 1) * align_f(N * d.C);
-    m->xnf = TAKE(N * d.C);
-    m->rstdf = TAKE(N);
-    m->logits = TAKE(N * d.Vp);
-    m->tmpC = TAKE(N * d.C);
-    m->dres = TAKE(N * d.C);
-    m->dtmpC = TAKE(N * d.C);
-    m->datty = TAKE(N * d.A);
-    m->dqkv = TAKE(N * d.QKV);
-    m->dgu = TAKE(2 * N * d.I);
-    m->dact = TAKE(N * d.I);
-    m->tokens = (int *)TAKE(N);
-    m->targets = (int *)TAKE(N);
-    m->pos = (int *)TAKE(N);
-    m->doc = (int *)TAKE(N);
-#undef TAKE
-    FSDP_INVARIANT((size_t)(p - (float *)m->arena) == nf);
-    m->act_B = B, m->act_T = T, m->act_recompute = m->recompute;
-    return FSDP_OK;
-}
-
-static float *res_at(const llama_model *m, int l) {
-    return m->res + (size_t)l * align_f((size_t)m->act_B * (size_t)m->act_T * m->d.C);
-}
-
-void llama_free(void *impl) {
-    llama_model *m = impl;
-    if (m == NULL) return;
-    fsdp_mem_free(m->kv);
-    fsdp_mem_free(m->dec);
-    fsdp_mem_free(m->arena);
-    free(m->inv_freq);
-    free(m->acts);
-    free(m->blocks);
-    free(m);
-}
+/* ---------------------------------------------------------------- the block table's hooks */
 
 static fsdp_rope_scaling rope_scaling_of(const fsdp_model_config *c) {
     fsdp_rope_scaling sc = {0};
@@ -497,506 +379,284 @@ static fsdp_rope_scaling rope_scaling_of(const fsdp_model_config *c) {
     return sc;
 }
 
-fsdp_status llama_init(void **impl, fsdp_engine_t *eng, const fsdp_model_config *cfg) {
-    if (impl == NULL || eng == NULL) return FSDP_ERR(FSDP_EINVAL, "impl and eng must not be NULL");
-    *impl = NULL;
-    fsdp_model_units us;
-    FSDP_TRY(llama_units(&us, cfg));
-    fsdp_status st;
-    llama_model *m = calloc(1, sizeof *m);
-    if (m == NULL) {
-        st = FSDP_ERR(FSDP_ENOMEM, "cannot allocate the model struct");
-        goto fail;
-    }
-    m->cfg = llama_resolve(cfg);
-    m->d = dims_of(&m->cfg);
+
+static void state_free(void *fam) {
+    llama_state *s = fam;
+    if (s == NULL) return;
+    free(s->inv_freq);
+    free(s);
+}
+
+static fsdp_status state_init(const fsdp_model_config *r, void **fam) {
+    llama_state *s = calloc(1, sizeof *s);
+    if (s == NULL) return FSDP_ERR(FSDP_ENOMEM, "cannot allocate the model's state");
+    s->d = dims_of(r);
     for (int k = 0; k < LLAMA_BLOCK_KINDS; k++)
-        m->bi[k] = llama_block_tensor(&m->cfg, k);
-    m->eng = eng;
-    m->pdt = fsdp_engine_get_config(eng)->compute_dtype;
-    m->recompute = m->cfg.recompute;
-    m->scale = (float)(1.0 / sqrt((double)m->d.hd));
-    m->blocks = calloc(m->d.L, sizeof *m->blocks);
-    m->acts = calloc(m->d.L, sizeof *m->acts);
-    m->inv_freq = calloc(m->d.hd / 2, sizeof *m->inv_freq);
-    if (!m->blocks || !m->acts || !m->inv_freq) {
-        st = FSDP_ERR(FSDP_ENOMEM, "cannot allocate the model's tables (%zu layers)", m->d.L);
-        goto fail;
+        s->bi[k] = llama_block_tensor(r, k);
+    s->scale = (float)(1.0 / sqrt((double)s->d.hd));
+    s->inv_freq = calloc(s->d.hd / 2, sizeof *s->inv_freq);
+    if (s->inv_freq == NULL) {
+        const size_t hd = s->d.hd;
+        state_free(s);
+        return FSDP_ERR(FSDP_ENOMEM, "cannot allocate the RoPE table (head_dim %zu)", hd);
     }
-    const fsdp_rope_scaling sc = rope_scaling_of(&m->cfg);
-    st = fsdp_rope_inv_freq(m->inv_freq, (int)m->d.hd, m->cfg.rope_theta, &sc);
-    if (st != FSDP_OK) goto fail;
-    for (int i = 0; i < us.n_units; i++) {
-        const fsdp_plan_unit *pu = &us.units[i];
-        st = fsdp_engine_add_unit(eng, pu->name, pu->specs, pu->n_specs, pu->cfg,
-                                  i ? &m->blocks[i - 1] : &m->root);
-        if (st != FSDP_OK) goto fail;
+    const fsdp_rope_scaling sc = rope_scaling_of(r);
+    fsdp_status st = fsdp_rope_inv_freq(s->inv_freq, (int)s->d.hd, r->rope_theta, &sc);
+    if (st != FSDP_OK) {
+        state_free(s);
+        return st;
     }
-    units_release(&us);
-    *impl = m;
-    return FSDP_OK;
-fail: /* units already added belong to the engine */
-    llama_free(m);
-    units_release(&us);
-    return st;
-}
-
-fsdp_status llama_set_recompute(void *impl, int on) {
-    llama_model *m = impl;
-    if (m == NULL) return FSDP_ERR(FSDP_EINVAL, "model must not be NULL");
-    if (on != 0 && on != 1) return FSDP_ERR(FSDP_EINVAL, "recompute must be 0 or 1, got %d", on);
-    if (m->pending_backward)
-        return FSDP_ERR(FSDP_ESTATE, "cannot switch recompute between a forward and its backward");
-    m->recompute = on;
-    m->cfg.recompute = on;
-    return FSDP_OK;
-}
-
-static fsdp_status views(fsdp_unit_t *u, int n, const void **p) {
-    for (int t = 0; t < n; t++) {
-        void *v;
-        FSDP_TRY(fsdp_unit_param(u, t, &v));
-        p[t] = v;
-    }
+    *fam = s;
     return FSDP_OK;
 }
 
 /* Block parameter views indexed by kind (NULL for a kind the config lacks). */
-static fsdp_status block_views(const llama_model *m, fsdp_unit_t *u, const void **w) {
+static fsdp_status block_views(const llama_state *s, fsdp_unit_t *u, const void **w) {
     for (int k = 0; k < LLAMA_BLOCK_KINDS; k++) {
         w[k] = NULL;
-        if (m->bi[k] < 0) continue;
+        if (s->bi[k] < 0) continue;
         void *v;
-        FSDP_TRY(fsdp_unit_param(u, m->bi[k], &v));
+        FSDP_TRY(fsdp_unit_param(u, s->bi[k], &v));
         w[k] = v;
     }
     return FSDP_OK;
 }
 
-static fsdp_status grad_of(const llama_model *m, fsdp_unit_t *u, int kind, float **g, int *acc) {
-    return fsdp_unit_main_grad(u, m->bi[kind], g, acc);
+static fsdp_status grad_of(const llama_state *s, fsdp_unit_t *u, int kind, float **g, int *acc) {
+    return fsdp_unit_main_grad(u, s->bi[kind], g, acc);
 }
 
-static void progress(llama_model *m) { fsdp_engine_progress(m->eng); }
-
-/* ---------------------------------------------------------------- block forward / backward */
+static fsdp_status embed_forward(fsdp_decoder *dr, float *out) {
+    return fsdp_encoder_forward(out, dr->tokens, dr->root_w[LLAMA_EMBED], NULL, dr->pdt, dr->B, dr->T,
+                                dr->cfg.n_embd, dr->cfg.padded_vocab_size, dr->T);
+}
 
 /* q (and k) of n rows of qkv [n, QKV] after the GEMM: Qwen3's per-head norm from src into dst (src ==
  * NULL: none), then RoPE in place at positions pos. */
-static fsdp_status qk_transform(const llama_model *m, const void *const *w, float *dst, const float *src,
+static fsdp_status qk_transform(const fsdp_decoder *dr, const void *const *w, float *dst, const float *src,
                                 float *qk_rstd, const int *pos, int n) {
-    const dims d = m->d;
+    const llama_state *s = dr->fam;
+    const dims d = s->d;
     const int ld = (int)d.QKV, NH = (int)d.NH, NKV = (int)d.NKV, hd = (int)d.hd;
-    const float eps = (float)m->cfg.norm_eps;
+    const float eps = (float)dr->cfg.norm_eps;
     if (src) {
         FSDP_TRY(
-            fsdp_head_rmsnorm_forward(dst, ld, qk_rstd, src, ld, w[LLAMA_Q_NORM], m->pdt, n, NH, hd, eps));
+            fsdp_head_rmsnorm_forward(dst, ld, qk_rstd, src, ld, w[LLAMA_Q_NORM], dr->pdt, n, NH, hd, eps));
         FSDP_TRY(fsdp_head_rmsnorm_forward(dst + d.A, ld, qk_rstd + (size_t)n * NH, src + d.A, ld,
-                                           w[LLAMA_K_NORM], m->pdt, n, NKV, hd, eps));
+                                           w[LLAMA_K_NORM], dr->pdt, n, NKV, hd, eps));
         for (int i = 0; i < n; i++) /* v unchanged */
             memcpy(dst + (size_t)i * d.QKV + d.A + d.KV, src + (size_t)i * d.QKV + d.A + d.KV,
                    d.KV * sizeof(float));
     }
-    FSDP_TRY(fsdp_rope_forward(dst, ld, pos, m->inv_freq, n, NH, hd));
-    return fsdp_rope_forward(dst + d.A, ld, pos, m->inv_freq, n, NKV, hd);
+    FSDP_TRY(fsdp_rope_forward(dst, ld, pos, s->inv_freq, n, NH, hd));
+    return fsdp_rope_forward(dst + d.A, ld, pos, s->inv_freq, n, NKV, hd);
 }
 
 /* Block l's forward from x (N, C) into a; out (N, C) gets the block output, or NULL during recompute
  * (nothing after the SwiGLU is needed by the backward). */
-static fsdp_status block_forward(llama_model *m, int l, const float *x, block_acts *a, float *out) {
-    const dims d = m->d;
-    const int B = m->act_B, T = m->act_T, N = B * T, C = (int)d.C;
-    const fsdp_dtype pdt = m->pdt;
-    const float eps = (float)m->cfg.norm_eps;
+static fsdp_status block_forward(fsdp_decoder *dr, int l, const float *x, void *acts, float *out) {
+    block_acts *a = acts;
+    const llama_state *s = dr->fam;
+    const dims d = s->d;
+    const int B = dr->act_B, T = dr->act_T, N = B * T, C = (int)d.C;
+    const fsdp_dtype pdt = dr->pdt;
+    const float eps = (float)dr->cfg.norm_eps;
     const void *w[LLAMA_BLOCK_KINDS];
-    FSDP_TRY(block_views(m, m->blocks[l], w));
+    FSDP_TRY(block_views(s, dr->blocks[l], w));
     FSDP_TRY(fsdp_rmsnorm_forward(a->xn1, C, a->rstd1, x, C, w[LLAMA_IN_NORM], pdt, N, C, eps));
-    float *g = m->cfg.qk_norm ? a->qkv_pre : a->qkv;
+    float *g = dr->cfg.qk_norm ? a->qkv_pre : a->qkv;
     FSDP_TRY(fsdp_matmul_forward(g, a->xn1, w[LLAMA_QKV_W], w[LLAMA_QKV_B], pdt, N, C, (int)d.QKV));
-    progress(m);
-    FSDP_TRY(qk_transform(m, w, a->qkv, m->cfg.qk_norm ? a->qkv_pre : NULL, a->qk_rstd, m->pos, N));
+    fsdp_decoder_progress(dr);
+    FSDP_TRY(qk_transform(dr, w, a->qkv, dr->cfg.qk_norm ? a->qkv_pre : NULL, a->qk_rstd, dr->pos, N));
     /* Grouped-query causal attention, confined to each document when the batch has document ids */
-    FSDP_TRY(fsdp_attention_gqa_forward(a->atty, a->lse, a->qkv, m->has_doc ? m->doc : NULL, B, T, (int)d.NH,
+    FSDP_TRY(fsdp_attention_gqa_forward(a->atty, a->lse, a->qkv, dr->has_doc ? dr->doc : NULL, B, T, (int)d.NH,
                                         (int)d.NKV, (int)d.hd));
-    progress(m);
-    FSDP_TRY(fsdp_matmul_forward(m->tmpC, a->atty, w[LLAMA_O_W], NULL, pdt, N, (int)d.A, C));
-    progress(m);
-    FSDP_TRY(fsdp_residual_forward(a->res2, x, m->tmpC, (size_t)N * d.C));
+    fsdp_decoder_progress(dr);
+    FSDP_TRY(fsdp_matmul_forward(dr->tmpC, a->atty, w[LLAMA_O_W], NULL, pdt, N, (int)d.A, C));
+    fsdp_decoder_progress(dr);
+    FSDP_TRY(fsdp_residual_forward(a->res2, x, dr->tmpC, (size_t)N * d.C));
     FSDP_TRY(fsdp_rmsnorm_forward(a->xn2, C, a->rstd2, a->res2, C, w[LLAMA_POST_NORM], pdt, N, C, eps));
     FSDP_TRY(fsdp_matmul_forward(a->gu, a->xn2, w[LLAMA_GATE_UP_W], NULL, pdt, N, C, 2 * (int)d.I));
-    progress(m);
+    fsdp_decoder_progress(dr);
     FSDP_TRY(fsdp_swiglu_forward(a->act, a->gu, N, (int)d.I));
     if (out == NULL) return FSDP_OK;
-    FSDP_TRY(fsdp_matmul_forward(m->tmpC, a->act, w[LLAMA_DOWN_W], NULL, pdt, N, (int)d.I, C));
-    progress(m);
-    return fsdp_residual_forward(out, a->res2, m->tmpC, (size_t)N * d.C);
+    FSDP_TRY(fsdp_matmul_forward(dr->tmpC, a->act, w[LLAMA_DOWN_W], NULL, pdt, N, (int)d.I, C));
+    fsdp_decoder_progress(dr);
+    return fsdp_residual_forward(out, a->res2, dr->tmpC, (size_t)N * d.C);
 }
 
-/* Block l's backward. On entry m->dres holds dL/d(block output); on exit dL/d(block input x). */
-static fsdp_status block_backward(llama_model *m, int l, const float *x, const block_acts *a) {
-    const dims d = m->d;
-    const int B = m->act_B, T = m->act_T, N = B * T, C = (int)d.C, I = (int)d.I;
+/* Block l's backward. On entry dr->dres holds dL/d(block output); on exit dL/d(block input x). */
+static fsdp_status block_backward(fsdp_decoder *dr, int l, const float *x, void *acts) {
+    const block_acts *a = acts;
+    const llama_state *s = dr->fam;
+    const dims d = s->d;
+    const int B = dr->act_B, T = dr->act_T, N = B * T, C = (int)d.C, I = (int)d.I;
     const int NH = (int)d.NH, NKV = (int)d.NKV, hd = (int)d.hd, QKV = (int)d.QKV, A = (int)d.A;
-    const fsdp_dtype pdt = m->pdt;
-    fsdp_unit_t *u = m->blocks[l];
+    const fsdp_dtype pdt = dr->pdt;
+    fsdp_unit_t *u = dr->blocks[l];
     const void *w[LLAMA_BLOCK_KINDS];
-    FSDP_TRY(block_views(m, u, w));
+    FSDP_TRY(block_views(s, u, w));
     float *gw, *gb;
     int aw, ab;
 
     /* MLP: out = res2 + down(swiglu(gate_up(rms(res2)))) */
-    FSDP_TRY(grad_of(m, u, LLAMA_DOWN_W, &gw, &aw));
-    progress(m);
+    FSDP_TRY(grad_of(s, u, LLAMA_DOWN_W, &gw, &aw));
+    fsdp_decoder_progress(dr);
     FSDP_TRY(
-        fsdp_matmul_backward(m->dact, 0, gw, aw, NULL, 0, m->dres, a->act, w[LLAMA_DOWN_W], pdt, N, I, C));
-    progress(m);
-    FSDP_TRY(fsdp_swiglu_backward(m->dgu, m->dact, a->gu, N, I));
-    FSDP_TRY(grad_of(m, u, LLAMA_GATE_UP_W, &gw, &aw));
-    FSDP_TRY(fsdp_matmul_backward(m->dtmpC, 0, gw, aw, NULL, 0, m->dgu, a->xn2, w[LLAMA_GATE_UP_W], pdt, N, C,
+        fsdp_matmul_backward(s->dact, 0, gw, aw, NULL, 0, dr->dres, a->act, w[LLAMA_DOWN_W], pdt, N, I, C));
+    fsdp_decoder_progress(dr);
+    FSDP_TRY(fsdp_swiglu_backward(s->dgu, s->dact, a->gu, N, I));
+    FSDP_TRY(grad_of(s, u, LLAMA_GATE_UP_W, &gw, &aw));
+    FSDP_TRY(fsdp_matmul_backward(dr->dtmpC, 0, gw, aw, NULL, 0, s->dgu, a->xn2, w[LLAMA_GATE_UP_W], pdt, N, C,
                                   2 * I));
-    progress(m);
-    FSDP_TRY(grad_of(m, u, LLAMA_POST_NORM, &gw, &aw));
-    FSDP_TRY(fsdp_rmsnorm_backward(m->dres, C, 1, gw, aw, m->dtmpC, C, a->res2, C, w[LLAMA_POST_NORM], pdt,
+    fsdp_decoder_progress(dr);
+    FSDP_TRY(grad_of(s, u, LLAMA_POST_NORM, &gw, &aw));
+    FSDP_TRY(fsdp_rmsnorm_backward(dr->dres, C, 1, gw, aw, dr->dtmpC, C, a->res2, C, w[LLAMA_POST_NORM], pdt,
                                    a->rstd2, N, C));
     /* attention: res2 = x + o(attn(qkv(rms(x)))) */
-    FSDP_TRY(grad_of(m, u, LLAMA_O_W, &gw, &aw));
+    FSDP_TRY(grad_of(s, u, LLAMA_O_W, &gw, &aw));
     FSDP_TRY(
-        fsdp_matmul_backward(m->datty, 0, gw, aw, NULL, 0, m->dres, a->atty, w[LLAMA_O_W], pdt, N, A, C));
-    progress(m);
-    float *dq = m->dqkv, *dk = m->dqkv + d.A;
+        fsdp_matmul_backward(s->datty, 0, gw, aw, NULL, 0, dr->dres, a->atty, w[LLAMA_O_W], pdt, N, A, C));
+    fsdp_decoder_progress(dr);
+    float *dq = s->dqkv, *dk = s->dqkv + d.A;
     /* dq per query head; dk, dv of each KV head summed over its group */
-    FSDP_TRY(fsdp_attention_gqa_backward(m->dqkv, m->datty, a->qkv, a->lse, m->has_doc ? m->doc : NULL, B, T,
+    FSDP_TRY(fsdp_attention_gqa_backward(s->dqkv, s->datty, a->qkv, a->lse, dr->has_doc ? dr->doc : NULL, B, T,
                                          NH, NKV, hd));
-    progress(m);
-    FSDP_TRY(fsdp_rope_backward(dq, QKV, m->pos, m->inv_freq, N, NH, hd));
-    FSDP_TRY(fsdp_rope_backward(dk, QKV, m->pos, m->inv_freq, N, NKV, hd));
-    if (m->cfg.qk_norm) { /* in place: dinp may alias dout */
-        FSDP_TRY(grad_of(m, u, LLAMA_Q_NORM, &gw, &aw));
+    fsdp_decoder_progress(dr);
+    FSDP_TRY(fsdp_rope_backward(dq, QKV, dr->pos, s->inv_freq, N, NH, hd));
+    FSDP_TRY(fsdp_rope_backward(dk, QKV, dr->pos, s->inv_freq, N, NKV, hd));
+    if (dr->cfg.qk_norm) { /* in place: dinp may alias dout */
+        FSDP_TRY(grad_of(s, u, LLAMA_Q_NORM, &gw, &aw));
         FSDP_TRY(fsdp_head_rmsnorm_backward(dq, QKV, 0, gw, aw, dq, QKV, a->qkv_pre, QKV, w[LLAMA_Q_NORM],
                                             pdt, a->qk_rstd, N, NH, hd));
-        FSDP_TRY(grad_of(m, u, LLAMA_K_NORM, &gw, &aw));
+        FSDP_TRY(grad_of(s, u, LLAMA_K_NORM, &gw, &aw));
         FSDP_TRY(fsdp_head_rmsnorm_backward(dk, QKV, 0, gw, aw, dk, QKV, a->qkv_pre + d.A, QKV,
                                             w[LLAMA_K_NORM], pdt, a->qk_rstd + (size_t)N * NH, N, NKV, hd));
     }
-    FSDP_TRY(grad_of(m, u, LLAMA_QKV_W, &gw, &aw));
+    FSDP_TRY(grad_of(s, u, LLAMA_QKV_W, &gw, &aw));
     gb = NULL, ab = 0;
-    if (m->cfg.qkv_bias) FSDP_TRY(grad_of(m, u, LLAMA_QKV_B, &gb, &ab));
+    if (dr->cfg.qkv_bias) FSDP_TRY(grad_of(s, u, LLAMA_QKV_B, &gb, &ab));
     FSDP_TRY(
-        fsdp_matmul_backward(m->dtmpC, 0, gw, aw, gb, ab, m->dqkv, a->xn1, w[LLAMA_QKV_W], pdt, N, C, QKV));
-    progress(m);
-    FSDP_TRY(grad_of(m, u, LLAMA_IN_NORM, &gw, &aw));
-    return fsdp_rmsnorm_backward(m->dres, C, 1, gw, aw, m->dtmpC, C, x, C, w[LLAMA_IN_NORM], pdt, a->rstd1, N,
+        fsdp_matmul_backward(dr->dtmpC, 0, gw, aw, gb, ab, s->dqkv, a->xn1, w[LLAMA_QKV_W], pdt, N, C, QKV));
+    fsdp_decoder_progress(dr);
+    FSDP_TRY(grad_of(s, u, LLAMA_IN_NORM, &gw, &aw));
+    return fsdp_rmsnorm_backward(dr->dres, C, 1, gw, aw, dr->dtmpC, C, x, C, w[LLAMA_IN_NORM], pdt, a->rstd1, N,
                                  C);
 }
 
-/* ---------------------------------------------------------------- forward / backward */
 
-static fsdp_status forward(llama_model *m, const fsdp_model_batch *b, float *loss);
-
-/* A forward without targets has no backward: the engine reshards it as such (as gpt_forward does),
- * whatever the caller set before, which is restored after. */
-fsdp_status llama_forward(void *impl, const fsdp_model_batch *b, float *loss) {
-    llama_model *m = impl;
-    if (m == NULL || b == NULL || b->tokens == NULL)
-        return FSDP_ERR(FSDP_EINVAL, "model, batch and tokens must not be NULL");
-    if (b->targets) return forward(m, b, loss);
-    const int was = fsdp_engine_no_backward(m->eng);
-    FSDP_TRY(fsdp_engine_set_no_backward(m->eng, 1));
-    fsdp_status s = forward(m, b, loss);
-    fsdp_engine_set_no_backward(m->eng, was);
-    return s;
-}
-
-static fsdp_status forward(llama_model *m, const fsdp_model_batch *b, float *loss) {
-    const fsdp_model_config *c = &m->cfg;
-    const int B = b->B, T = b->T;
-    if (B < 1 || T < 1 || T > c->max_seq_len)
-        return FSDP_ERR(FSDP_EINVAL, "batch B=%d T=%d: need B >= 1 and 1 <= T <= max_seq_len (%d)", B, T,
-                        c->max_seq_len);
-    if ((size_t)B * (size_t)T > (size_t)1 << 30)
-        return FSDP_ERR(FSDP_EINVAL, "batch B=%d T=%d: more than 2^30 positions", B, T);
-    const int N = B * T, C = (int)m->d.C, L = c->n_layer, V = c->vocab_size, Vp = c->padded_vocab_size;
-    for (int i = 0; i < N; i++) {
-        if (b->tokens[i] < 0 || b->tokens[i] >= V)
-            return FSDP_ERR(FSDP_EINVAL, "tokens[%d] = %d is outside the vocabulary [0, %d)", i, b->tokens[i],
-                            V);
-        if (b->targets && b->targets[i] != FSDP_IGNORE_INDEX && (b->targets[i] < 0 || b->targets[i] >= V))
-            return FSDP_ERR(FSDP_EINVAL, "targets[%d] = %d is neither in [0, %d) nor FSDP_IGNORE_INDEX (%d)",
-                            i, b->targets[i], V, FSDP_IGNORE_INDEX);
-    }
-    m->logits_valid = 0;
-    m->pending_backward = 0;
-    FSDP_TRY(ensure_arena(m, B, T));
-    memcpy(m->tokens, b->tokens, (size_t)N * sizeof(int));
-    if (b->targets) memcpy(m->targets, b->targets, (size_t)N * sizeof(int));
-    m->has_doc = b->doc != NULL;
-    if (b->doc) memcpy(m->doc, b->doc, (size_t)N * sizeof(int));
-    for (int r = 0; r < B; r++) /* RoPE positions: restart where the document id changes */
-        for (int t = 0; t < T; t++) {
-            const size_t i = (size_t)r * T + t;
-            m->pos[i] = (t == 0 || (b->doc && b->doc[i] != b->doc[i - 1])) ? 0 : m->pos[i - 1] + 1;
-        }
-    m->B = B, m->T = T;
-    const fsdp_dtype pdt = m->pdt;
-
-    FSDP_TRY(fsdp_unit_pre_forward(m->root));
-    const void *r[LLAMA_ROOT_NTENSORS];
-    FSDP_TRY(views(m->root, LLAMA_ROOT_NTENSORS, r));
-    FSDP_TRY(fsdp_encoder_forward(res_at(m, 0), m->tokens, r[LLAMA_EMBED], NULL, pdt, B, T, C, Vp, T));
-    for (int l = 0; l < L; l++) {
-        FSDP_TRY(fsdp_unit_pre_forward(m->blocks[l]));
-        FSDP_TRY(block_forward(m, l, res_at(m, l), &m->acts[l], res_at(m, l + 1)));
-        FSDP_TRY(fsdp_unit_post_forward(m->blocks[l]));
-    }
-    FSDP_TRY(fsdp_rmsnorm_forward(m->xnf, C, m->rstdf, res_at(m, L), C, r[LLAMA_NORM], pdt, N, C,
-                                  (float)c->norm_eps));
-    FSDP_TRY(fsdp_matmul_forward(m->logits, m->xnf, r[LLAMA_LM_HEAD], NULL, pdt, N, C, Vp));
-    if (b->targets) {
-        float mean;
-        FSDP_TRY(fsdp_softmax_crossentropy_count(NULL, &mean, &m->n_counted, NULL, m->logits, m->targets, N,
-                                                 V, Vp, 1.0f));
-        if (loss) *loss = mean;
-    } else if (loss) {
-        *loss = NAN;
-    }
-    FSDP_TRY(fsdp_unit_post_forward(m->root));
-    m->have_targets = b->targets != NULL;
-    m->pending_backward = b->targets != NULL;
-    m->logits_valid = 1;
-    return FSDP_OK;
-}
-
-fsdp_status llama_logits(const void *impl, const float **logits, int *B, int *T, int *Vp) {
-    const llama_model *m = impl;
-    if (m == NULL || logits == NULL) return FSDP_ERR(FSDP_EINVAL, "model and logits must not be NULL");
-    if (!m->logits_valid)
-        return FSDP_ERR(FSDP_ESTATE, "no logits: run a forward first (backward turns them into gradients)");
-    *logits = m->logits;
-    if (B) *B = m->B;
-    if (T) *T = m->T;
-    if (Vp) *Vp = m->cfg.padded_vocab_size;
-    return FSDP_OK;
-}
-
-fsdp_status llama_backward(void *impl, float loss_scale) {
-    llama_model *m = impl;
-    if (m == NULL) return FSDP_ERR(FSDP_EINVAL, "model must not be NULL");
-    if (!m->pending_backward)
-        return FSDP_ERR(FSDP_ESTATE,
-                        m->have_targets
-                            ? "backward already ran for the last forward; run a forward again"
-                            : "the last forward had no targets (inference); run one with targets");
-    if (!isfinite(loss_scale))
-        return FSDP_ERR(FSDP_EINVAL, "loss_scale must be finite, got %g", (double)loss_scale);
-    const fsdp_model_config *c = &m->cfg;
-    const int B = m->B, T = m->T, N = B * T, C = (int)m->d.C, L = c->n_layer, V = c->vocab_size;
-    const int Vp = c->padded_vocab_size;
-    const fsdp_dtype pdt = m->pdt;
-    m->pending_backward = 0;
-    m->logits_valid = 0;
-
-    /* dlogits in place, the LM head's input gradient, the final norm; the LM head's weight gradient
-     * waits until the blocks are done (as gpt.c's: the links have nothing to carry before the first
-     * block's gradient). */
-    FSDP_TRY(fsdp_unit_pre_backward(m->root));
-    const void *r[LLAMA_ROOT_NTENSORS];
-    FSDP_TRY(views(m->root, LLAMA_ROOT_NTENSORS, r));
-    const float dloss = m->n_counted > 0 ? loss_scale / (float)m->n_counted : 0.0f;
-    FSDP_TRY(
-        fsdp_softmax_crossentropy_count(NULL, NULL, NULL, m->logits, m->logits, m->targets, N, V, Vp, dloss));
-    FSDP_TRY(fsdp_matmul_backward(m->dtmpC, 0, NULL, 0, NULL, 0, m->logits, m->xnf, r[LLAMA_LM_HEAD], pdt, N,
-                                  C, Vp));
-    progress(m);
+static fsdp_status norm_backward(fsdp_decoder *dr, const float *x) {
+    const llama_state *s = dr->fam;
+    const int C = dr->cfg.n_embd;
     float *gw;
     int aw;
-    FSDP_TRY(fsdp_unit_main_grad(m->root, LLAMA_NORM, &gw, &aw));
-    FSDP_TRY(fsdp_rmsnorm_backward(m->dres, C, 0, gw, aw, m->dtmpC, C, res_at(m, L), C, r[LLAMA_NORM], pdt,
-                                   m->rstdf, N, C));
-    for (int l = L - 1; l >= 0; l--) {
-        fsdp_unit_t *u = m->blocks[l];
-        FSDP_TRY(fsdp_unit_pre_backward(u));
-        if (m->act_recompute) { /* same kernels on the same input: bitwise the forward's activations */
-            FSDP_TRY(fsdp_unit_pre_forward(u));
-            FSDP_TRY(block_forward(m, l, res_at(m, l), &m->acts[l], NULL));
-            FSDP_TRY(fsdp_unit_post_forward(u));
-        }
-        FSDP_TRY(block_backward(m, l, res_at(m, l), &m->acts[l]));
-        FSDP_TRY(fsdp_unit_post_backward(u));
-    }
-    /* The LM head's weight gradient, then the embedding's: with a tied head both land in one main_grad
-     * slice and the second use accumulates by the first-touch flag. */
-    FSDP_TRY(fsdp_unit_main_grad(m->root, LLAMA_LM_HEAD, &gw, &aw));
-    FSDP_TRY(fsdp_matmul_backward(NULL, 0, gw, aw, NULL, 0, m->logits, m->xnf, NULL, pdt, N, C, Vp));
-    progress(m);
-    FSDP_TRY(fsdp_unit_main_grad(m->root, LLAMA_EMBED, &gw, &aw));
-    FSDP_TRY(fsdp_encoder_backward(gw, aw, NULL, 0, m->dres, m->tokens, B, T, C, Vp, T));
-    return fsdp_unit_post_backward(m->root);
+    FSDP_TRY(fsdp_unit_main_grad(dr->root, LLAMA_NORM, &gw, &aw));
+    return fsdp_rmsnorm_backward(dr->dres, C, 0, gw, aw, dr->dtmpC, C, x, C, dr->root_w[LLAMA_NORM], dr->pdt,
+                                 s->rstdf, dr->B * dr->T, C);
 }
 
-fsdp_status llama_end_eval(void *impl) {
-    llama_model *m = impl;
-    if (m == NULL) return FSDP_ERR(FSDP_EINVAL, "model must not be NULL");
-    if (m->pending_backward)
-        return FSDP_ERR(FSDP_ESTATE,
-                        "a training forward is waiting for its backward; run the backward first");
-    return fsdp_engine_reshard_all(m->eng);
+/* With a tied head the LM head's gradient (first) and the embedding's land in one main_grad slice. */
+static fsdp_status embed_backward(fsdp_decoder *dr) {
+    float *gw;
+    int aw;
+    FSDP_TRY(fsdp_unit_main_grad(dr->root, LLAMA_EMBED, &gw, &aw));
+    return fsdp_encoder_backward(gw, aw, NULL, 0, dr->dres, dr->tokens, dr->B, dr->T, dr->cfg.n_embd,
+                                 dr->cfg.padded_vocab_size, dr->T);
 }
 
-/* ---------------------------------------------------------------- incremental inference (KV cache) */
+/* ---------------------------------------------------------------- decode (KV cache, K after RoPE) */
 
 enum { DEC_ROWS = 64 }; /* decode works on the new tokens in chunks of this many rows */
 
-/* decode's scratch for DEC_ROWS rows: x, xn, tmp (C each), qkv, qkv_pre (QKV), atty (A), gu (2I),
- * act (I), rstd (NH + NKV), pos (1, int32), plus one row of logits (Vp). */
-static size_t decode_floats(const dims *d) {
-    return (size_t)DEC_ROWS * (3 * d->C + 2 * d->QKV + d->A + 3 * d->I + d->NH + d->NKV + 1) + d->Vp;
+/* decode's scratch for R rows (after the driver's x): xn, tmp (C each), qkv, qkv_pre (QKV each), atty
+ * (A), gu (2I), act (I), rstd (NH + NKV), pos (1, int32). */
+typedef struct {
+    float *xn, *tmp, *qkv, *qkv_pre, *atty, *gu, *act, *rstd;
+    int *pos;
+} dec_bufs;
+
+static int decode_rows(const fsdp_model_config *r) {
+    (void)r;
+    return DEC_ROWS;
 }
 
-/* Attention of n new queries (rows of qkv [n, QKV], positions pos..pos+n-1) over the cached keys and
- * values K, V [T_max, KV] of positions 0..pos+i (causal), into out [n, A]. att: T_max floats per
- * thread. */
-static void decode_attention(float *out, const float *qkv, const float *K, const float *Vc, float *att,
-                             int nthr, int n, int pos, const dims *d, float scale, int Tmax) {
-    const int NH = (int)d->NH, hd = (int)d->hd, group = (int)(d->NH / d->NKV);
-#pragma omp parallel for schedule(static) collapse(2) num_threads(nthr)
-    for (int i = 0; i < n; i++)
-        for (int h = 0; h < NH; h++) {
-            const float *q = qkv + (size_t)i * d->QKV + (size_t)h * hd;
-            const size_t kh = (size_t)(h / group) * hd;
-            float *a = att + (size_t)omp_get_thread_num() * (size_t)Tmax;
-            const int ctx = pos + i + 1;
-            float mx = -INFINITY;
-            for (int t = 0; t < ctx; t++) {
-                const float *k = K + (size_t)t * d->KV + kh;
-                float s = 0.0f;
-                for (int e = 0; e < hd; e++)
-                    s += q[e] * k[e];
-                a[t] = s * scale;
-                if (a[t] > mx) mx = a[t];
-            }
-            float sum = 0.0f;
-            for (int t = 0; t < ctx; t++) {
-                a[t] = expf(a[t] - mx);
-                sum += a[t];
-            }
-            const float inv = 1.0f / sum;
-            float *o = out + (size_t)i * d->A + (size_t)h * hd;
-            for (int e = 0; e < hd; e++)
-                o[e] = 0.0f;
-            for (int t = 0; t < ctx; t++) {
-                const float wt = a[t] * inv, *v = Vc + (size_t)t * d->KV + kh;
-                for (int e = 0; e < hd; e++)
-                    o[e] += wt * v[e];
-            }
-        }
+static size_t decode_floats(const fsdp_model_config *r, size_t R) {
+    const dims d = dims_of(r);
+    return R * (2 * d.C + 2 * d.QKV + d.A + 3 * d.I + d.NH + d.NKV + 1);
 }
 
-/* One chunk of n <= DEC_ROWS new tokens at positions pos.. through every layer; the last row's logits
- * into out when want_logits. */
-static fsdp_status decode_chunk(llama_model *m, const int *tokens, int n, int pos, float *att, int nthr,
-                                int want_logits, float *out) {
-    const fsdp_model_config *c = &m->cfg;
-    const dims d = m->d;
-    const int C = (int)d.C, Tmax = c->max_seq_len, Vp = c->padded_vocab_size, I = (int)d.I;
-    const size_t R = DEC_ROWS;
-    const fsdp_dtype pdt = m->pdt;
+static size_t kv_width(const fsdp_model_config *r) {
+    const dims d = dims_of(r);
+    return d.KV;
+}
+
+static dec_bufs dec_of(const fsdp_decoder *dr) {
+    const llama_state *s = dr->fam;
+    const dims d = s->d;
+    const size_t R = (size_t)dr->dec_rows;
+    dec_bufs b;
+    b.xn = dr->dec_scratch, b.tmp = b.xn + R * d.C, b.qkv = b.tmp + R * d.C, b.qkv_pre = b.qkv + R * d.QKV;
+    b.atty = b.qkv_pre + R * d.QKV, b.gu = b.atty + R * d.A, b.act = b.gu + 2 * R * d.I, b.rstd = b.act + R * d.I;
+    b.pos = (int *)(b.rstd + R * (d.NH + d.NKV));
+    return b;
+}
+
+/* The final norm of n rows of x into xf; its 1/rms in the arena, or in decode's scratch. */
+static fsdp_status norm_forward(fsdp_decoder *dr, const float *x, int n, float *xf, int decode) {
+    const llama_state *s = dr->fam;
+    const int C = dr->cfg.n_embd;
+    float *rstd = decode ? dec_of(dr).rstd : s->rstdf;
+    return fsdp_rmsnorm_forward(xf, C, rstd, x, C, dr->root_w[LLAMA_NORM], dr->pdt, n, C, (float)dr->cfg.norm_eps);
+}
+
+static fsdp_status embed_decode(fsdp_decoder *dr, const int *tokens, int n, int pos, float *x) {
+    (void)pos; /* RoPE places the positions */
+    return fsdp_encoder_forward(x, tokens, dr->root_w[LLAMA_EMBED], NULL, dr->pdt, 1, n, dr->cfg.n_embd,
+                                dr->cfg.padded_vocab_size, n);
+}
+
+static fsdp_status block_decode(fsdp_decoder *dr, int l, float *x, int n, int pos, float *K, float *Vc,
+                                float *att, int nthr) {
+    const llama_state *s = dr->fam;
+    const fsdp_model_config *c = &dr->cfg;
+    const dims d = s->d;
+    const int C = (int)d.C, I = (int)d.I;
+    const fsdp_dtype pdt = dr->pdt;
     const float eps = (float)c->norm_eps;
-    float *x = m->dec, *xn = x + R * d.C, *tmp = xn + R * d.C, *qkv = tmp + R * d.C,
-          *qkv_pre = qkv + R * d.QKV;
-    float *atty = qkv_pre + R * d.QKV, *gu = atty + R * d.A, *act = gu + 2 * R * d.I, *rstd = act + R * d.I;
-    int *pp = (int *)(rstd + R * (d.NH + d.NKV));
+    const dec_bufs b = dec_of(dr);
     for (int i = 0; i < n; i++)
-        pp[i] = pos + i;
-
-    FSDP_TRY(fsdp_unit_pre_forward(m->root));
-    const void *r[LLAMA_ROOT_NTENSORS];
-    FSDP_TRY(views(m->root, LLAMA_ROOT_NTENSORS, r));
-    FSDP_TRY(fsdp_encoder_forward(x, tokens, r[LLAMA_EMBED], NULL, pdt, 1, n, C, Vp, n));
-    for (int l = 0; l < c->n_layer; l++) {
-        FSDP_TRY(fsdp_unit_pre_forward(m->blocks[l]));
-        const void *w[LLAMA_BLOCK_KINDS];
-        FSDP_TRY(block_views(m, m->blocks[l], w));
-        float *K = m->kv + (size_t)l * 2 * (size_t)Tmax * d.KV, *Vc = K + (size_t)Tmax * d.KV;
-        FSDP_TRY(fsdp_rmsnorm_forward(xn, C, rstd, x, C, w[LLAMA_IN_NORM], pdt, n, C, eps));
-        float *g = c->qk_norm ? qkv_pre : qkv;
-        FSDP_TRY(fsdp_matmul_forward(g, xn, w[LLAMA_QKV_W], w[LLAMA_QKV_B], pdt, n, C, (int)d.QKV));
-        FSDP_TRY(qk_transform(m, w, qkv, c->qk_norm ? qkv_pre : NULL, rstd, pp, n));
-        for (int i = 0; i < n; i++) {
-            memcpy(K + (size_t)(pos + i) * d.KV, qkv + (size_t)i * d.QKV + d.A, d.KV * sizeof(float));
-            memcpy(Vc + (size_t)(pos + i) * d.KV, qkv + (size_t)i * d.QKV + d.A + d.KV, d.KV * sizeof(float));
-        }
-        decode_attention(atty, qkv, K, Vc, att, nthr, n, pos, &d, m->scale, Tmax);
-        FSDP_TRY(fsdp_matmul_forward(tmp, atty, w[LLAMA_O_W], NULL, pdt, n, (int)d.A, C));
-        FSDP_TRY(fsdp_residual_forward(x, x, tmp, (size_t)n * d.C));
-        FSDP_TRY(fsdp_rmsnorm_forward(xn, C, rstd, x, C, w[LLAMA_POST_NORM], pdt, n, C, eps));
-        FSDP_TRY(fsdp_matmul_forward(gu, xn, w[LLAMA_GATE_UP_W], NULL, pdt, n, C, 2 * I));
-        FSDP_TRY(fsdp_swiglu_forward(act, gu, n, I));
-        FSDP_TRY(fsdp_matmul_forward(tmp, act, w[LLAMA_DOWN_W], NULL, pdt, n, I, C));
-        FSDP_TRY(fsdp_residual_forward(x, x, tmp, (size_t)n * d.C));
-        FSDP_TRY(fsdp_unit_post_forward(m->blocks[l]));
+        b.pos[i] = pos + i;
+    const void *w[LLAMA_BLOCK_KINDS];
+    FSDP_TRY(block_views(s, dr->blocks[l], w));
+    FSDP_TRY(fsdp_rmsnorm_forward(b.xn, C, b.rstd, x, C, w[LLAMA_IN_NORM], pdt, n, C, eps));
+    float *g = c->qk_norm ? b.qkv_pre : b.qkv;
+    FSDP_TRY(fsdp_matmul_forward(g, b.xn, w[LLAMA_QKV_W], w[LLAMA_QKV_B], pdt, n, C, (int)d.QKV));
+    FSDP_TRY(qk_transform(dr, w, b.qkv, c->qk_norm ? b.qkv_pre : NULL, b.rstd, b.pos, n));
+    for (int i = 0; i < n; i++) {
+        memcpy(K + (size_t)(pos + i) * d.KV, b.qkv + (size_t)i * d.QKV + d.A, d.KV * sizeof(float));
+        memcpy(Vc + (size_t)(pos + i) * d.KV, b.qkv + (size_t)i * d.QKV + d.A + d.KV, d.KV * sizeof(float));
     }
-    if (want_logits) {
-        const float *last = x + (size_t)(n - 1) * d.C;
-        FSDP_TRY(fsdp_rmsnorm_forward(xn, C, rstd, last, C, r[LLAMA_NORM], pdt, 1, C, eps));
-        FSDP_TRY(fsdp_matmul_forward(out, xn, r[LLAMA_LM_HEAD], NULL, pdt, 1, C, Vp));
-    }
-    return fsdp_unit_post_forward(m->root);
+    FSDP_TRY(fsdp_decode_attention(b.atty, (int)d.A, b.qkv, (int)d.QKV, K, Vc, (int)d.KV, att, nthr, n, pos,
+                                   (int)d.NH, (int)d.NKV, (int)d.hd, s->scale, c->max_seq_len));
+    FSDP_TRY(fsdp_matmul_forward(b.tmp, b.atty, w[LLAMA_O_W], NULL, pdt, n, (int)d.A, C));
+    FSDP_TRY(fsdp_residual_forward(x, x, b.tmp, (size_t)n * d.C));
+    FSDP_TRY(fsdp_rmsnorm_forward(b.xn, C, b.rstd, x, C, w[LLAMA_POST_NORM], pdt, n, C, eps));
+    FSDP_TRY(fsdp_matmul_forward(b.gu, b.xn, w[LLAMA_GATE_UP_W], NULL, pdt, n, C, 2 * I));
+    FSDP_TRY(fsdp_swiglu_forward(b.act, b.gu, n, I));
+    FSDP_TRY(fsdp_matmul_forward(b.tmp, b.act, w[LLAMA_DOWN_W], NULL, pdt, n, I, C));
+    return fsdp_residual_forward(x, x, b.tmp, (size_t)n * d.C);
 }
 
-static fsdp_status decode(llama_model *m, const int *tokens, int n, int pos, const float **logits);
+const fsdp_block_table fsdp_llama_blocks = {
+    .name = "llama",
+    .resolve = llama_resolve,
+    .max_positions = (size_t)1 << 30,
+    .n_root = LLAMA_ROOT_NTENSORS,
+    .head = LLAMA_LM_HEAD,
+    .acts_size = sizeof(block_acts),
+    FSDP_BLOCK_TABLE_HOOKS,
+};
 
-fsdp_status llama_decode(void *impl, const int *tokens, int n, int pos, const float **logits) {
-    llama_model *m = impl;
-    if (m == NULL || tokens == NULL || logits == NULL)
-        return FSDP_ERR(FSDP_EINVAL, "model, tokens and logits must not be NULL");
-    const int was = fsdp_engine_no_backward(m->eng); /* as a forward without targets */
-    FSDP_TRY(fsdp_engine_set_no_backward(m->eng, 1));
-    fsdp_status s = decode(m, tokens, n, pos, logits);
-    fsdp_engine_set_no_backward(m->eng, was);
-    return s;
-}
-
-static fsdp_status decode(llama_model *m, const int *tokens, int n, int pos, const float **logits) {
-    const fsdp_model_config *c = &m->cfg;
-    const int Tmax = c->max_seq_len;
-    if (n < 1 || pos < 0 || pos > Tmax - n)
-        return FSDP_ERR(FSDP_EINVAL,
-                        "decode: %d tokens at position %d: need n >= 1 and pos + n <= max_seq_len (%d)", n,
-                        pos, Tmax);
-    if (pos != 0 && pos != m->kv_len)
-        return FSDP_ERR(FSDP_EINVAL, "decode: position %d but %d positions are cached (pass 0 to start over)",
-                        pos, m->kv_len);
-    for (int i = 0; i < n; i++)
-        if (tokens[i] < 0 || tokens[i] >= c->vocab_size)
-            return FSDP_ERR(FSDP_EINVAL, "tokens[%d] = %d is outside the vocabulary [0, %d)", i, tokens[i],
-                            c->vocab_size);
-    m->pending_backward = 0; /* as a new forward does */
-    if (!m->kv) {
-        size_t kvb, decb;
-        if (!fsdp_mul_ok(m->d.L * 2 * (size_t)Tmax * m->d.KV, sizeof(float), &kvb) ||
-            !fsdp_mul_ok(decode_floats(&m->d), sizeof(float), &decb))
-            return FSDP_ERR(FSDP_EINVAL, "the KV cache for max_seq_len %d overflows size_t", Tmax);
-        FSDP_TRY(fsdp_mem_alloc((void **)&m->kv, kvb, FSDP_MEM_ACTIVATION));
-        fsdp_status st = fsdp_mem_alloc((void **)&m->dec, decb, FSDP_MEM_ACTIVATION);
-        if (st != FSDP_OK) {
-            fsdp_mem_free(m->kv);
-            m->kv = NULL;
-            return st;
-        }
-    }
-    m->logits_valid = 0;
-    m->kv_len = pos; /* a failure below leaves the cache at the positions that were complete */
-    const int nthr = omp_get_max_threads();
-    float *att = NULL, *out = m->dec + (decode_floats(&m->d) - m->d.Vp);
-    FSDP_TRY(fsdp_mem_alloc((void **)&att, (size_t)nthr * (size_t)Tmax * sizeof(float), FSDP_MEM_ACTIVATION));
-    fsdp_status st = FSDP_OK;
-    for (int i0 = 0; i0 < n && st == FSDP_OK; i0 += DEC_ROWS) {
-        const int k = n - i0 < DEC_ROWS ? n - i0 : DEC_ROWS;
-        st = decode_chunk(m, tokens + i0, k, pos + i0, att, nthr, i0 + k == n, out);
-        if (st == FSDP_OK) m->kv_len = pos + i0 + k;
-    }
-    fsdp_mem_free(att);
-    FSDP_TRY(st);
-    *logits = out;
-    return FSDP_OK;
+fsdp_status llama_init(void **impl, fsdp_engine_t *eng, const fsdp_model_config *cfg) {
+    return fsdp_decoder_init(impl, eng, cfg, &fsdp_llama_blocks);
 }

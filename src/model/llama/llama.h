@@ -52,12 +52,5 @@ size_t llama_activation_bytes(const fsdp_model_config *cfg, int B, int T, int th
 size_t llama_other_bytes(const fsdp_model_config *cfg, int B, int T, fsdp_dtype compute);
 fsdp_status llama_units(fsdp_model_units *out, const fsdp_model_config *cfg);
 fsdp_status llama_init(void **impl, fsdp_engine_t *eng, const fsdp_model_config *cfg);
-void llama_free(void *impl);
-fsdp_status llama_set_recompute(void *impl, int on);
-fsdp_status llama_forward(void *impl, const fsdp_model_batch *b, float *loss);
-fsdp_status llama_logits(const void *impl, const float **logits, int *B, int *T, int *Vp);
-fsdp_status llama_backward(void *impl, float loss_scale);
-fsdp_status llama_end_eval(void *impl);
-fsdp_status llama_decode(void *impl, const int *tokens, int n, int pos, const float **logits);
 
 #endif

@@ -2,6 +2,7 @@
  * (SmolLM2-135M's shape), and its Hugging Face side: config.json to a config and back (refusing by name
  * what the model does not represent), and the tensor map from the checkpoint's names (model.layers.{i}...,
  * [out, in]) to the fused units of llama.h (q|k|v and gate|up rows). */
+#include "model/decoder.h"
 #include "model/llama/llama.h"
 
 #include "core/core.h"
@@ -342,13 +343,7 @@ const fsdp_model_family fsdp_llama_family = {
     .activation_bytes = llama_activation_bytes,
     .other_bytes = llama_other_bytes,
     .init = llama_init,
-    .free = llama_free,
-    .forward = llama_forward,
-    .backward = llama_backward,
-    .logits = llama_logits,
-    .end_eval = llama_end_eval,
-    .decode = llama_decode,
-    .set_recompute = llama_set_recompute,
+    FSDP_DECODER_ENTRIES,
     .hf_read_config = llama_hf_read_config,
     .hf_write_config = llama_hf_write_config,
     .hf_map = llama_hf_map,
