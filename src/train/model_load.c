@@ -272,3 +272,32 @@ done:
     free(toks);
     return fsdp_comm_agree(comm, s, "writing --logits");
 }
+/* --init-from: the model shape from DIR/config.json, and data of the same vocabulary. */
+static fsdp_status apply_init_from(fsdp_train_config *c) {
+    if (!c->init_from) return FSDP_OK;
+    FSDP_TRY(fsdp_hf_read_config(c->init_from, c));
+    int v = 0;
+    FSDP_TRY(fsdp_data_meta_vocab(c->data, &v));
+    if (v > 0 && v != c->vocab) {
+        char *dir = fsdp_data_dir(c->data);
+        fsdp_status s =
+            fsdp_set_error(FSDP_EINVAL,
+                           "%s/meta.json: the data's vocabulary (%d) is not --init-from %s's (%d): "
+                           "prepare the text with `fsdp-train prepare --tokenizer %s/tokenizer.json`",
+                           dir ? dir : c->data, v, c->init_from, c->vocab, c->init_from);
+        free(dir);
+        return s;
+    }
+    return FSDP_OK;
+}
+
+/* Resolves vocab 0 (meta.json's, else GPT-2's) and checks cfg against the world size. */
+fsdp_status fsdp_train_resolve_config(fsdp_train_config *c, int world) {
+    FSDP_TRY(apply_init_from(c));
+    if (c->vocab == 0) {
+        int v = 0;
+        FSDP_TRY(fsdp_data_meta_vocab(c->data, &v));
+        c->vocab = v > 0 ? v : FSDP_GPT2_VOCAB;
+    }
+    return fsdp_train_config_check(c, world);
+}

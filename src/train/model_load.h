@@ -1,6 +1,6 @@
 /* model_load.h — building and loading the trainer's model (engine + model of include/fsdp_model.h) from
  * the settings, a checkpoint or a Hugging Face folder, and finding a run's tokenizer: shared by the
- * training loop (train.c), sampling and the export command (export.c). Internal to src/train/. */
+ * training loop (train.c), sampling (sample.c) and the export command (export.c). Internal to src/train/. */
 #ifndef FSDP_TRAIN_MODEL_LOAD_H
 #define FSDP_TRAIN_MODEL_LOAD_H
 
@@ -45,5 +45,9 @@ fsdp_status fsdp_train_ckpt_tokenizer(const char *flag, const char *ckpt, char *
  * B 2, T min(16, seq-len), token i = i*2654435761 mod V; the layout fsdp_train_write_logits documents. */
 fsdp_status fsdp_train_model_write_logits(run_model *rm, const fsdp_train_config *cfg, fsdp_comm_t *comm,
                                           const char *path);
+
+/* Resolves cfg's vocabulary 0 (meta.json's, else GPT-2's) and --init-from's shape (its config.json, with
+ * data of the same vocabulary), then checks cfg against the world size. */
+fsdp_status fsdp_train_resolve_config(fsdp_train_config *c, int world);
 
 #endif

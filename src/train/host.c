@@ -1,0 +1,196 @@
+/* host.c — the run's host set-up: the learning-rate schedule, cores, OpenMP threads and affinity, the
+ * GEMM path every rank takes and the speed figures (MFU's GEMM peak), byte and time formats. */
+#define _GNU_SOURCE
+#include "train/run.h"
+
+#include "core/core.h"
+#include "core/prof.h"
+#include "kernels/kernels.h"
+#include "fsdp_model.h"
+#include "data/bpe.h"
+#include "checkpoint/checkpoint.h"
+#include "data/data.h"
+#include "train/hf.h"
+#include "train/model_load.h"
+#include "train/perf.h"
+#include "io/io.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <math.h>
+#include <omp.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+double fsdp_train_lr(const fsdp_train_config *c, int s) {
+    if (c->warmup > 0 && s <= c->warmup) return c->lr * (double)s / (double)c->warmup;
+    if (c->steps <= c->warmup) return c->lr;
+    double p = (double)(s - c->warmup) / (double)(c->steps - c->warmup);
+    if (p > 1) p = 1;
+    return c->min_lr + 0.5 * (c->lr - c->min_lr) * (1.0 + cos(M_PI * p));
+}
+
+int fsdp_train_affinity_cores(void) {
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+    return fsdp_train_online_cores();
+}
+
+int fsdp_train_online_cores(void) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+int fsdp_train_threads(const fsdp_train_config *cfg, fsdp_comm_t *comm) {
+    if (cfg->threads > 0) return cfg->threads;
+    int local = comm ? fsdp_comm_local_size(comm) : 1;
+    int t = fsdp_train_affinity_cores() / (local > 0 ? local : 1);
+    return t > 0 ? t : 1;
+}
+
+void fsdp_train_check_affinity(FILE *err, int threads, fsdp_comm_t *comm) {
+    const int allowed = fsdp_train_affinity_cores(), online = fsdp_train_online_cores();
+    const int rank = comm ? fsdp_comm_rank(comm) : 0, local = comm ? fsdp_comm_local_size(comm) : 1;
+    if (err == NULL) return;
+    /* More threads than cores: they time-share, and every OpenMP barrier waits for a descheduled one
+     * (measured: 2 threads bound to 1 core ran 78 tokens/s against 133 on 2 cores). */
+    if (threads > allowed)
+        fprintf(err,
+                "fsdp-train: warning: rank %d runs %d OpenMP threads on %d core%s (its CPU affinity), so "
+                "they time-share: give it more cores (under mpirun: --bind-to none, or --map-by "
+                "slot:PE=%d) or lower --threads\n",
+                rank, threads, allowed, allowed == 1 ? "" : "s", threads);
+    else if (rank == 0 && allowed * local < online)
+        fprintf(err,
+                "fsdp-train: note: rank 0 may run on %d of the %d cores online (its CPU affinity; %d rank%s "
+                "on this node); under mpirun, --bind-to none lets the ranks use every core\n",
+                allowed, online, local, local == 1 ? "" : "s");
+}
+
+void fsdp_train_omp_wait_default(char **argv) {
+    if (getenv("OMP_WAIT_POLICY") != NULL) return;
+    if (setenv("OMP_WAIT_POLICY", "passive", 1) != 0) return;
+    execv("/proc/self/exe", argv);
+    unsetenv("OMP_WAIT_POLICY"); /* exec failed: run as we are (the configuration print says so) */
+}
+
+void fsdp_train_fmt_bytes(char *buf, size_t cap, size_t b) {
+    if (b >= ((size_t)1 << 30))
+        snprintf(buf, cap, "%.2f GiB", (double)b / (1 << 30));
+    else
+        snprintf(buf, cap, "%.1f MiB", (double)b / (1 << 20));
+}
+
+void fsdp_train_fmt_eta(char *buf, size_t cap, double s) {
+    if (s < 0 || !isfinite(s)) s = 0;
+    int t = (int)(s + 0.5);
+    if (t >= 3600)
+        snprintf(buf, cap, "%dh%02dm", t / 3600, t / 60 % 60);
+    else
+        snprintf(buf, cap, "%dm%02ds", t / 60, t % 60);
+}
+
+/* How the GEMMs compute, the same on every rank: --mixed-compute, and under auto rank 0's choice (its
+ * probe may answer differently from another rank's, and then the ranks' numerics would differ). Rank 0
+ * prints the choice and why. */
+fsdp_status fsdp_train_agree_gemm_path(train_run *r) {
+    const fsdp_train_config *c = &r->cfg;
+    const int mixed = c->precision == FSDP_PRECISION_MIXED;
+    fsdp_gemm_mixed_choice ch0 = {0}, ch = {0}; /* rank 0's own resolution; the agreed one */
+    fsdp_status s = fsdp_gemm_set_mixed_compute((fsdp_mixed_compute)c->mixed_compute);
+    if (s == FSDP_OK && mixed && r->rank == 0) s = fsdp_gemm_mixed_choice_get(&ch0);
+    FSDP_TRY(fsdp_comm_agree(r->comm, s, "choosing the mixed-precision GEMM path"));
+    r->gemm_path = fsdp_gemm_path_name(FSDP_GEMM_F32);
+    if (mixed) {
+        int32_t m = ch0.path == FSDP_GEMM_F32_COMPUTE ? FSDP_MIXED_COMPUTE_F32 : FSDP_MIXED_COMPUTE_BF16;
+        FSDP_TRY(fsdp_comm_broadcast(r->comm, &m, 1, FSDP_I32, 0));
+        s = fsdp_gemm_set_mixed_compute((fsdp_mixed_compute)m);
+        if (s == FSDP_OK) s = fsdp_gemm_mixed_choice_get(&ch);
+        FSDP_TRY(fsdp_comm_agree(r->comm, s, "setting the mixed-precision GEMM path"));
+        r->gemm_path = fsdp_gemm_path_name(ch.path);
+    }
+    if (!r->o) return FSDP_OK;
+    fsdp_dtype pdt = mixed ? FSDP_BF16 : FSDP_F32;
+    fprintf(r->o, "  GEMMs: %s path (oneDNN %s, ISA %s)", r->gemm_path, fsdp_gemm_impl_name(pdt),
+            fsdp_kernels_isa_name());
+    if (mixed) {
+        fprintf(r->o, "; --mixed-compute %s, decided by %s",
+                fsdp_mixed_compute_name((fsdp_mixed_compute)c->mixed_compute), ch0.source);
+        if (ch0.probe_bf16_ms > 0)
+            fprintf(r->o, " (bf16 %.2f ms, f32-compute %.2f ms)", ch0.probe_bf16_ms, ch0.probe_f32_ms);
+    }
+    fprintf(r->o, "\n");
+    return FSDP_OK;
+}
+
+/* MFU's denominator, the outlier guard's window and the straggler's buffer. The peak: every rank
+ * times a few square GEMMs on its GEMM path and threads at once (ranks sharing a host contend as they
+ * will in the steps), or takes --peak-gflops; the sum over ranks is MFU's peak, recorded in the
+ * manifest's config ("gemm-peak"). */
+fsdp_status fsdp_train_setup_perf(train_run *r) {
+    const fsdp_train_config *c = &r->cfg;
+    long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+    r->mem_total = pages > 0 && psz > 0 ? (double)pages * (double)psz : 0;
+    r->flops_per_token = fsdp_model_flops_per_token(fsdp_model_get_config(r->rm.model), c->seq_len);
+    r->waits = calloc((size_t)r->world, sizeof *r->waits);
+    if (!r->waits) return FSDP_ERR(FSDP_ENOMEM, "no memory for %d ranks' wait times", r->world);
+    if (c->skip_update_z > 0) {
+        r->guard = malloc(sizeof *r->guard);
+        if (!r->guard) return FSDP_ERR(FSDP_ENOMEM, "no memory for the outlier guard");
+        FSDP_TRY(fsdp_outlier_init(r->guard, c->skip_update_window));
+    }
+    fsdp_train_peak pk = {0};
+    fsdp_status s = FSDP_OK;
+    const char *source = c->peak_gflops > 0 ? "--peak-gflops" : c->peak_gflops < 0 ? "off" : "measured";
+    if (c->peak_gflops == 0) {
+        s = fsdp_comm_barrier(r->comm);
+        if (s == FSDP_OK)
+            s = fsdp_train_gemm_peak(c->precision == FSDP_PRECISION_MIXED ? FSDP_BF16 : FSDP_F32, 0.25, &pk);
+        r->peak_rank_gflops = pk.gflops;
+    } else if (c->peak_gflops > 0) {
+        r->peak_rank_gflops = c->peak_gflops;
+    }
+    FSDP_TRY(fsdp_comm_agree(r->comm, s, "measuring the GEMM peak"));
+    float mine = (float)r->peak_rank_gflops, sum = mine, lo = mine, neg = -mine;
+    if (r->world > 1) {
+        fsdp_comm_set_label(r->comm, "train / GEMM peak: sum and minimum over ranks");
+        FSDP_TRY(fsdp_comm_all_reduce(r->comm, &mine, &sum, 1, FSDP_F32, FSDP_SUM));
+        FSDP_TRY(fsdp_comm_all_reduce(r->comm, &neg, &neg, 1, FSDP_F32, FSDP_MAX));
+        lo = -neg;
+    }
+    r->peak_total_gflops = sum;
+    cJSON *pj = cJSON_CreateObject();
+    if (!pj || !cJSON_AddItemToObject(r->cj, "gemm-peak", pj) ||
+        !cJSON_AddStringToObject(pj, "source", source) ||
+        !cJSON_AddStringToObject(pj, "path", r->gemm_path) ||
+        !cJSON_AddNumberToObject(pj, "rank0-gflops", r->peak_rank_gflops) ||
+        !cJSON_AddNumberToObject(pj, "min-rank-gflops", lo) ||
+        !cJSON_AddNumberToObject(pj, "total-gflops", sum) ||
+        !cJSON_AddNumberToObject(pj, "gemm-size", pk.size) || !cJSON_AddNumberToObject(pj, "reps", pk.reps) ||
+        !cJSON_AddNumberToObject(pj, "seconds", pk.total_s) ||
+        !cJSON_AddNumberToObject(pj, "flops-per-token", r->flops_per_token))
+        return FSDP_ERR(FSDP_ENOMEM, "no memory for the config record");
+    if (r->o) {
+        if (c->peak_gflops == 0)
+            fprintf(
+                r->o,
+                "  GEMM peak (MFU's denominator): %.1f GFLOP/s on rank 0 (best of %d %d^3 GEMMs on the %s "
+                "path, %.2f s), %.1f GFLOP/s over %d rank%s (slowest rank %.1f)\n",
+                r->peak_rank_gflops, pk.reps, pk.size, r->gemm_path, pk.total_s, sum, r->world,
+                r->world == 1 ? "" : "s", lo);
+        else if (c->peak_gflops > 0)
+            fprintf(r->o, "  GEMM peak (MFU's denominator): --peak-gflops %g per rank, %.1f over %d rank%s\n",
+                    c->peak_gflops, sum, r->world, r->world == 1 ? "" : "s");
+        else
+            fprintf(r->o, "  GEMM peak: not measured (--peak-gflops -1): no MFU\n");
+        fprintf(r->o, "  model FLOPs per token (forward + backward, %s): %.4g\n",
+                fsdp_model_get_config(r->rm.model)->family->name, r->flops_per_token);
+    }
+    return FSDP_OK;
+}
