@@ -132,123 +132,122 @@ static fsdp_status parse_entry(const cJSON *e, fsdp_st_tensor *t, uint64_t data_
     return FSDP_OK;
 }
 
-/* Validates the header in head (head_len bytes: the file's first 8 + header length, or all of it when
- * fewer) of a file of `size` bytes; st->path, ->head, ->size are set. */
-static fsdp_status parse(fsdp_safetensors *st, size_t head_len) {
+/* The header's JSON object from head (head_len bytes: the file's first 8 + header length, or all of it
+ * when fewer) of a file of st->size bytes: the length in range, one object, unique keys, only the
+ * format's padding after it. Sets st->data_off. */
+static fsdp_status header_json(fsdp_safetensors *st, size_t head_len, cJSON **out) {
     const char *what = st->path;
     const size_t size = st->size;
-    cJSON *j = NULL;
-    fsdp_st_tensor **order = NULL;
-    fsdp_status s = FSDP_OK;
-    if (size < 8) {
-        s = fsdp_set_error(FSDP_EFORMAT, "%s: %zu bytes: too short for the 8-byte header length (truncated?)",
-                           what, size);
-        goto fail;
-    }
+    *out = NULL;
+    if (size < 8)
+        return fsdp_set_error(FSDP_EFORMAT, "%s: %zu bytes: too short for the 8-byte header length (truncated?)",
+                              what, size);
     uint64_t hlen = 0;
     for (int i = 7; i >= 0; i--)
         hlen = hlen << 8 | st->head[i];
-    if (hlen < 2 || hlen > FSDP_ST_MAX_HEADER || hlen > size - 8) {
-        s = fsdp_set_error(FSDP_EFORMAT,
-                           "%s: header length %llu %s (file %zu bytes): not a safetensors file, or truncated",
-                           what, (unsigned long long)hlen,
-                           hlen > size - 8 ? "runs past the end of the file" : "is out of range", size);
-        goto fail;
-    }
-    if (head_len < 8 + hlen) { /* fsdp_st_open read it just now: the file changed in between */
-        s = fsdp_set_error(FSDP_EIO, "%s shrank while its header was being read", what);
-        goto fail;
-    }
+    if (hlen < 2 || hlen > FSDP_ST_MAX_HEADER || hlen > size - 8)
+        return fsdp_set_error(FSDP_EFORMAT,
+                              "%s: header length %llu %s (file %zu bytes): not a safetensors file, or truncated",
+                              what, (unsigned long long)hlen,
+                              hlen > size - 8 ? "runs past the end of the file" : "is out of range", size);
+    if (head_len < 8 + hlen) /* fsdp_st_open read it just now: the file changed in between */
+        return fsdp_set_error(FSDP_EIO, "%s shrank while its header was being read", what);
     st->data_off = 8 + hlen;
     const char *h = (const char *)st->head + 8;
-    if (h[0] != '{') {
-        s = fsdp_set_error(FSDP_EFORMAT, "%s: header does not start with '{'", what);
-        goto fail;
-    }
+    if (h[0] != '{') return fsdp_set_error(FSDP_EFORMAT, "%s: header does not start with '{'", what);
     const char *endp = NULL;
-    j = cJSON_ParseWithLengthOpts(h, (size_t)hlen, &endp, 0);
-    if (!j || !cJSON_IsObject(j)) {
+    cJSON *j = cJSON_ParseWithLengthOpts(h, (size_t)hlen, &endp, 0);
+    fsdp_status s = FSDP_OK;
+    if (!j || !cJSON_IsObject(j))
         s = fsdp_set_error(FSDP_EFORMAT, "%s: header is not a JSON object (error near byte %lld)", what,
                            endp ? (long long)(endp - h) + 8 : -1);
-        goto fail;
-    }
-    s = fsdp_json_check_unique(j, what);
-    if (s != FSDP_OK) goto fail;
+    if (s == FSDP_OK) s = fsdp_json_check_unique(j, what);
     /* After the object only the format's space padding may follow. */
-    for (const char *p = endp; p && p < h + hlen; p++)
-        if (*p != ' ' && *p != '\n' && *p != '\r' && *p != '\t' && *p != '\0') {
+    for (const char *p = endp; s == FSDP_OK && p && p < h + hlen; p++)
+        if (*p != ' ' && *p != '\n' && *p != '\r' && *p != '\t' && *p != '\0')
             s = fsdp_set_error(FSDP_EFORMAT, "%s: bytes after the header's JSON object (at byte %lld)", what,
                                (long long)(p - h) + 8);
-            goto fail;
-        }
-    const uint64_t data_len = size - st->data_off;
+    if (s != FSDP_OK) {
+        cJSON_Delete(j);
+        return s;
+    }
+    *out = j;
+    return FSDP_OK;
+}
+
+/* The tensors of header j (every key but "__metadata__", whose values must be strings), at most
+ * FSDP_ST_MAX_TENSORS. */
+static fsdp_status count_tensors(const cJSON *j, const char *what, int *out) {
     int n = 0;
     for (const cJSON *e = j->child; e; e = e->next) {
         if (!strcmp(e->string, "__metadata__")) {
-            if (!cJSON_IsObject(e)) {
-                s = fsdp_set_error(FSDP_EFORMAT, "%s: \"__metadata__\" is not an object", what);
-                goto fail;
-            }
+            if (!cJSON_IsObject(e))
+                return fsdp_set_error(FSDP_EFORMAT, "%s: \"__metadata__\" is not an object", what);
             for (const cJSON *m = e->child; m; m = m->next)
-                if (!cJSON_IsString(m)) {
-                    s = fsdp_set_error(FSDP_EFORMAT, "%s: \"__metadata__\".\"%s\" is not a string", what,
-                                       m->string);
-                    goto fail;
-                }
+                if (!cJSON_IsString(m))
+                    return fsdp_set_error(FSDP_EFORMAT, "%s: \"__metadata__\".\"%s\" is not a string", what,
+                                          m->string);
             continue;
         }
-        if (++n > FSDP_ST_MAX_TENSORS) {
-            s = fsdp_set_error(FSDP_EFORMAT, "%s: more than %d tensors", what, FSDP_ST_MAX_TENSORS);
-            goto fail;
-        }
+        if (++n > FSDP_ST_MAX_TENSORS)
+            return fsdp_set_error(FSDP_EFORMAT, "%s: more than %d tensors", what, FSDP_ST_MAX_TENSORS);
     }
-    st->t = calloc((size_t)n + 1, sizeof *st->t);
-    order = calloc((size_t)n + 1, sizeof *order);
-    if (!st->t || !order) {
-        s = FSDP_ERR(FSDP_ENOMEM, "%s: no memory for %d tensor entries", what, n);
-        goto fail;
-    }
-    for (const cJSON *e = j->child; e; e = e->next) {
-        if (!strcmp(e->string, "__metadata__")) continue;
-        fsdp_st_tensor *t = &st->t[st->n];
-        t->name = strdup(e->string);
-        if (!t->name) {
-            s = FSDP_ERR(FSDP_ENOMEM, "no memory for a tensor name");
-            goto fail;
-        }
-        st->n++;
-        s = parse_entry(e, t, data_len, what);
-        if (s != FSDP_OK) goto fail;
-        order[st->n - 1] = t;
-    }
-    /* No duplicate names (JSON allows them; the format does not). */
+    *out = n;
+    return FSDP_OK;
+}
+
+/* No duplicate names (JSON allows them; the format does not) and no byte shared by two tensors (empty
+ * tensors take none), over order, the n tensors in any order (sorted here). */
+static fsdp_status check_layout(fsdp_st_tensor **order, int n, const char *what) {
     qsort(order, (size_t)n, sizeof *order, cmp_name);
     for (int i = 1; i < n; i++)
-        if (!strcmp(order[i]->name, order[i - 1]->name)) {
-            s = fsdp_set_error(FSDP_EFORMAT, "%s: tensor \"%s\" appears twice in the header", what,
-                               order[i]->name);
-            goto fail;
-        }
-    /* No two tensors share a byte (empty tensors take none). */
+        if (!strcmp(order[i]->name, order[i - 1]->name))
+            return fsdp_set_error(FSDP_EFORMAT, "%s: tensor \"%s\" appears twice in the header", what,
+                                  order[i]->name);
     qsort(order, (size_t)n, sizeof *order, cmp_begin);
     const fsdp_st_tensor *prev = NULL;
     for (int i = 0; i < n; i++) {
         const fsdp_st_tensor *t = order[i];
         if (t->begin == t->end) continue;
-        if (prev && t->begin < prev->end) {
-            s = fsdp_set_error(
+        if (prev && t->begin < prev->end)
+            return fsdp_set_error(
                 FSDP_EFORMAT,
                 "%s: tensors \"%s\" [%llu, %llu] and \"%s\" [%llu, %llu] overlap (\"data_offsets\")", what,
                 prev->name, (unsigned long long)prev->begin, (unsigned long long)prev->end, t->name,
                 (unsigned long long)t->begin, (unsigned long long)t->end);
-            goto fail;
-        }
         prev = t;
     }
-    free(order);
-    cJSON_Delete(j);
     return FSDP_OK;
-fail:
+}
+
+/* Validates the header in head (head_len bytes: the file's first 8 + header length, or all of it when
+ * fewer) of a file of `size` bytes; st->path, ->head, ->size are set. */
+static fsdp_status parse(fsdp_safetensors *st, size_t head_len) {
+    const char *what = st->path;
+    cJSON *j = NULL;
+    fsdp_st_tensor **order = NULL;
+    int n = 0;
+    fsdp_status s = header_json(st, head_len, &j);
+    if (s == FSDP_OK) s = count_tensors(j, what, &n);
+    if (s == FSDP_OK) {
+        st->t = calloc((size_t)n + 1, sizeof *st->t);
+        order = calloc((size_t)n + 1, sizeof *order);
+        if (!st->t || !order) s = FSDP_ERR(FSDP_ENOMEM, "%s: no memory for %d tensor entries", what, n);
+    }
+    const uint64_t data_len = st->size - st->data_off;
+    for (const cJSON *e = j ? j->child : NULL; s == FSDP_OK && e; e = e->next) {
+        if (!strcmp(e->string, "__metadata__")) continue;
+        fsdp_st_tensor *t = &st->t[st->n];
+        t->name = strdup(e->string);
+        if (!t->name) {
+            s = FSDP_ERR(FSDP_ENOMEM, "no memory for a tensor name");
+            break;
+        }
+        st->n++;
+        s = parse_entry(e, t, data_len, what);
+        order[st->n - 1] = t;
+    }
+    if (s == FSDP_OK) s = check_layout(order, n, what);
     free(order);
     cJSON_Delete(j);
     return s;

@@ -17,6 +17,7 @@
 static fsdp_status llama_validate(const fsdp_model_config *c);
 
 enum { ARCH_LLAMA = 0, ARCH_QWEN2, ARCH_QWEN3, ARCH_MISTRAL };
+/* model_type of each of llama_hf_archs, in its order */
 static const char *const model_types[] = {"llama", "qwen2", "qwen3", "mistral"};
 
 static const cJSON *item(const cJSON *j, const char *key) { return cJSON_GetObjectItemCaseSensitive(j, key); }
@@ -57,16 +58,16 @@ static fsdp_status refuse_set(const cJSON *j, const char *path, const char *key,
     return fsdp_set_error(FSDP_EUNSUPPORTED, "%s: \"%s\" is set: %s", path, key, why);
 }
 
-static fsdp_status llama_hf_read_config(const cJSON *j, const char *path, fsdp_model_config *c) {
-    if (j == NULL || c == NULL) return FSDP_ERR(FSDP_EINVAL, "config JSON and output must not be NULL");
-    if (path == NULL) path = "config.json";
+/* The architecture index (llama_hf_archs) of config.json: "architectures"[0] and "model_type", which
+ * must agree where both are given. */
+static fsdp_status hf_arch(const cJSON *j, const char *path, int *out) {
     int arch = -1;
     const cJSON *a = item(j, "architectures");
     if (cJSON_IsArray(a) && cJSON_GetArraySize(a) >= 1) {
         const cJSON *a0 = cJSON_GetArrayItem(a, 0);
         if (!cJSON_IsString(a0))
             return fsdp_set_error(FSDP_EFORMAT, "%s: \"architectures\"[0] is not a string", path);
-        for (int i = 0; i < 4; i++)
+        for (int i = 0; llama_hf_archs[i]; i++)
             if (!strcmp(a0->valuestring, llama_hf_archs[i])) arch = i;
         if (arch < 0)
             return fsdp_set_error(
@@ -79,7 +80,7 @@ static fsdp_status llama_hf_read_config(const cJSON *j, const char *path, fsdp_m
     if (!is_null(mt)) {
         int t = -1;
         if (cJSON_IsString(mt))
-            for (int i = 0; i < 4; i++)
+            for (int i = 0; llama_hf_archs[i]; i++)
                 if (!strcmp(mt->valuestring, model_types[i])) t = i;
         if (t < 0)
             return fsdp_set_error(
@@ -96,94 +97,118 @@ static fsdp_status llama_hf_read_config(const cJSON *j, const char *path, fsdp_m
     }
     if (arch < 0)
         return fsdp_set_error(FSDP_EFORMAT, "%s: neither \"architectures\" nor \"model_type\" is set", path);
+    *out = arch;
+    return FSDP_OK;
+}
 
-    fsdp_model_config r = {.version = FSDP_MODEL_CONFIG_VERSION, .family = &fsdp_llama_family};
+/* The shape: layers, widths, heads (GQA, head_dim), vocabulary, positions, norm epsilon, RoPE base,
+ * the tied head. */
+static fsdp_status hf_shape(const cJSON *j, const char *path, int arch, fsdp_model_config *r) {
     fsdp_status s;
     int C, NH;
-    if ((s = get_int(j, path, "num_hidden_layers", 1, 100000, &r.n_layer)) ||
+    if ((s = get_int(j, path, "num_hidden_layers", 1, 100000, &r->n_layer)) ||
         (s = get_int(j, path, "hidden_size", 1, 1 << 20, &C)) ||
         (s = get_int(j, path, "num_attention_heads", 1, 4096, &NH)) ||
-        (s = get_int(j, path, "intermediate_size", 1, 1 << 22, &r.intermediate)) ||
-        (s = get_int(j, path, "vocab_size", 1, 1 << 30, &r.vocab_size)) ||
-        (s = get_int(j, path, "max_position_embeddings", 1, 1 << 24, &r.max_seq_len)))
+        (s = get_int(j, path, "intermediate_size", 1, 1 << 22, &r->intermediate)) ||
+        (s = get_int(j, path, "vocab_size", 1, 1 << 30, &r->vocab_size)) ||
+        (s = get_int(j, path, "max_position_embeddings", 1, 1 << 24, &r->max_seq_len)))
         return s;
-    r.n_embd = C, r.n_head = NH, r.n_kv_head = NH;
-    if ((s = opt_int(j, path, "num_key_value_heads", 1, NH, &r.n_kv_head))) return s;
-    if (NH % r.n_kv_head)
+    r->n_embd = C, r->n_head = NH, r->n_kv_head = NH;
+    if ((s = opt_int(j, path, "num_key_value_heads", 1, NH, &r->n_kv_head))) return s;
+    if (NH % r->n_kv_head)
         return fsdp_set_error(FSDP_EFORMAT,
                               "%s: \"num_key_value_heads\" %d does not divide \"num_attention_heads\" %d",
-                              path, r.n_kv_head, NH);
-    r.head_dim = C % NH == 0 ? C / NH : 0;
-    if ((s = opt_int(j, path, "head_dim", 2, FSDP_ROPE_MAX_HD, &r.head_dim))) return s;
-    if (r.head_dim == 0)
+                              path, r->n_kv_head, NH);
+    r->head_dim = C % NH == 0 ? C / NH : 0;
+    if ((s = opt_int(j, path, "head_dim", 2, FSDP_ROPE_MAX_HD, &r->head_dim))) return s;
+    if (r->head_dim == 0)
         return fsdp_set_error(FSDP_EFORMAT,
                               "%s: \"hidden_size\" %d is not divisible by \"num_attention_heads\" %d "
                               "and \"head_dim\" is not given",
                               path, C, NH);
-    if (arch == ARCH_QWEN2 && r.head_dim * NH != C)
+    if (arch == ARCH_QWEN2 && r->head_dim * NH != C)
         return fsdp_set_error(FSDP_EUNSUPPORTED,
                               "%s: \"head_dim\" %d: Qwen2's head size is hidden_size / "
                               "num_attention_heads (%d)",
-                              path, r.head_dim, C / NH);
-    r.padded_vocab_size = 0; /* the trainer's: V rounded up to 128 (padded rows are 0 and never sampled) */
-    r.norm_eps = 1e-6;
-    r.rope_theta = 10000.0;
-    if ((s = opt_num(j, path, "rms_norm_eps", &r.norm_eps)) ||
-        (s = opt_num(j, path, "rope_theta", &r.rope_theta)) ||
-        (s = opt_bool(j, path, "tie_word_embeddings", &r.tie_embeddings)))
+                              path, r->head_dim, C / NH);
+    r->padded_vocab_size = 0; /* the trainer's: V rounded up to 128 (padded rows are 0 and never sampled) */
+    r->norm_eps = 1e-6;
+    r->rope_theta = 10000.0;
+    if ((s = opt_num(j, path, "rms_norm_eps", &r->norm_eps)) ||
+        (s = opt_num(j, path, "rope_theta", &r->rope_theta)) ||
+        (s = opt_bool(j, path, "tie_word_embeddings", &r->tie_embeddings)))
         return s;
+    return FSDP_OK;
+}
+
+/* What the architecture's config.json may ask for that this model does not represent, refused by name:
+ * another activation, biases beyond Qwen2's q/k/v, mixture-of-experts, sliding windows. */
+static fsdp_status hf_refusals(const cJSON *j, const char *path, int arch) {
+    fsdp_status s;
     const cJSON *act = item(j, "hidden_act");
     if (!is_null(act) && !(cJSON_IsString(act) && !strcmp(act->valuestring, "silu")))
         return fsdp_set_error(
             FSDP_EUNSUPPORTED, "%s: \"hidden_act\" is %s%.40s%s: this model's MLP is SwiGLU (silu)", path,
             cJSON_IsString(act) ? "\"" : "", cJSON_IsString(act) ? act->valuestring : "not a string",
             cJSON_IsString(act) ? "\"" : "");
-    r.qkv_bias = arch == ARCH_QWEN2;
-    r.qk_norm = arch == ARCH_QWEN3;
     if (arch != ARCH_QWEN2 &&
         (s = refuse_set(j, path, "attention_bias",
                         arch == ARCH_QWEN3
                             ? "Qwen3's attention_bias also biases o_proj, which this model does not have"
                             : "it biases q, k, v and o_proj; only Qwen2's q/k/v biases are represented")))
         return s;
-    if ((s = refuse_set(j, path, "mlp_bias", "the MLP has no biases")) ||
-        (s = refuse_set(j, path, "num_experts", "mixture-of-experts layers are not represented")) ||
-        (s = refuse_set(j, path, "num_local_experts", "mixture-of-experts layers are not represented")) ||
-        (s = refuse_set(j, path, "num_experts_per_tok", "mixture-of-experts layers are not represented")) ||
-        (s = refuse_set(j, path, "moe_intermediate_size", "mixture-of-experts layers are not represented")) ||
-        (s = refuse_set(j, path, "n_routed_experts", "mixture-of-experts layers are not represented")) ||
-        (s = refuse_set(j, path, "use_sliding_window", "sliding-window attention is not represented")))
-        return s;
+    static const char *const moe[] = {"num_experts", "num_local_experts", "num_experts_per_tok",
+                                      "moe_intermediate_size", "n_routed_experts"};
+    if ((s = refuse_set(j, path, "mlp_bias", "the MLP has no biases"))) return s;
+    for (size_t i = 0; i < sizeof moe / sizeof moe[0]; i++)
+        if ((s = refuse_set(j, path, moe[i], "mixture-of-experts layers are not represented"))) return s;
+    if ((s = refuse_set(j, path, "use_sliding_window", "sliding-window attention is not represented"))) return s;
     /* Qwen2/Qwen3 keep a sliding_window value that applies only with use_sliding_window (refused above). */
     if (arch != ARCH_QWEN2 && arch != ARCH_QWEN3 &&
-        (s = refuse_set(j, path, "sliding_window",
-                        "sliding-window attention is not represented (null only)")))
+        (s = refuse_set(j, path, "sliding_window", "sliding-window attention is not represented (null only)")))
         return s;
+    return FSDP_OK;
+}
+
+/* "rope_scaling": null, "default", or llama3's factors; any other type is refused. */
+static fsdp_status hf_rope_scaling(const cJSON *j, const char *path, fsdp_model_config *r) {
+    fsdp_status s;
     const cJSON *rs = item(j, "rope_scaling");
-    if (!is_null(rs)) {
-        if (!cJSON_IsObject(rs))
-            return fsdp_set_error(FSDP_EFORMAT, "%s: \"rope_scaling\" is not an object or null", path);
-        const cJSON *t = item(rs, "rope_type");
-        if (is_null(t)) t = item(rs, "type");
-        if (!cJSON_IsString(t))
-            return fsdp_set_error(FSDP_EFORMAT, "%s: \"rope_scaling\" has no \"rope_type\" string", path);
-        if (!strcmp(t->valuestring, "llama3")) {
-            r.rope_scaling = FSDP_ROPE_SCALING_LLAMA3;
-            if ((s = opt_num(rs, path, "factor", &r.rope_factor)) ||
-                (s = opt_num(rs, path, "low_freq_factor", &r.rope_low_freq_factor)) ||
-                (s = opt_num(rs, path, "high_freq_factor", &r.rope_high_freq_factor)) ||
-                (s = get_int(rs, path, "original_max_position_embeddings", 1, 1 << 24,
-                             &r.rope_original_max_pos)))
-                return s;
-        } else if (strcmp(t->valuestring, "default") != 0) {
-            return fsdp_set_error(
-                FSDP_EUNSUPPORTED,
-                "%s: \"rope_scaling\" type \"%.40s\" is not represented (only llama3, or none)", path,
-                t->valuestring);
-        }
+    if (is_null(rs)) return FSDP_OK;
+    if (!cJSON_IsObject(rs))
+        return fsdp_set_error(FSDP_EFORMAT, "%s: \"rope_scaling\" is not an object or null", path);
+    const cJSON *t = item(rs, "rope_type");
+    if (is_null(t)) t = item(rs, "type");
+    if (!cJSON_IsString(t))
+        return fsdp_set_error(FSDP_EFORMAT, "%s: \"rope_scaling\" has no \"rope_type\" string", path);
+    if (!strcmp(t->valuestring, "llama3")) {
+        r->rope_scaling = FSDP_ROPE_SCALING_LLAMA3;
+        if ((s = opt_num(rs, path, "factor", &r->rope_factor)) ||
+            (s = opt_num(rs, path, "low_freq_factor", &r->rope_low_freq_factor)) ||
+            (s = opt_num(rs, path, "high_freq_factor", &r->rope_high_freq_factor)) ||
+            (s = get_int(rs, path, "original_max_position_embeddings", 1, 1 << 24, &r->rope_original_max_pos)))
+            return s;
+    } else if (strcmp(t->valuestring, "default") != 0) {
+        return fsdp_set_error(FSDP_EUNSUPPORTED,
+                              "%s: \"rope_scaling\" type \"%.40s\" is not represented (only llama3, or none)",
+                              path, t->valuestring);
     }
+    return FSDP_OK;
+}
+
+static fsdp_status llama_hf_read_config(const cJSON *j, const char *path, fsdp_model_config *c) {
+    if (j == NULL || c == NULL) return FSDP_ERR(FSDP_EINVAL, "config JSON and output must not be NULL");
+    if (path == NULL) path = "config.json";
+    int arch = 0;
+    FSDP_TRY(hf_arch(j, path, &arch));
+    fsdp_model_config r = {.version = FSDP_MODEL_CONFIG_VERSION, .family = &fsdp_llama_family};
+    FSDP_TRY(hf_shape(j, path, arch, &r));
+    FSDP_TRY(hf_refusals(j, path, arch));
+    r.qkv_bias = arch == ARCH_QWEN2;
+    r.qk_norm = arch == ARCH_QWEN3;
+    FSDP_TRY(hf_rope_scaling(j, path, &r));
     snprintf(r.hf_architecture, sizeof r.hf_architecture, "%s", llama_hf_archs[arch]);
-    s = llama_validate(&r);
+    fsdp_status s = llama_validate(&r);
     if (s != FSDP_OK) return FSDP_WRAP(FSDP_EFORMAT, "%s", path);
     *c = r;
     return FSDP_OK;
@@ -205,7 +230,7 @@ static fsdp_status llama_hf_write_config(const fsdp_model_config *cfg, cJSON *j)
     FSDP_TRY(llama_validate(cfg));
     const fsdp_model_config c = llama_resolve(cfg);
     int arch = 0;
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; llama_hf_archs[i]; i++)
         if (!strcmp(c.hf_architecture, llama_hf_archs[i])) arch = i;
     cJSON *archs = cJSON_CreateArray();
     int ok = archs != NULL && cJSON_AddItemToArray(archs, cJSON_CreateString(llama_hf_archs[arch])) &&
