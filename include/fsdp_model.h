@@ -146,6 +146,35 @@ double fsdp_model_flops_per_token(const fsdp_model_config *c, int T);
  * (recompute is not part of the model). */
 const char *fsdp_model_config_diff(const fsdp_model_config *a, const fsdp_model_config *b);
 
+/* ---- the config's fields, as data (src/model/fields.c): one row per numeric field of
+ * fsdp_model_config drives the diff, the families' "leave it at its default" checks, the trainer's flag
+ * for it, the checkpoint manifest's key and the copies between the trainer's settings and a config.
+ * Adding a field is its struct member, one row here, and the family code that uses it. */
+typedef enum { FSDP_FIELD_INT = 0, FSDP_FIELD_DOUBLE } fsdp_model_field_type;
+typedef enum {
+    FSDP_FIELD_SET = 0,      /* always set by the trainer's flag */
+    FSDP_FIELD_ZERO_DEFAULT, /* 0 (or a negative flag value) means the family's default */
+    FSDP_FIELD_NEG_DEFAULT   /* a negative flag value means the family's default (0 is a value) */
+} fsdp_model_field_unset;
+typedef struct {
+    const char *name;                /* the member ("qk_norm"), as the diff names it */
+    fsdp_model_field_type type;      /* int or double member */
+    size_t offset;                   /* offsetof(fsdp_model_config, member) */
+    const char *flag;                /* fsdp-train's flag and manifest key ("qk-norm"), NULL: none */
+    int identity;                    /* part of the model (the diff); 0: a run setting (recompute) */
+    fsdp_model_field_unset unset;    /* which flag values leave the family's default */
+    const char *const *families;     /* the families that use it (NULL-terminated); NULL: every family */
+} fsdp_model_field;
+
+/* The table (n rows into *n), and one row by member name (NULL if unknown). */
+const fsdp_model_field *fsdp_model_fields(int *n);
+const fsdp_model_field *fsdp_model_field_find(const char *name);
+/* A field's value as a double (ints convert exactly), and set from one (rounded toward zero for ints). */
+double fsdp_model_field_get(const fsdp_model_config *c, const fsdp_model_field *f);
+void fsdp_model_field_set(fsdp_model_config *c, const fsdp_model_field *f, double v);
+/* Whether family `family` uses field f (a field it does not use must keep the family's default). */
+int fsdp_model_field_used_by(const fsdp_model_field *f, const char *family);
+
 fsdp_status fsdp_model_units_init(fsdp_model_units *out, const fsdp_model_config *c);
 void fsdp_model_units_free(fsdp_model_units *u); /* zeroes; NULL or zeroed is a no-op */
 size_t fsdp_model_activation_bytes(const fsdp_model_config *c, int B, int T, int threads);

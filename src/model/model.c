@@ -68,10 +68,29 @@ static fsdp_status check_family(const fsdp_model_config *c) {
     return FSDP_OK;
 }
 
+/* A field the family does not use (fields.c) keeps the family's default. */
+static fsdp_status check_unused(const fsdp_model_config *c) {
+    fsdp_model_config d = {.version = FSDP_MODEL_CONFIG_VERSION, .family = c->family};
+    FSDP_TRY(c->family->config_default(&d));
+    int n;
+    const fsdp_model_field *f = fsdp_model_fields(&n);
+    for (int i = 0; i < n; i++) {
+        if (fsdp_model_field_used_by(&f[i], c->family->name)) continue;
+        const double v = fsdp_model_field_get(c, &f[i]), dv = fsdp_model_field_get(&d, &f[i]);
+        if (v != dv)
+            return fsdp_set_error(FSDP_EINVAL,
+                                  "model %s: %s = %g: this family does not use it (leave it at %g%s%s)",
+                                  c->family->name, f[i].name, v, dv, f[i].flag ? "; flag --" : "",
+                                  f[i].flag ? f[i].flag : "");
+    }
+    return FSDP_OK;
+}
+
 fsdp_status fsdp_model_config_validate(const fsdp_model_config *c) {
     FSDP_TRY(check_family(c));
     if (c->recompute != 0 && c->recompute != 1)
         return fsdp_set_error(FSDP_EINVAL, "fsdp_model_config.recompute = %d: need 0 or 1", c->recompute);
+    FSDP_TRY(check_unused(c));
     return c->family->validate(c);
 }
 
@@ -86,28 +105,10 @@ double fsdp_model_flops_per_token(const fsdp_model_config *c, int T) {
 const char *fsdp_model_config_diff(const fsdp_model_config *a, const fsdp_model_config *b) {
     if (!a || !b) return "config";
     if (a->family != b->family) return "model";
-#define D(f)                                                                                                 \
-    if (a->f != b->f) return #f
-    D(n_layer);
-    D(n_embd);
-    D(n_head);
-    D(n_kv_head);
-    D(head_dim);
-    D(intermediate);
-    D(vocab_size);
-    D(padded_vocab_size);
-    D(max_seq_len);
-    D(tie_embeddings);
-    D(qkv_bias);
-    D(qk_norm);
-    D(norm_eps);
-    D(rope_theta);
-    D(rope_scaling);
-    D(rope_factor);
-    D(rope_low_freq_factor);
-    D(rope_high_freq_factor);
-    D(rope_original_max_pos);
-#undef D
+    int n;
+    const fsdp_model_field *f = fsdp_model_fields(&n);
+    for (int i = 0; i < n; i++)
+        if (f[i].identity && fsdp_model_field_get(a, &f[i]) != fsdp_model_field_get(b, &f[i])) return f[i].name;
     return NULL;
 }
 

@@ -6,6 +6,7 @@
 #include "core/core.h"
 #include "data/chat.h"
 #include "data/pack.h"
+#include "fsdp_model.h"
 #include "train/toml_read.h"
 
 #include <cjson/cJSON.h>
@@ -832,31 +833,52 @@ static fsdp_status from_json_key(fsdp_train_config *cfg, const cJSON *j, const c
     return FSDP_OK;
 }
 
+static const opt_def *numeric_opt(const char *name) {
+    const opt_def *o = NULL;
+    for (int i = 0; i < NOPTS; i++)
+        if (!strcmp(opts[i].name, name)) o = &opts[i];
+    return o && (o->kind == OPT_INT || o->kind == OPT_BOOL || o->kind == OPT_ENUM || o->kind == OPT_DBL) ? o
+                                                                                                          : NULL;
+}
+
+int fsdp_train_config_get_number(const fsdp_train_config *cfg, const char *name, double *v) {
+    const opt_def *o = numeric_opt(name);
+    if (!o) return -1;
+    const char *p = (const char *)cfg + o->off;
+    *v = o->kind == OPT_DBL ? *(const double *)p : *(const int *)p;
+    return 0;
+}
+
+int fsdp_train_config_set_number(fsdp_train_config *cfg, const char *name, double v) {
+    const opt_def *o = numeric_opt(name);
+    if (!o) return -1;
+    char *p = (char *)cfg + o->off;
+    if (o->kind == OPT_DBL)
+        *(double *)p = v;
+    else
+        *(int *)p = (int)v;
+    return 0;
+}
+
 fsdp_status fsdp_train_config_from_json(fsdp_train_config *cfg, const cJSON *j, const char *what) {
     /* The settings that fix the model's shape and numerics: a checkpoint can only be read with these.
      * The model family's fields came later: a manifest without them is a GPT-2's (their defaults). */
     static const char *const keys[] = {"layers",  "width",       "heads",     "vocab",
                                        "seq-len", "max-seq-len", "precision", "seed"};
-    static const char *const model_keys[] = {"model",
-                                             "kv-heads",
-                                             "head-dim",
-                                             "intermediate",
-                                             "tie-embeddings",
-                                             "qkv-bias",
-                                             "qk-norm",
-                                             "norm-eps",
-                                             "rope-theta",
-                                             "rope-scaling",
-                                             "rope-factor",
-                                             "rope-low-freq-factor",
-                                             "rope-high-freq-factor",
-                                             "rope-original-max-pos",
-                                             "hf-architecture"};
     if (!cJSON_IsObject(j)) return fsdp_set_error(FSDP_EFORMAT, "%s: \"config\" is not a JSON object", what);
     for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++)
         FSDP_TRY(from_json_key(cfg, j, keys[k], 1, what));
-    for (size_t k = 0; k < sizeof model_keys / sizeof model_keys[0]; k++)
-        FSDP_TRY(from_json_key(cfg, j, model_keys[k], 0, what));
+    /* the family, every model field's flag (fsdp_model_fields) and the architecture, where recorded */
+    FSDP_TRY(from_json_key(cfg, j, "model", 0, what));
+    int n;
+    const fsdp_model_field *f = fsdp_model_fields(&n);
+    for (int i = 0; i < n; i++) {
+        int required = 0;
+        for (size_t k = 0; f[i].flag && k < sizeof keys / sizeof keys[0]; k++)
+            required |= !strcmp(keys[k], f[i].flag);
+        if (f[i].flag && f[i].identity && !required) FSDP_TRY(from_json_key(cfg, j, f[i].flag, 0, what));
+    }
+    FSDP_TRY(from_json_key(cfg, j, "hf-architecture", 0, what));
     if (cfg->vocab < 2 || (cfg->head_dim == 0 && cfg->width % cfg->heads) || cfg->seq_len > cfg->max_seq_len)
         return fsdp_set_error(FSDP_EFORMAT,
                               "%s: inconsistent model shape (vocab %d, width %d, heads %d, "

@@ -156,6 +156,11 @@ struct cJSON *fsdp_train_config_to_json(const fsdp_train_config *cfg);
 /* Reads the model-shape settings back (layers, width, heads, vocab, seq-len, max-seq-len, precision,
  * seed...: every key present is applied, then checked); FSDP_EFORMAT naming `what` on a bad value. */
 fsdp_status fsdp_train_config_from_json(fsdp_train_config *cfg, const struct cJSON *j, const char *what);
+/* The numeric setting (int, bool, enum index or double) of flag `name` as a double, or set from one:
+ * 0, or -1 when no numeric flag has that name. The model's fields reach the trainer's settings this
+ * way, by their flags (fsdp_model_fields). */
+int fsdp_train_config_get_number(const fsdp_train_config *cfg, const char *name, double *v);
+int fsdp_train_config_set_number(fsdp_train_config *cfg, const char *name, double v);
 
 const char *fsdp_train_cmd_name(fsdp_train_cmd c);
 

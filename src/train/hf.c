@@ -88,24 +88,12 @@ fsdp_status fsdp_hf_read_config(const char *dir, fsdp_train_config *cfg) {
                               mc.family->name, mc.hf_architecture);
     cfg->model = fam;
     cfg->hf_architecture = arch;
-    cfg->layers = mc.n_layer;
-    cfg->width = mc.n_embd;
-    cfg->heads = mc.n_head;
-    cfg->kv_heads = mc.n_kv_head;
-    cfg->head_dim = mc.head_dim;
-    cfg->intermediate = mc.intermediate;
-    cfg->tie_embeddings = mc.tie_embeddings;
-    cfg->qkv_bias = mc.qkv_bias;
-    cfg->qk_norm = mc.qk_norm;
-    cfg->norm_eps = mc.norm_eps;
-    cfg->rope_theta = mc.rope_theta;
-    cfg->rope_scaling = mc.rope_scaling;
-    cfg->rope_factor = mc.rope_factor;
-    cfg->rope_low_freq_factor = mc.rope_low_freq_factor;
-    cfg->rope_high_freq_factor = mc.rope_high_freq_factor;
-    cfg->rope_original_max_pos = mc.rope_original_max_pos;
-    cfg->vocab = mc.vocab_size;
-    cfg->max_seq_len = mc.max_seq_len;
+    int n; /* every model field the trainer has a flag for (fsdp_model_fields) */
+    const fsdp_model_field *f = fsdp_model_fields(&n);
+    for (int i = 0; i < n; i++)
+        if (f[i].identity && f[i].flag &&
+            fsdp_train_config_set_number(cfg, f[i].flag, fsdp_model_field_get(&mc, &f[i])) != 0)
+            return FSDP_ERR(FSDP_EINTERNAL, "model field %s: no numeric flag --%s", f[i].name, f[i].flag);
     return FSDP_OK;
 }
 

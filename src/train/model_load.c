@@ -19,28 +19,18 @@
 /* The model of cfg: its family's defaults, then every shape setting cfg gives (0 / -1: the default). */
 fsdp_status fsdp_train_model_config(const fsdp_train_config *cfg, fsdp_model_config *mc) {
     FSDP_TRY(fsdp_model_config_init(mc, fsdp_train_model_names[cfg->model]));
-    mc->n_layer = cfg->layers;
-    mc->n_embd = cfg->width;
-    mc->n_head = cfg->heads;
-    mc->vocab_size = cfg->vocab;
-    mc->padded_vocab_size = 0;
-    mc->max_seq_len = cfg->max_seq_len;
-    mc->recompute = cfg->recompute;
-    if (cfg->kv_heads > 0) mc->n_kv_head = cfg->kv_heads;
-    if (cfg->head_dim > 0) mc->head_dim = cfg->head_dim;
-    if (cfg->intermediate > 0) mc->intermediate = cfg->intermediate;
-    if (cfg->tie_embeddings >= 0) mc->tie_embeddings = cfg->tie_embeddings;
-    if (cfg->qkv_bias) mc->qkv_bias = 1;
-    if (cfg->qk_norm) mc->qk_norm = 1;
-    if (cfg->norm_eps > 0) mc->norm_eps = cfg->norm_eps;
-    if (cfg->rope_theta > 0) mc->rope_theta = cfg->rope_theta;
-    if (cfg->rope_scaling) {
-        mc->rope_scaling = cfg->rope_scaling;
-        mc->rope_factor = cfg->rope_factor;
-        mc->rope_low_freq_factor = cfg->rope_low_freq_factor;
-        mc->rope_high_freq_factor = cfg->rope_high_freq_factor;
-        mc->rope_original_max_pos = cfg->rope_original_max_pos;
+    int n;
+    const fsdp_model_field *f = fsdp_model_fields(&n);
+    for (int i = 0; i < n; i++) {
+        double v;
+        if (!f[i].flag) continue; /* padded_vocab_size: the family's rounding */
+        if (fsdp_train_config_get_number(cfg, f[i].flag, &v) != 0)
+            return FSDP_ERR(FSDP_EINTERNAL, "model field %s: no numeric flag --%s", f[i].name, f[i].flag);
+        if ((f[i].unset == FSDP_FIELD_ZERO_DEFAULT && v <= 0) || (f[i].unset == FSDP_FIELD_NEG_DEFAULT && v < 0))
+            continue; /* the family's default */
+        fsdp_model_field_set(mc, &f[i], v);
     }
+    mc->padded_vocab_size = 0; /* the family's rounding of --vocab, whatever its default shape pads to */
     if (cfg->hf_architecture > 0)
         snprintf(mc->hf_architecture, sizeof mc->hf_architecture, "%s",
                  fsdp_train_hf_arch_names[cfg->hf_architecture]);

@@ -148,33 +148,12 @@ fsdp_status fsdp_train_data_tokenizer_id(const char *data, char *out, size_t cap
     return s;
 }
 
-/* The flag that sets a field fsdp_model_config_diff names. */
+/* The flag that sets a field fsdp_model_config_diff names (padded_vocab_size follows --vocab). */
 static const char *model_field_flag(const char *field) {
-    static const char *const map[][2] = {
-        {"model", "model"},
-        {"n_layer", "layers"},
-        {"n_embd", "width"},
-        {"n_head", "heads"},
-        {"n_kv_head", "kv-heads"},
-        {"head_dim", "head-dim"},
-        {"intermediate", "intermediate"},
-        {"vocab_size", "vocab"},
-        {"padded_vocab_size", "vocab"},
-        {"max_seq_len", "max-seq-len"},
-        {"tie_embeddings", "tie-embeddings"},
-        {"qkv_bias", "qkv-bias"},
-        {"qk_norm", "qk-norm"},
-        {"norm_eps", "norm-eps"},
-        {"rope_theta", "rope-theta"},
-        {"rope_scaling", "rope-scaling"},
-        {"rope_factor", "rope-factor"},
-        {"rope_low_freq_factor", "rope-low-freq-factor"},
-        {"rope_high_freq_factor", "rope-high-freq-factor"},
-        {"rope_original_max_pos", "rope-original-max-pos"},
-    };
-    for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
-        if (!strcmp(map[i][0], field)) return map[i][1];
-    return NULL;
+    if (!strcmp(field, "model")) return "model";
+    if (!strcmp(field, "padded_vocab_size")) return "vocab";
+    const fsdp_model_field *f = fsdp_model_field_find(field);
+    return f ? f->flag : NULL;
 }
 
 /* --resume continues the checkpoint's model on the checkpoint's vocabulary and tokenizer: a different

@@ -59,12 +59,8 @@ static fsdp_status validate(const fsdp_model_config *c) {
         bad = "intermediate (GPT-2's MLP is 4 x n_embd)";
     else if (c->tie_embeddings != 1)
         bad = "tie_embeddings (GPT-2's LM head is tied to wte)";
-    else if (c->qkv_bias || c->qk_norm)
-        bad = "qkv_bias / qk_norm (GPT-2 has biases everywhere and no q/k norm)";
     else if (fabs(c->norm_eps - (double)FSDP_LAYERNORM_EPS) > 1e-12)
         bad = "norm_eps (GPT-2's LayerNorm uses 1e-5)";
-    else if (c->rope_theta != 0 || c->rope_scaling != 0)
-        bad = "rope_* (GPT-2 has learned positions, no RoPE)";
     if (bad) return fsdp_set_error(FSDP_EINVAL, "model gpt2: %s", bad);
     return FSDP_OK;
 }
