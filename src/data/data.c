@@ -51,10 +51,11 @@ static fsdp_status list_add(char ***list, int *n, const char *path) {
 }
 
 /* The paths pattern expands to with glob(3), sorted by byte order (no match: an empty list), less the
- * mask files (X.mask: a token file's companion, never a shard of its own). */
-static fsdp_status glob_list(const char *pattern, char ***list, int *n) {
+ * mask files (X.mask: a token file's companion, never a shard of its own). strict: a folder of the
+ * pattern that cannot be read is an error (the training shards); else it only matches nothing. */
+static fsdp_status glob_list(const char *pattern, int strict, char ***list, int *n) {
     glob_t g;
-    int rc = glob(pattern, GLOB_ERR, NULL, &g);
+    int rc = glob(pattern, strict ? GLOB_ERR : 0, NULL, &g);
     fsdp_status s = FSDP_OK;
     if (rc == GLOB_NOSPACE)
         s = FSDP_ERR(FSDP_ENOMEM, "no memory to expand --data %s", pattern);
@@ -93,18 +94,26 @@ fsdp_status fsdp_data_files_find(const char *data, fsdp_data_files *f) {
     fsdp_status s = FSDP_OK;
     struct stat st;
     if (fsdp_data_is_glob(data)) {
-        s = glob_list(data, &f->train, &f->n_train);
+        s = glob_list(data, 1, &f->train, &f->n_train);
         if (s == FSDP_OK && f->n_train == 0)
             s = fsdp_set_error(FSDP_EINVAL, "--data %s matches no file: name a folder or a pattern of shards",
                                data);
-        /* the validation shards: the pattern with its last "train" as "val" */
-        const char *t = NULL;
-        for (const char *q = strstr(data, "train"); q; q = strstr(q + 1, "train"))
+        /* the validation shards: the pattern with the last "train" of its file name as "val" (never one
+         * of its folders'); a file name without "train" has none. Optional: a folder that cannot be
+         * read only means no validation (a run without evaluation never needs them). */
+        const char *base = strrchr(data, '/'), *t = NULL;
+        base = base ? base + 1 : data;
+        for (const char *q = strstr(base, "train"); q; q = strstr(q + 1, "train"))
             t = q;
         if (s == FSDP_OK && t) {
             f->val_desc = fsdp_strdupf("%.*sval%s", (int)(t - data), data, t + 5);
-            s = f->val_desc ? glob_list(f->val_desc, &f->val, &f->n_val)
+            s = f->val_desc ? glob_list(f->val_desc, 0, &f->val, &f->n_val)
                             : FSDP_ERR(FSDP_ENOMEM, "no memory for a path");
+        } else if (s == FSDP_OK) {
+            f->val_desc = fsdp_strdupf("validation shards (the file name of %s has no \"train\" to stand for "
+                                       "\"val\")",
+                                       data);
+            if (!f->val_desc) s = FSDP_ERR(FSDP_ENOMEM, "no memory for a path");
         }
     } else {
         char *tp = fsdp_strdupf("%s/train.bin", data);

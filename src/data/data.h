@@ -67,7 +67,8 @@ fsdp_status fsdp_data_meta_vocab(const char *data, int *vocab);
  *     validation), each sorted by name (byte order);
  *   a glob(3) pattern (it holds *, ? or [): the files it matches but mask files (*.mask, the companions
  *     of token files), sorted by name; the validation shards
- *     are those of the same pattern with its last "train" replaced by "val" (none without a "train").
+ *     are those of the same pattern with the last "train" of its file name (never of a folder) replaced
+ *     by "val" (none when the file name has no "train"; a folder that cannot be read: none either).
  * A folder without train.bin or shards still lists DIR/train.bin, so that opening it names the file
  * that is missing. */
 typedef struct {

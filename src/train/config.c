@@ -60,7 +60,7 @@ static const opt_def opts[] = {
     {"data", OPT_STR, F(data), 0, 0, NULL, C_TRAIN,
      "folder with train.bin and val.bin (fsdp-train prepare), a folder of llm.c-style shards "
      "(*_train_*.bin, *_val_*.bin) or a quoted glob of shards ('dir/fineweb_train_*.bin'; validation: the "
-     "pattern with \"val\" for its last \"train\")"},
+     "pattern with \"val\" for the last \"train\" of its file name)"},
     {"shuffle", OPT_INT, F(shuffle), 0, 1, NULL, C_TRAIN,
      "a new order of the training sequences every epoch, seeded by --seed and the epoch (the same at every "
      "world size; validation stays in file order); 0: file order"},

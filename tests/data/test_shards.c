@@ -413,6 +413,33 @@ static void test_validation(void) {
     free(good);
 }
 
+/* A glob whose folder's path holds "train" (issue 39 item 7): the validation pattern comes from the file
+ * name alone, so 'train_runs/x_*.bin' has none (it used to rewrite the folder to 'val_runs/x_*.bin' and
+ * fail on that folder), and 'train_runs/x_train_*.bin' finds its validation shards beside it. */
+static void test_glob_folder_named_train(void) {
+    char *sub = path_in("train_runs");
+    CHECK(mkdir(sub, 0755) == 0);
+    snprintf(dir, sizeof dir, "%s", sub);
+    free(write_ids("x_000.bin", 0, 100));
+    free(write_ids("x_001.bin", 0, 100));
+    free(write_ids("y_train_000.bin", 0, 100));
+    free(write_ids("y_val_000.bin", 0, 100));
+    fsdp_data_files f;
+    char *pat = path_in("x_*.bin");
+    CHECK_OK(fsdp_data_files_find(pat, &f));
+    CHECK(f.n_train == 2 && f.n_val == 0);
+    CHECK(f.val_desc == NULL || strstr(f.val_desc, "val_runs") == NULL);
+    fsdp_data_files_free(&f);
+    free(pat);
+    pat = path_in("y_train_*.bin");
+    CHECK_OK(fsdp_data_files_find(pat, &f));
+    CHECK(f.n_train == 1 && f.n_val == 1 && strstr(f.val[0], "train_runs/y_val_000.bin"));
+    fsdp_data_files_free(&f);
+    free(pat);
+    *strrchr(dir, '/') = '\0';
+    free(sub);
+}
+
 int main(void) {
     snprintf(dir, sizeof dir, "%s/tmp_test_shards_XXXXXX", FSDP_BINARY_DIR);
     if (!mkdtemp(dir)) return 1;
@@ -421,6 +448,7 @@ int main(void) {
     make_shards();
     test_shards();
     test_shuffled();
+    test_glob_folder_named_train();
     snprintf(dir, sizeof dir, "%s/v", sd);
     mkdir(dir, 0755);
     test_validation();
