@@ -119,6 +119,11 @@ fsdp_status fsdp_env_bool(const char *name, int def, int *out);
 fsdp_status fsdp_env_int(const char *name, long def, long *out);
 fsdp_status fsdp_env_choice(const char *name, int def, int *out); /* the index in choices */
 fsdp_status fsdp_env_check(void);
+/* The FSDP_* variables set in the environment that are neither a knob of the table nor the test
+ * harness's (FSDP_FAULT_*, FSDP_TEST_*, ...: docs/ENV.md), their names comma-separated into buf (may be
+ * NULL); returns how many. A misspelled knob is ignored by the library: fsdp-train warns of these, and
+ * fsdp_env_check refuses them under FSDP_STRICT_ENV=1. */
+int fsdp_env_unknown(char *buf, size_t cap);
 
 /* Overflow-checked size_t multiply: returns 0 on overflow, else 1 and *out = a*b. */
 static inline int fsdp_mul_ok(size_t a, size_t b, size_t *out) { return !__builtin_mul_overflow(a, b, out); }

@@ -34,6 +34,8 @@ static const fsdp_env_var VARS[] = {
      "test fault: <step>:loss or <step>:norm, that training step's global loss or grad norm reads NaN"},
     {"FSDP_TEST_SKIP_COLLECTIVE", FSDP_ENV_TEXT, 0, 0, NULL, "unset",
      "test fault: <rank>:<n>[:stall|:hang] or <rank>:@TEXT[:stall], a rank skips a collective (comm.c)"},
+    {"FSDP_STRICT_ENV", FSDP_ENV_BOOL, 0, 1, NULL, "0",
+     "1: an FSDP_* variable that is neither a knob here nor the test harness's is an error, not a warning"},
 };
 #define N_VARS ((int)(sizeof VARS / sizeof VARS[0]))
 
@@ -129,11 +131,50 @@ fsdp_status fsdp_env_choice(const char *name, int def, int *out) {
     return s;
 }
 
+/* Prefixes and names of the test and benchmark harness's variables (docs/ENV.md), read by programs
+ * outside the library: never "unknown". */
+static const char *const harness_prefixes[] = {"FSDP_FAULT_", "FSDP_TEST_", "FSDP_FUZZ_", "FSDP_SKIP_",
+                                               "FSDP_BENCH_"};
+static const char *const harness_names[] = {"FSDP_CHECK_EXPORT", "FSDP_COMMIT", "FSDP_SANITIZE"};
+
+extern char **environ;
+
+int fsdp_env_unknown(char *buf, size_t cap) {
+    int n = 0;
+    size_t used = 0;
+    if (buf && cap) buf[0] = '\0';
+    for (char **e = environ; e && *e; e++) {
+        if (strncmp(*e, "FSDP_", 5) != 0) continue;
+        const size_t len = strcspn(*e, "=");
+        int known = 0;
+        for (int i = 0; i < N_VARS && !known; i++)
+            known = strlen(VARS[i].name) == len && !strncmp(VARS[i].name, *e, len);
+        for (size_t i = 0; i < sizeof harness_prefixes / sizeof harness_prefixes[0] && !known; i++)
+            known = !strncmp(*e, harness_prefixes[i], strlen(harness_prefixes[i]));
+        for (size_t i = 0; i < sizeof harness_names / sizeof harness_names[0] && !known; i++)
+            known = strlen(harness_names[i]) == len && !strncmp(harness_names[i], *e, len);
+        if (known) continue;
+        if (buf && used + len + 3 < cap) {
+            used += (size_t)snprintf(buf + used, cap - used, "%s%.*s", n ? ", " : "", (int)len, *e);
+        }
+        n++;
+    }
+    return n;
+}
+
 fsdp_status fsdp_env_check(void) {
     for (int i = 0; i < N_VARS; i++) {
         const char *v = fsdp_env_value(VARS[i].name);
         long x;
         if (v != NULL) FSDP_TRY(parse(&VARS[i], v, &x));
     }
+    int strict = 0;
+    FSDP_TRY(fsdp_env_bool("FSDP_STRICT_ENV", 0, &strict));
+    char names[512];
+    if (strict && fsdp_env_unknown(names, sizeof names) > 0)
+        return fsdp_set_error(FSDP_EINVAL,
+                              "FSDP_STRICT_ENV=1: unknown FSDP_* variable%s %s (docs/ENV.md lists the knobs; "
+                              "a misspelled one would be ignored)",
+                              strchr(names, ',') ? "s" : "", names);
     return FSDP_OK;
 }

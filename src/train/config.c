@@ -407,6 +407,8 @@ typedef struct {
     const char **list;    /* its strings so far (malloc'd, kept once complete) */
     int n_list;
     fsdp_status status; /* of the key that stopped the walk */
+    const char *seen_key[NOPTS]; /* the key that set each setting (seq-len or seq_len), NULL: none yet */
+    int seen_line[NOPTS];
 } toml_ctx;
 
 /* The opt_def of a file key: the flag's name, or the same with '_' for '-' (seq_len). */
@@ -454,6 +456,26 @@ static int visit_key(void *ctx, const char *key, const char *value, fsdp_toml_ki
             "--config: %s:%d: unknown setting \"%s\" for `fsdp-train %s` (see fsdp-train %s --help)", t->path,
             line, key, cmd, cmd);
         return 1;
+    }
+    /* one setting, one key: seq-len and seq_len in one file would leave one of them silently unused */
+    const int k = (int)(o - opts);
+    if (!(kind == FSDP_TOML_ARRAY_ITEM && t->list_key && !strcmp(key, t->list_key))) {
+        if (t->seen_key[k]) { /* named by line: toml++ visits the keys in key order, not the file's */
+            const int later = line > t->seen_line[k];
+            t->status = fsdp_set_error(FSDP_EINVAL,
+                                       "--config: %s:%d: \"%s\" sets --%s, which \"%s\" (line %d) already set: "
+                                       "give each setting once",
+                                       t->path, later ? line : t->seen_line[k], later ? key : t->seen_key[k],
+                                       o->name, later ? t->seen_key[k] : key, later ? t->seen_line[k] : line);
+            return 1;
+        }
+        t->seen_key[k] = keep_bytes(strlen(key) + 1);
+        if (!t->seen_key[k]) {
+            t->status = FSDP_ERR(FSDP_ENOMEM, "no memory for %s's settings", t->path);
+            return 1;
+        }
+        strcpy((char *)t->seen_key[k], key);
+        t->seen_line[k] = line;
     }
     if (o->kind == OPT_STR && !strcmp(o->name, "config")) {
         t->status = fsdp_set_error(
@@ -531,7 +553,7 @@ static fsdp_status apply_config_file(fsdp_train_config *cfg, int argc, char **ar
         path = p;
     }
     if (!path) return FSDP_OK;
-    toml_ctx t = {cfg, path, NULL, NULL, 0, FSDP_OK};
+    toml_ctx t = {.cfg = cfg, .path = path, .status = FSDP_OK};
     char err[1024];
     int rc = fsdp_toml_visit(path, visit_key, &t, err, sizeof err);
     fsdp_status s = rc < 0   ? fsdp_set_error(FSDP_EINVAL, "--config: %s", err)

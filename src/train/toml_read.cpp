@@ -62,6 +62,11 @@ extern "C" int fsdp_toml_visit(const char *path, fsdp_toml_visit_fn fn, void *ct
             char buf[64];
             int rc = 0;
             if (auto s = v.as_string()) {
+                if (s->get().find('\0') != std::string::npos) { /* C would see it cut at the NUL */
+                    std::string msg = "\"" + key + "\": a string holding NUL (\\u0000) is no setting";
+                    set_err(err, err_cap, path, at, msg.c_str());
+                    return -1;
+                }
                 rc = fn(ctx, key.c_str(), s->get().c_str(), FSDP_TOML_STRING, line);
             } else if (auto i = v.as_integer()) {
                 std::snprintf(buf, sizeof buf, "%" PRId64, static_cast<int64_t>(i->get()));
@@ -74,8 +79,10 @@ extern "C" int fsdp_toml_visit(const char *path, fsdp_toml_visit_fn fn, void *ct
             } else if (auto a = v.as_array()) {
                 for (auto &&e : *a) {
                     auto es = e.as_string();
-                    if (!es) {
-                        std::string msg = "\"" + key + "\": only arrays of strings are settings";
+                    if (!es || es->get().find('\0') != std::string::npos) {
+                        std::string msg = "\"" + key + "\": " +
+                                          (es ? "a string holding NUL (\\u0000) is no setting"
+                                              : "only arrays of strings are settings");
                         set_err(err, err_cap, path, e.source(), msg.c_str());
                         return -1;
                     }

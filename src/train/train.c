@@ -183,7 +183,10 @@ static fsdp_status run_setup(train_run *r) {
             fprintf(r->o, "%s%s=%s", any ? " " : "  environment: ", fsdp_env_at(i)->name, v);
             any = 1;
         }
-        fprintf(r->o, "%s\n", any ? "" : "  environment: no FSDP_* knob set (docs/ENV.md)");
+        char unknown[512];
+        const int n_unknown = fsdp_env_unknown(unknown, sizeof unknown);
+        fprintf(r->o, "%s", any ? "" : "  environment: no FSDP_* knob set (docs/ENV.md)");
+        fprintf(r->o, n_unknown ? "; unknown, ignored: %s\n" : "\n", unknown);
     }
     FSDP_TRY(fsdp_train_agree_gemm_path(r));
     FSDP_TRY(open_data(r));

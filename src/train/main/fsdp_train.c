@@ -3,6 +3,7 @@
  * (0 fine, 2 bad command line, 1 anything else; docs/TRAINER.md). All the work lives in the fsdp_train
  * library. */
 #include "fsdp.h"
+#include "core/core.h"
 #include "train/config.h"
 #include "data/chat.h"
 #include "data/data.h"
@@ -88,6 +89,13 @@ int main(int argc, char **argv) {
         return 1;
     }
     int rank = fsdp_comm_rank(comm), world = fsdp_comm_size(comm), code = 0;
+    char unknown[512]; /* a misspelled knob would be ignored without a word (FSDP_STRICT_ENV=1: an error) */
+    const int n_unknown = rank == 0 ? fsdp_env_unknown(unknown, sizeof unknown) : 0;
+    if (n_unknown)
+        fprintf(stderr,
+                "fsdp-train: warning: unknown FSDP_* variable%s %s, ignored (docs/ENV.md lists the knobs; "
+                "FSDP_STRICT_ENV=1 makes this an error)\n",
+                n_unknown > 1 ? "s" : "", unknown);
 
     if (ps != FSDP_OK) { /* every rank parsed the same words: every rank ends here */
         if (rank == 0) fprintf(stderr, "fsdp-train: %s\n", parse_msg);
