@@ -66,7 +66,7 @@ cJSON *fsdp_train_data_shards_json(const fsdp_loader *L) {
 }
 
 /* --resume continues the checkpoint's order of the data: the same --shuffle, with shuffling the same
- * --seed, the same --pack, and the same training shards (names and token counts, in order; a manifest without
+ * --seed and --seq-len, the same --pack, and the same training shards (names and token counts, in order; a manifest without
  * the record, written before shards existed, is not checked). A manifest without "shuffle" was written before
  * shuffling existed: file order. Errors name the field, both values and the manifest. */
 static fsdp_status check_data_drift(const train_run *r, const cJSON *mj, const char *what) {
@@ -85,6 +85,16 @@ static fsdp_status check_data_drift(const train_run *r, const cJSON *mj, const c
             "--resume: --seed %.0f in %s, %lld in this run: --seed orders the shuffled data; "
             "resume with --seed %.0f (nothing was loaded or trained)",
             sd->valuedouble, what, (long long)r->cfg.seed, sd->valuedouble);
+    /* Shuffled, the saved position counts the permuted sequences of --seq-len tokens: with another
+     * length the permutation and the sequences are others, so the position means nothing there. (In
+     * file order it is a token offset, which any length continues.) */
+    const cJSON *sl = cJSON_GetObjectItemCaseSensitive(mj, "seq-len");
+    if (r->cfg.shuffle && cJSON_IsNumber(sl) && sl->valuedouble != (double)r->cfg.seq_len)
+        return fsdp_set_error(FSDP_EINVAL,
+                              "--resume: --seq-len %.0f in %s, %d in this run: the saved data position counts "
+                              "shuffled sequences of %.0f tokens; resume with --seq-len %.0f (or --shuffle 0 "
+                              "runs, whose position is a token offset) (nothing was loaded or trained)",
+                              sl->valuedouble, what, r->cfg.seq_len, sl->valuedouble, sl->valuedouble);
     /* --pack (resolved: auto is recorded as what it became); a manifest without it is concat's */
     const cJSON *pk = cJSON_GetObjectItemCaseSensitive(mj, "pack");
     const char *their_pack = cJSON_IsString(pk) ? pk->valuestring : "concat";

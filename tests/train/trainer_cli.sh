@@ -199,6 +199,9 @@ PY
     snap=$(snapshot ck_s2)
     expect_fail "--shuffle 1 in ck_s2/step_000025/manifest.json, 0 in this run" rs_shuffle "$BIN" "${SH[@]}" --data sh --shuffle 0 --checkpoint-dir ck_s2 --resume
     expect_fail "--seed 1337 in ck_s2/step_000025/manifest.json, 7 in this run" rs_seed "$BIN" "${SH[@]}" --data sh --seed 7 --checkpoint-dir ck_s2 --resume
+    # the same model (--max-seq-len 32) on sequences of 16: the saved position counts shuffled sequences
+    # of 32 tokens (issue 39 item 6: accepted before, training on other sequences than the position says)
+    expect_fail "--seq-len 32 in ck_s2/step_000025/manifest.json, 16 in this run" rs_seqlen "$BIN" "${SH[@]}" --data sh --seq-len 16 --max-seq-len 32 --checkpoint-dir ck_s2 --resume
     expect_fail 'the training shards (data-shards) differ from the checkpoint'"'"'s: shard 1 is ["x_train_000.bin",3105]' rs_shards "$BIN" "${SH[@]}" --data cat --checkpoint-dir ck_s2 --resume
     [ "$snap" = "$(snapshot ck_s2)" ] && ok || bad "a refused resume changed ck_s2"
     # every shard validated before step 1: an id past the vocabulary in shard 2, named with its index
