@@ -32,9 +32,8 @@ static fsdp_status mpi_fail(const fsdp_comm_t *c, int rc, const char *step, cons
  * kernels. Across hosts the bytes go through TCP, which needs an MPI call now and then and little CPU:
  * there a thread polls every in-flight MPI request every thr_interval_us (FSDP_COMM_PROGRESS_US,
  * default 100; FSDP_COMM_PROGRESS_THREAD=0 turns it off), so a gather or reduction keeps the link
- * busy while the caller computes. Measured on namespace hosts at 1 Gbit/s: without it, overlap made
- * the GPT-2-124M step slower than no overlap (13.3 s vs 10.7 s), since the link idled during every
- * kernel. It needs MPI_THREAD_SERIALIZED: every MPI call, on any thread, holds comm_mpi_mu. */
+ * busy while the caller computes: without it the link idles during every kernel, and overlap can be
+ * slower than no overlap (docs/MULTIHOST.md has the measurement). It needs MPI_THREAD_SERIALIZED: every MPI call, on any thread, holds comm_mpi_mu. */
 static void *progress_thread(void *arg) {
     fsdp_comm_t *c = arg;
     while (!c->thr_stop) {
@@ -188,8 +187,8 @@ static void mpi_free(fsdp_comm_t *c, int drained, double grace) {
 }
 
 /* MPI_Abort asks the launcher to kill every rank of the job, and blocks until it does. A launcher
- * that cannot reach a lost host may never get there (Open MPI 4.1's mpirun waited 140 s for a daemon
- * behind a cut link), so a watchdog thread ends this process itself after ABORT_GRACE_S with the
+ * that cannot reach a lost host may never get there (Open MPI 4.1's mpirun waits for a daemon behind a
+ * cut link for minutes), so a watchdog thread ends this process itself after ABORT_GRACE_S with the
  * same status: the job's end on the surviving hosts does not depend on the launcher's cleanup. */
 enum { ABORT_GRACE_S = 3 };
 

@@ -35,8 +35,8 @@ static size_t tl_n, tl_cap;
 
 /* Reuse of big freed blocks. A training step frees and allocates the same big sizes every step (each
  * unit's full parameters and main_grad); handed back to the C library such blocks are unmapped, and the
- * next allocation faults in fresh zeroed pages: ~60 ms of a ~0.78 s GPT-2-124M step at world size 1
- * (bench_train_step on a quiet 2-core machine, 56% -> 61% of the bf16 GEMM peak). Blocks of at least
+ * next allocation faults in fresh zeroed pages, a cost on every step (bench_train_step shows it: the
+ * figures are in docs/benchmarks-history.md). Blocks of at least
  * MEM_REUSE_MIN bytes are parked here when freed (at most MEM_REUSE_SLOTS blocks, MEM_REUSE_MAX bytes)
  * and handed to the next allocation of the same block size. Parked blocks are freed bytes for the
  * accounting (the tracked numbers do not change); the process holds at most MEM_REUSE_MAX more. An

@@ -2,8 +2,8 @@
  * (memfd), that the other ranks on the host map read-only (comm_shm.c opens it through /proc/PID/fd).
  * Buffers a collective reads from its peers (main_grad, the bf16 gradient wire, unsharded parameters)
  * come from here through fsdp_mem_alloc_shared, so a peer reads them with plain loads instead of a
- * kernel copy (process_vm_readv pins the pages and copies at 8-10 GB/s here; a reduce-scatter that
- * reads its peers' blocks in place runs at memory speed).
+ * kernel copy (process_vm_readv pins the pages and copies well below memory speed; a reduce-scatter
+ * that reads its peers' blocks in place runs at memory speed: BENCHMARKS.md has the figures).
  *
  * The arena is reserved, not committed: the file is sized to the machine's memory divided by the ranks
  * on the host (sparse; pages exist only once written; FSDP_SHM_HEAP_MIB sets another size) and mapped

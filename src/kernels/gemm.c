@@ -396,10 +396,10 @@ static fsdp_status gemm_exec(float *C, const void *A, const void *B, const void 
     FSDP_TRY(split_columns(&split));
     if (ddt == dnnl_f32 && !tb && split > 0 && N > split) {
         /* Column blocks of a plain f32 B: each block is its own GEMM (the same dot products, over all
-         * of K). oneDNN 2.6's brgemm runs [256, 768] x [768, 3072] (mlp.proj's dinp) and
-         * [768, 256] x [256, 3072] (its weight gradient) at ~55% and ~80% of its rate on 768-column
-         * blocks read in place (measured 7.1 vs 4.0 ms and 5.0 vs 4.0 ms; the blocks take gemm:jit);
-         * on AVX2, gemm:jit either way, the same time. */
+         * of K, so the result is the same). Wide plain f32 B operands (such as mlp.proj's dinp and
+         * weight gradient at GPT-2 widths) run slower as one oneDNN brgemm call than as blocks of at
+         * most GEMM_SPLIT_W columns; on AVX2 both take gemm:jit at one rate. FSDP_GEMM_SPLIT_N=0 turns
+         * the split off for side-by-side measurements (docs/benchmarks-history.md has them). */
         int nb = (N + GEMM_SPLIT_W - 1) / GEMM_SPLIT_W, w = (N + nb - 1) / nb;
         for (int j = 0; j < N; j += w)
             FSDP_TRY(gemm_run(C + j, A, (const float *)B + j, bias ? (const float *)bias + j : NULL, ddt, ta,

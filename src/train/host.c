@@ -58,8 +58,8 @@ void fsdp_train_check_affinity(FILE *err, int threads, fsdp_comm_t *comm) {
     const int allowed = fsdp_train_affinity_cores(), online = fsdp_train_online_cores();
     const int rank = comm ? fsdp_comm_rank(comm) : 0, local = comm ? fsdp_comm_local_size(comm) : 1;
     if (err == NULL) return;
-    /* More threads than cores: they time-share, and every OpenMP barrier waits for a descheduled one
-     * (measured: 2 threads bound to 1 core ran 78 tokens/s against 133 on 2 cores). */
+    /* More threads than cores: they time-share, and every OpenMP barrier waits for a descheduled one,
+     * so a step runs far slower than on as many cores as threads (TRAINER.md, "Threads"). */
     if (threads > allowed)
         fprintf(err,
                 "fsdp-train: warning: rank %d runs %d OpenMP threads on %d core%s (its CPU affinity), so "

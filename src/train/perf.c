@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Square sizes: 512, or 1024 where four of those fit the budget (2 x 1024^3 = 2.1 GFLOP, ~7 ms at the
- * ~300 GFLOP/s of 2 Zen 3 cores: large enough for oneDNN's blocked kernels to reach their rate). */
+/* Square sizes: 512, or 1024 where four of those fit the budget (2 x 1024^3 = 2.1 GFLOP: large enough
+ * for oneDNN's blocked kernels to reach their steady rate). */
 #define PEAK_MAX 1024
 
 /* Seconds of one S^3 GEMM; < 0 on failure. */
