@@ -26,6 +26,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <signal.h>
 #include <unistd.h>
 
 double fsdp_train_lr(const fsdp_train_config *c, int s) {
@@ -193,4 +194,43 @@ fsdp_status fsdp_train_setup_perf(train_run *r) {
                 fsdp_model_get_config(r->rm.model)->family->name, r->flops_per_token);
     }
     return FSDP_OK;
+}
+
+/* ---------------------------------------------------------------- SIGINT and SIGTERM */
+
+/* Caught while a run or a sample is under way: recorded, and the work stops at its next agreed point
+ * (fsdp_train_signal_stop) on every rank, so that a save in progress completes (no temporary is left)
+ * and the output is flushed on the way out. SA_RESETHAND: a second signal ends the process at once. */
+static volatile sig_atomic_t caught_signal;
+static struct sigaction before_int, before_term;
+static int catching;
+
+static void on_signal(int sig) { caught_signal = sig; }
+
+void fsdp_train_signals_catch(int on) {
+    if (on && !catching) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_signal;
+        sa.sa_flags = SA_RESTART | SA_RESETHAND;
+        sigemptyset(&sa.sa_mask);
+        caught_signal = 0;
+        sigaction(SIGINT, &sa, &before_int);
+        sigaction(SIGTERM, &sa, &before_term);
+        /* a signal ignored when we started stays ignored (a shell's background job, nohup) */
+        if (before_int.sa_handler == SIG_IGN) sigaction(SIGINT, &before_int, NULL);
+        if (before_term.sa_handler == SIG_IGN) sigaction(SIGTERM, &before_term, NULL);
+        catching = 1;
+    } else if (!on && catching) {
+        sigaction(SIGINT, &before_int, NULL);
+        sigaction(SIGTERM, &before_term, NULL);
+        catching = 0;
+    }
+}
+
+fsdp_status fsdp_train_signal_stop(fsdp_comm_t *comm, const char *where) {
+    const int sig = caught_signal;
+    fsdp_status s = sig ? fsdp_set_error(FSDP_EIO, "stopped by %s %s", sig == SIGINT ? "SIGINT" : "SIGTERM", where)
+                        : FSDP_OK;
+    return comm ? fsdp_comm_agree(comm, s, "stopping on a signal") : s;
 }

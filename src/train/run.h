@@ -70,6 +70,13 @@ void fsdp_train_fmt_eta(char *buf, size_t cap, double s);
 fsdp_status fsdp_train_agree_gemm_path(train_run *r);
 fsdp_status fsdp_train_setup_perf(train_run *r);
 
+/* SIGINT / SIGTERM while a run or a sample works (host.c): catch(1) records them (a second one ends
+ * the process), catch(0) restores the dispositions before; signal_stop is FSDP_OK, or, on every rank
+ * alike (an agreement: call it at the same point on every rank), an error saying which signal stopped
+ * the work `where` ("after step 12: ..."). */
+void fsdp_train_signals_catch(int on);
+fsdp_status fsdp_train_signal_stop(fsdp_comm_t *comm, const char *where);
+
 /* plan_cmd.c */
 fsdp_status fsdp_train_check_mem_limit(train_run *r);
 

@@ -203,6 +203,11 @@ fsdp_status fsdp_train_generate(fsdp_model_t *model, const fsdp_train_config *c,
             toks[len++] = tok;
             if (rank0 && out) put_token(out, tok, V, bpe);
         }
+        if (s == FSDP_OK) { /* SIGINT / SIGTERM: the text so far stays printed (and flushed) */
+            char where[64];
+            snprintf(where, sizeof where, "after %d sampled token%s", k + 1, k ? "s" : "");
+            s = fsdp_train_signal_stop(comm, where);
+        }
     }
     if (rank0 && out) fputc('\n', out);
     fsdp_status s2 = fsdp_model_end_eval(model);
@@ -210,7 +215,18 @@ fsdp_status fsdp_train_generate(fsdp_model_t *model, const fsdp_train_config *c,
     return s != FSDP_OK ? s : s2;
 }
 
+static fsdp_status sample_run(const fsdp_train_config *cfg, fsdp_comm_t *comm, FILE *out);
+
+/* The sample command under SIGINT / SIGTERM catching (host.c): stopped between tokens, output flushed. */
 fsdp_status fsdp_sample_run(const fsdp_train_config *cfg, fsdp_comm_t *comm, FILE *out) {
+    fsdp_train_signals_catch(1);
+    fsdp_status s = sample_run(cfg, comm, out);
+    if (out) fflush(out);
+    fsdp_train_signals_catch(0);
+    return s;
+}
+
+static fsdp_status sample_run(const fsdp_train_config *cfg, fsdp_comm_t *comm, FILE *out) {
     fsdp_train_config c = *cfg;
     run_model rm = {0};
     fsdp_ckpt_state st;

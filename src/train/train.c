@@ -593,6 +593,18 @@ static fsdp_status maybe_evaluate(train_run *r, int step) {
     return metrics_line(r, line, n);
 }
 
+/* SIGINT / SIGTERM (host.c): the run stops after the step in which it came, its checkpoint (if that
+ * step saves one) complete, saying where a resume starts. */
+static fsdp_status stop_on_signal(train_run *r, int step) {
+    char where[4200];
+    snprintf(where, sizeof where, "after step %d: %s%s%s", step,
+             r->last_saved ? "the newest checkpoint is " : "no checkpoint of this run was saved",
+             r->last_saved ? r->last_saved : "", r->last_saved ? " (continue with --resume)" : "");
+    fsdp_status s = fsdp_train_signal_stop(r->comm, where);
+    if (r->o) fflush(r->o);
+    return s;
+}
+
 /* A checkpoint every --checkpoint-every steps and at the last. */
 static fsdp_status maybe_checkpoint(train_run *r, int step) {
     const fsdp_train_config *c = &r->cfg;
@@ -734,6 +746,7 @@ fsdp_status fsdp_train_run(const fsdp_train_config *cfg, fsdp_comm_t *comm, FILE
     fsdp_io_inputs_reset();
 
     int nothing = 1;
+    fsdp_train_signals_catch(1);
     fsdp_status s = run_setup(r);
     if (s == FSDP_OK) s = run_start(r, &nothing);
     for (int step = r->first; s == FSDP_OK && !nothing && step <= r->last; step++) {
@@ -743,6 +756,7 @@ fsdp_status fsdp_train_run(const fsdp_train_config *cfg, fsdp_comm_t *comm, FILE
         if (s == FSDP_OK) s = maybe_evaluate(r, step);
         if (s == FSDP_OK) s = maybe_checkpoint(r, step);
         if (step == r->cfg.trace_steps) fsdp_trace_disable();
+        if (s == FSDP_OK) s = stop_on_signal(r, step);
     }
     fsdp_trace_disable();
     if (s == FSDP_OK && !nothing) s = run_sample(r);
@@ -751,5 +765,7 @@ fsdp_status fsdp_train_run(const fsdp_train_config *cfg, fsdp_comm_t *comm, FILE
     if (res) *res = r->rr;
     run_free(r);
     free(r);
+    if (out) fflush(out);
+    fsdp_train_signals_catch(0);
     return s;
 }

@@ -15,7 +15,7 @@ if(TARGET fsdp-train)
   set_target_properties(fsdp_fault_inject PROPERTIES LIBRARY_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}/tests)
   # The preload would put a second sanitizer runtime into ASan processes: plain builds only.
   if(NOT FSDP_SANITIZE)
-    foreach(part hang kill_train kill_ckpt disk_full agree nonfinite)
+    foreach(part hang kill_train kill_ckpt disk_full agree nonfinite signal)
       add_test(NAME fault/${part}
         COMMAND ${PROJECT_SOURCE_DIR}/tests/fault/fault_${part}.sh $<TARGET_FILE:fsdp-train>
                 ${PROJECT_SOURCE_DIR}/tests/mpirun.sh ${PROJECT_BINARY_DIR}/tmp_fault_${part}
