@@ -320,6 +320,14 @@ static fsdp_status set_aside_uncommitted(const char *ckpt_dir, const char *name,
                            fin);
         goto done;
     }
+    if (fsdp_ckpt_was_committed(ckpt_dir, name)) { /* `latest` was pointed back past it: still committed */
+        s = fsdp_set_error(FSDP_EIO,
+                           "%s was committed (%s/.committed lists it) though `latest` names an older step: "
+                           "a committed checkpoint is never overwritten or moved; move it out of %s "
+                           "yourself, or resume from it",
+                           fin, ckpt_dir, ckpt_dir);
+        goto done;
+    }
     fsdp_rm_tree1(aside);
     if (rename(fin, aside) != 0)
         s = fsdp_set_error(FSDP_EIO,
@@ -330,6 +338,21 @@ done:
     fsdp_mem_free(text);
     free(aside);
     free(latest);
+    return s;
+}
+
+/* Appends name to ckpt_dir/.committed (fsdp_ckpt_newer_committed), durably: after `latest` names it. */
+static fsdp_status append_committed(const char *ckpt_dir, const char *name) {
+    char *path = fsdp_strdupf("%s/.committed", ckpt_dir);
+    if (!path) return FSDP_ERR(FSDP_ENOMEM, "no memory for a path");
+    fsdp_status s = FSDP_OK;
+    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0644);
+    char line[48];
+    const int n = snprintf(line, sizeof line, "%s\n", name);
+    if (fd < 0 || write(fd, line, (size_t)n) != n || fsync(fd) != 0)
+        s = fsdp_set_error(FSDP_EIO, "cannot append to %s: %s", path, strerror(errno));
+    if (fd >= 0) close(fd);
+    free(path);
     return s;
 }
 
@@ -500,6 +523,7 @@ fsdp_status fsdp_ckpt_save_parts(fsdp_comm_t *comm, const char *ckpt_dir, const 
             snprintf(line, sizeof line, "%s\n", name);
             s = fsdp_io_write_file_atomic(latest, line, strlen(line), FSDP_OUT_MAY_REPLACE_INPUT);
         }
+        if (s == FSDP_OK) s = append_committed(ckpt_dir, name);
     }
     s = fsdp_comm_agree(comm, s, "committing the checkpoint");
 done:
@@ -517,4 +541,37 @@ done:
     free(fin);
     free(tmp);
     return s;
+}
+
+int fsdp_ckpt_was_committed(const char *ckpt_dir, const char *name) {
+    char *path = fsdp_strdupf("%s/.committed", ckpt_dir), *text = NULL;
+    size_t len = 0, n = strlen(name);
+    int found = 0;
+    if (path && access(path, F_OK) == 0 && fsdp_io_read_file(path, &text, &len) == FSDP_OK) {
+        for (size_t i = 0; i + n <= len && !found; i++) /* whole lines only */
+            found = (i == 0 || text[i - 1] == '\n') && !memcmp(text + i, name, n) && (i + n == len || text[i + n] == '\n');
+    } else {
+        fsdp_clear_error();
+    }
+    fsdp_mem_free(text);
+    free(path);
+    return found;
+}
+
+int fsdp_ckpt_newer_committed(const char *ckpt_dir, long long step, char *names, size_t cap) {
+    if (names && cap) names[0] = '\0';
+    DIR *d = ckpt_dir ? opendir(ckpt_dir) : NULL;
+    if (!d) return 0;
+    int count = 0;
+    size_t used = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        long long st;
+        if (!step_name(e->d_name, &st) || st <= step || !fsdp_ckpt_was_committed(ckpt_dir, e->d_name)) continue;
+        if (names && used + strlen(e->d_name) + 3 < cap)
+            used += (size_t)snprintf(names + used, cap - used, "%s%s", count ? ", " : "", e->d_name);
+        count++;
+    }
+    closedir(d);
+    return count;
 }

@@ -115,6 +115,13 @@ fsdp_status fsdp_ckpt_resolve(const char *dir, char **step_dir);
 /* 1 if name is an entry of a checkpoint folder that the save protocol owns (latest, step_*, the
  * temporaries, set-aside folders, lock and probe files): no other output may be written there. */
 int fsdp_ckpt_managed_name(const char *name);
+/* Every step folder `latest` has ever named is listed in ckpt_dir/.committed (appended when `latest`
+ * moves to it): a committed checkpoint, even after `latest` was pointed back to an older step, is never
+ * overwritten or set aside by a save (only retention removes checkpoints); a step folder newer than
+ * `latest` that is not listed is a save killed between its rename and `latest` (set aside as
+ * .uncommitted_step_*). fsdp_ckpt_newer_committed: how many committed step folders of ckpt_dir that
+ * still exist are newer than `step`, their names comma-separated into names (cap bytes; may be NULL). */
+int fsdp_ckpt_newer_committed(const char *ckpt_dir, long long step, char *names, size_t cap);
 /* 1 if ckpt_dir has a `latest` pointer. */
 int fsdp_ckpt_has_latest(const char *ckpt_dir);
 

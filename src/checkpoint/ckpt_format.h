@@ -67,6 +67,9 @@ static inline int step_name(const char *name, long long *step) {
     return 1;
 }
 
+/* 1 if ckpt_dir/.committed lists step folder `name` (ckpt_read.c). */
+int fsdp_ckpt_was_committed(const char *ckpt_dir, const char *name);
+
 /* The manifest text (len bytes, read from path) is sealed and its seal matches: a torn or edited
  * manifest is refused naming path. */
 fsdp_status fsdp_ckpt_manifest_verify(const char *text, size_t len, const char *path);

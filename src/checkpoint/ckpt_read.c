@@ -430,7 +430,7 @@ int fsdp_ckpt_managed_name(const char *name) {
         ".tmp_step_",   ".uncommitted_step_", ".lock.rank_", ".write-test.",
         ".shared-test", "latest.tmp.",        NULL};
     long long step;
-    if (!strcmp(name, "latest") || step_name(name, &step)) return 1;
+    if (!strcmp(name, "latest") || !strcmp(name, ".committed") || step_name(name, &step)) return 1;
     for (int i = 0; prefixes[i]; i++)
         if (!strncmp(name, prefixes[i], strlen(prefixes[i]))) return 1;
     return 0;

@@ -245,6 +245,26 @@ static fsdp_status run_setup(train_run *r) {
     return fsdp_train_setup_perf(r);
 }
 
+/* A resume from an older step than the newest committed one (`latest` pointed back): the run would save
+ * those steps again, and a committed checkpoint is never overwritten or moved, so it is refused before
+ * anything is loaded, naming them (checkpoint.h, fsdp_ckpt_newer_committed). */
+static fsdp_status refuse_newer_committed(const char *ckpt_dir, const char *step_dir) {
+    const char *base = strrchr(step_dir, '/');
+    base = base ? base + 1 : step_dir;
+    long long step = -1;
+    if (sscanf(base, "step_%lld", &step) != 1) return FSDP_OK; /* a folder given by path: not ckpt_dir's */
+    char names[1024];
+    const int n = fsdp_ckpt_newer_committed(ckpt_dir, step, names, sizeof names);
+    if (n == 0) return FSDP_OK;
+    return fsdp_set_error(FSDP_EINVAL,
+                          "--resume: %s/latest names %s, but %s also holds the newer committed "
+                          "checkpoint%s %s: this run would save %s again, and a committed checkpoint is "
+                          "never overwritten or moved; move %s out of %s (or point latest at the newest) "
+                          "first (nothing was changed)",
+                          ckpt_dir, base, ckpt_dir, n > 1 ? "s" : "", names, n > 1 ? "those steps" : "that step",
+                          n > 1 ? "them" : "it", ckpt_dir);
+}
+
 /* Resume, or start fresh (never on top of an existing run's checkpoints); the steps to train; every
  * other output checked before the first step. *nothing: there is no step to train (said why). */
 static fsdp_status run_start(train_run *r, int *nothing) {
@@ -262,6 +282,7 @@ static fsdp_status run_start(train_run *r, int *nothing) {
     if (c->resume) {
         char *step_dir = NULL;
         s = fsdp_ckpt_resolve(c->checkpoint_dir, &step_dir);
+        if (s == FSDP_OK) s = refuse_newer_committed(c->checkpoint_dir, step_dir);
         if (s == FSDP_OK) s = fsdp_train_check_resume_drift(r, step_dir);
         if (s == FSDP_OK) s = fsdp_ckpt_load(r->rm.eng, step_dir, &r->st);
         if (s == FSDP_OK) s = fsdp_train_carry_init_from(step_dir, r->cj);

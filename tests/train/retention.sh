@@ -71,4 +71,23 @@ for k, v in rh.items():
     assert h == want, k
 assert json.load(open(sys.argv[4])).get("torch_dtype") == "bfloat16"
 PY
+# Rollback (issue 39 item 4): `latest` pointed back to step 6 of a 12-step run. Before, the resume trained
+# on and, saving step 9 again, renamed the committed step_000009 to a hidden .uncommitted_step_000009
+# (never pruned; a second rollback deleted it). Now the resume is refused before anything changes,
+# naming the newer committed checkpoints; with them moved away it resumes and saves them again.
+"$BIN" "${TINY[@]}" --steps 12 --checkpoint-every 3 --checkpoint-dir ck_rb >rb.log 2>&1 || bad "rollback: first run: $(tail -3 rb.log)"
+printf 'step_000006\n' >ck_rb/latest
+before=$(cd ck_rb && find . | sort && cat latest)
+if "$BIN" "${TINY[@]}" --steps 12 --checkpoint-every 3 --checkpoint-dir ck_rb --resume >rb2.log 2>&1; then
+    bad "rollback: the resume over newer committed checkpoints was accepted"
+else
+    grep -q "latest names step_000006, but ck_rb also holds the newer committed checkpoints step_0000\(09, step_000012\|12, step_000009\)" rb2.log &&
+        ok || bad "rollback: message: $(tail -2 rb2.log)"
+fi
+[ "$before" = "$(cd ck_rb && find . | sort && cat latest)" ] && ok || bad "rollback: the refused resume changed ck_rb"
+[ -z "$(find ck_rb -maxdepth 1 -name '.uncommitted_*')" ] && ok || bad "rollback: a committed checkpoint was set aside"
+mkdir -p kept && mv ck_rb/step_000009 ck_rb/step_000012 kept/
+"$BIN" "${TINY[@]}" --steps 12 --checkpoint-every 3 --checkpoint-dir ck_rb --resume >rb3.log 2>&1 &&
+    [ -f ck_rb/step_000012/manifest.json ] && [ "$(cat ck_rb/latest)" = step_000012 ] && ok ||
+    bad "rollback: the resume with the newer ones moved away: $(tail -2 rb3.log)"
 finish
