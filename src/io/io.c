@@ -13,6 +13,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -678,6 +679,52 @@ fsdp_status fsdp_io_dir_check(const char *out, const char *cmd, const char *what
     return s;
 }
 
+/* The output's lock (io.h): flock'ed without waiting; the file is the lock only while it is still the
+ * one at its path (a releasing writer unlinks it, so a lock taken on an unlinked file is retried). */
+static fsdp_status stage_lock(fsdp_dir_stage *st, const char *base, const char *tag, const char *cmd,
+                              const char *what) {
+    char *p = fsdp_strdupf("%s/.%s.%s.lock", st->parent, base, tag);
+    if (!p) return FSDP_ERR(FSDP_ENOMEM, "no memory for a path");
+    for (int tries = 0; tries < 100; tries++) {
+        int fd = open(p, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY, 0644);
+        if (fd < 0) {
+            fsdp_status s = fsdp_set_error(FSDP_EIO, "%s: cannot open the lock %s: %s", cmd, p, strerror(errno));
+            free(p);
+            return s;
+        }
+        if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+            const int e = errno;
+            char holder[32] = "";
+            ssize_t n = pread(fd, holder, sizeof holder - 1, 0);
+            holder[n > 0 ? n : 0] = '\0';
+            holder[strcspn(holder, "\n")] = '\0';
+            close(fd);
+            fsdp_status s =
+                e == EWOULDBLOCK
+                    ? fsdp_set_error(FSDP_EINVAL,
+                                     "%s %s %s: another %s is writing this folder now (pid %s, lock %s): wait "
+                                     "for it to end, or choose another folder",
+                                     cmd, what, st->out, cmd, holder[0] ? holder : "unknown", p)
+                    : fsdp_set_error(FSDP_EIO, "%s: cannot lock %s: %s", cmd, p, strerror(e));
+            free(p);
+            return s;
+        }
+        struct stat a, b;
+        if (fstat(fd, &a) == 0 && stat(p, &b) == 0 && a.st_ino == b.st_ino && a.st_dev == b.st_dev) {
+            char pid[32];
+            const int n = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+            if (ftruncate(fd, 0) == 0) (void)!pwrite(fd, pid, (size_t)n, 0); /* only for the messages */
+            st->lock = p;
+            st->lock_fd = fd;
+            return FSDP_OK;
+        }
+        close(fd); /* its holder released and unlinked it between our open and flock: again */
+    }
+    fsdp_status s = fsdp_set_error(FSDP_EIO, "%s: the lock %s keeps changing under us", cmd, p);
+    free(p);
+    return s;
+}
+
 fsdp_status fsdp_io_dir_stage(fsdp_dir_stage *st, const char *out, const char *cmd, const char *what,
                               const char *tag, unsigned (*own)(const char *name, void *arg), void *arg) {
     memset(st, 0, sizeof *st);
@@ -698,6 +745,7 @@ fsdp_status fsdp_io_dir_stage(fsdp_dir_stage *st, const char *out, const char *c
     if (s == FSDP_OK && !(st->parent = fsdp_strdupf("%s", parent)))
         s = FSDP_ERR(FSDP_ENOMEM, "no memory for a path");
     if (s == FSDP_OK) s = fsdp_mkdirs(parent);
+    if (s == FSDP_OK) s = stage_lock(st, base, tag, cmd, what);
     if (s == FSDP_OK) stage_remove_stale(parent, base, tag);
     if (s == FSDP_OK) s = stage_check_old(st, cmd, what, own, arg);
     if (s == FSDP_OK && !(st->tmp = fsdp_strdupf("%s/.%s.%s.XXXXXX", parent, base, tag)))
@@ -736,6 +784,11 @@ fsdp_status fsdp_io_dir_commit(fsdp_dir_stage *st) {
 
 void fsdp_io_dir_abort(fsdp_dir_stage *st) {
     if (st->tmp) fsdp_rm_tree1(st->tmp);
+    if (st->lock) { /* unlinked while held: a writer that opened it meanwhile sees another inode, retries */
+        unlink(st->lock);
+        close(st->lock_fd);
+        free(st->lock);
+    }
     free(st->tmp);
     free(st->parent);
     free(st->out);

@@ -100,6 +100,8 @@ typedef struct {
     char *parent; /* the folder it lies in */
     char *tmp;    /* PARENT/.NAME.TAG.XXXXXX (mkdtemp), where the files go; NULL once committed */
     int exists;   /* out is an existing folder that the commit swaps with tmp */
+    char *lock;   /* PARENT/.NAME.TAG.lock, flock'ed by this writer from stage to commit or abort */
+    int lock_fd;  /* its descriptor while held (lock != NULL) */
 } fsdp_dir_stage;
 
 /* What own(name, arg) says of an entry of the old folder: the command writes it (it is replaced), and
@@ -107,8 +109,11 @@ typedef struct {
 #define FSDP_STAGE_OWN          1u
 #define FSDP_STAGE_MAY_BE_INPUT 2u
 
-/* Starts writing folder out as one unit: creates out's parent folders, removes what an earlier run of
- * the same command killed outright left there (folders named .NAME.TAG.XXXXXX, nothing else), checks
+/* Starts writing folder out as one unit: creates out's parent folders, takes the output's lock
+ * (PARENT/.NAME.TAG.lock, an exclusive flock held until commit or abort: a second writer of the same
+ * folder is refused at once, naming the folder and the holder's pid), removes what an earlier run of
+ * the same command killed outright left there (folders named .NAME.TAG.XXXXXX, nothing else: under the
+ * lock, no live writer's), checks
  * the old out and creates st->tmp (mode 0755). An existing out must be a folder, not a symbolic link,
  * holding only regular files that own() calls its own and that are not inputs (fsdp_io_is_input) unless
  * own() says they may be; anything else is refused naming it, since the commit removes the old folder.

@@ -348,6 +348,35 @@ conflicts)
     [ $rc = 0 ] && [ -f ck4/exp/m.safetensors ] && ok || bad "export into ck4/exp: exit $rc: $(grep error cf_ok_export.log)"
     run_ck cf_ok_report "$BIN" "${TINY[@]}" --steps 2 --checkpoint-dir ck_cf5 --report ck_cf5/report.json --metrics ck_cf5/m.jsonl
     [ $rc = 0 ] && [ -f ck_cf5/report.json ] && ok || bad "--report inside --checkpoint-dir: exit $rc: $(grep error cf_ok_report.log)"
+    # Two writers of one folder (issue 39 item 3): a prepare stopped (SIGSTOP) while it writes its staging
+    # folder holds the folder's lock; a second prepare to the same --out is refused at once naming the
+    # folder and the holder's pid (it used to remove the live staging folder as a killed run's leftover,
+    # and the first then failed with ENOENT on its own temporary); resumed, the first completes. The
+    # same for export.
+    LD_PRELOAD=$FAULT_LIB FSDP_FAULT_MATCH=/.pw.prepare. FSDP_FAULT_KILL_AT_WRITE=2 FSDP_FAULT_SIGNAL=19 \
+        "$BIN" prepare --text "$SRC"/src/core/*.c --out pw >pw_a.log 2>&1 &
+    a=$!
+    i=0
+    while [ "$(ps -o stat= -p $a 2>/dev/null | cut -c1)" != T ] && [ $i -lt 1000 ]; do sleep 0.01; i=$((i + 1)); done
+    fails_with cw_prepare "prepare --out pw: another prepare is writing this folder now (pid $a" \
+        "$BIN" prepare --text "$SRC"/src/io/*.c --out pw
+    kill -CONT $a
+    wait $a
+    rc=$?
+    [ $rc = 0 ] && [ -f pw/train.bin ] && [ -z "$(ls -A | grep '^\.pw\.prepare\.')" ] && ok ||
+        bad "cw_prepare: the first prepare: exit $rc: $(tail -2 pw_a.log); left $(ls -A | grep '^\.pw\.')"
+    LD_PRELOAD=$FAULT_LIB FSDP_FAULT_MATCH=/m.safetensors.tmp. FSDP_FAULT_KILL_AT_WRITE=2 FSDP_FAULT_SIGNAL=19 \
+        "$BIN" export --checkpoint ck4 --out ew/m.safetensors >ew_a.log 2>&1 &
+    a=$!
+    i=0
+    while [ "$(ps -o stat= -p $a 2>/dev/null | cut -c1)" != T ] && [ $i -lt 1000 ]; do sleep 0.01; i=$((i + 1)); done
+    fails_with cw_export "export --out's folder ew: another export is writing this folder now (pid $a" \
+        "$BIN" export --checkpoint ck4 --out ew/m.safetensors
+    kill -CONT $a
+    wait $a
+    rc=$?
+    [ $rc = 0 ] && [ -f ew/m.safetensors ] && [ -z "$(ls -A | grep '^\.ew\.export\.')" ] && ok ||
+        bad "cw_export: the first export: exit $rc: $(tail -2 ew_a.log); left $(ls -A | grep '^\.ew\.')"
     ;;
 interrupt)
     mkdir -p it
@@ -370,7 +399,7 @@ interrupt)
     mkdir -p ih
     LD_PRELOAD=$FAULT_LIB FSDP_FAULT_MATCH=/init-from.tmp/ FSDP_FAULT_KILL_AT_WRITE=2 \
         run_ck ih_kill "$BIN" export --init-from hf --out ih/m.safetensors
-    [ $rc = 137 ] && [ -z "$(ls -A ih)" ] && [ -d "$(ls -d .ih.export.*)/init-from.tmp" ] && ok || bad "ih_kill: exit $rc, left '$(ls -A ih)' $(ls -A)"
+    [ $rc = 137 ] && [ -z "$(ls -A ih)" ] && [ -d "$(ls -d .ih.export.??????)/init-from.tmp" ] && ok || bad "ih_kill: exit $rc, left '$(ls -A ih)' $(ls -A)"
     LD_PRELOAD=$FAULT_LIB FSDP_FAULT_MATCH=/m.safetensors.tmp. FSDP_FAULT_KILL_AT_WRITE=3 FSDP_FAULT_SIGNAL=15 \
         run_ck ih_term "$BIN" export --init-from hf --out ih/m.safetensors
     [ $rc = 143 ] && [ -z "$(ls -A ih)$(ls -A | grep '^\.ih\.export\.')" ] && ok || bad "ih_term: exit $rc, left '$(ls -A ih)' $(ls -A): $(tail -2 ih_term.log)"
