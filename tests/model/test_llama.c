@@ -121,6 +121,44 @@ static void test_hf_config(void) {
                fsdp_last_error(), bad[i].needle);
         cJSON_Delete(j);
     }
+    /* transformers >= 5 writes RoPE as "rope_parameters" (issue 38 item 1: read as theta 10000 without
+     * scaling before, logits 15-53% off): read it, alone or beside the old keys when they agree; a
+     * disagreement and a type this model does not represent are refused by name. */
+    static const struct {
+        const char *extra;
+        double theta;
+        int scaling;
+        const char *needle; /* NULL: accepted */
+    } rope[] = {
+        {"\"rope_parameters\": {\"rope_theta\": 500000.0, \"rope_type\": \"llama3\", \"factor\": 8.0, "
+         "\"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 8192}",
+         500000.0, FSDP_ROPE_SCALING_LLAMA3, NULL},
+        {"\"rope_parameters\": {\"rope_theta\": 1000000.0, \"rope_type\": \"default\"}", 1000000.0, 0, NULL},
+        {"\"rope_theta\": 1000000.0, \"rope_parameters\": {\"rope_theta\": 1000000.0, \"rope_type\": \"default\"}",
+         1000000.0, 0, NULL},
+        {"\"rope_theta\": 10000.0, \"rope_parameters\": {\"rope_theta\": 1000000.0, \"rope_type\": \"default\"}", 0, 0,
+         "describe different RoPE"},
+        {"\"rope_parameters\": {\"rope_theta\": 10000.0, \"rope_type\": \"yarn\", \"factor\": 4.0}", 0, 0, "yarn"},
+    };
+    for (size_t i = 0; i < sizeof rope / sizeof rope[0]; i++) {
+        char text[1024];
+        snprintf(text, sizeof text, "{%s, \"architectures\": [\"LlamaForCausalLM\"], %s}", base, rope[i].extra);
+        cJSON *j = parse(text);
+        fsdp_model_config c;
+        fsdp_status s = fsdp_llama_family.hf_read_config(j, "x/config.json", &c);
+        if (rope[i].needle) {
+            CHECKF(s != FSDP_OK && strstr(fsdp_last_error(), rope[i].needle), "rope case %zu: %s", i,
+                   s == FSDP_OK ? "accepted" : fsdp_last_error());
+        } else {
+            CHECKF(s == FSDP_OK && c.rope_theta == rope[i].theta && c.rope_scaling == rope[i].scaling,
+                   "rope case %zu: %s theta %g scaling %d", i, s == FSDP_OK ? "read" : fsdp_last_error(),
+                   c.rope_theta, c.rope_scaling);
+            if (rope[i].scaling)
+                CHECK(c.rope_factor == 8 && c.rope_low_freq_factor == 1 && c.rope_high_freq_factor == 4 &&
+                      c.rope_original_max_pos == 8192);
+        }
+        cJSON_Delete(j);
+    }
     /* write -> read: the same model, for each architecture and with llama3 scaling */
     for (int v = 0; v < 4; v++) {
         fsdp_model_config c = tiny(v == 1, v == 2, v != 0);

@@ -101,8 +101,7 @@ static fsdp_status hf_arch(const cJSON *j, const char *path, int *out) {
     return FSDP_OK;
 }
 
-/* The shape: layers, widths, heads (GQA, head_dim), vocabulary, positions, norm epsilon, RoPE base,
- * the tied head. */
+/* The shape: layers, widths, heads (GQA, head_dim), vocabulary, positions, norm epsilon, the tied head. */
 static fsdp_status hf_shape(const cJSON *j, const char *path, int arch, fsdp_model_config *r) {
     fsdp_status s;
     int C, NH;
@@ -133,9 +132,7 @@ static fsdp_status hf_shape(const cJSON *j, const char *path, int arch, fsdp_mod
                               path, r->head_dim, C / NH);
     r->padded_vocab_size = 0; /* the trainer's: V rounded up to 128 (padded rows are 0 and never sampled) */
     r->norm_eps = 1e-6;
-    r->rope_theta = 10000.0;
     if ((s = opt_num(j, path, "rms_norm_eps", &r->norm_eps)) ||
-        (s = opt_num(j, path, "rope_theta", &r->rope_theta)) ||
         (s = opt_bool(j, path, "tie_word_embeddings", &r->tie_embeddings)))
         return s;
     return FSDP_OK;
@@ -170,29 +167,72 @@ static fsdp_status hf_refusals(const cJSON *j, const char *path, int arch) {
     return FSDP_OK;
 }
 
-/* "rope_scaling": null, "default", or llama3's factors; any other type is refused. */
-static fsdp_status hf_rope_scaling(const cJSON *j, const char *path, fsdp_model_config *r) {
+/* A RoPE description: its base and its scaling (type and llama3's factors). */
+typedef struct {
+    double theta;
+    int scaling;
+    double factor, low, high;
+    int orig;
+} rope_desc;
+
+/* The scaling of object o (transformers 4's "rope_scaling", or transformers 5's "rope_parameters",
+ * which holds the same keys): "default" or llama3's factors; any other type is refused by name. */
+static fsdp_status rope_type_of(const cJSON *o, const char *path, const char *key, rope_desc *r) {
     fsdp_status s;
-    const cJSON *rs = item(j, "rope_scaling");
-    if (is_null(rs)) return FSDP_OK;
-    if (!cJSON_IsObject(rs))
-        return fsdp_set_error(FSDP_EFORMAT, "%s: \"rope_scaling\" is not an object or null", path);
-    const cJSON *t = item(rs, "rope_type");
-    if (is_null(t)) t = item(rs, "type");
-    if (!cJSON_IsString(t))
-        return fsdp_set_error(FSDP_EFORMAT, "%s: \"rope_scaling\" has no \"rope_type\" string", path);
+    const cJSON *t = item(o, "rope_type");
+    if (is_null(t)) t = item(o, "type");
+    if (!cJSON_IsString(t)) return fsdp_set_error(FSDP_EFORMAT, "%s: \"%s\" has no \"rope_type\" string", path, key);
     if (!strcmp(t->valuestring, "llama3")) {
-        r->rope_scaling = FSDP_ROPE_SCALING_LLAMA3;
-        if ((s = opt_num(rs, path, "factor", &r->rope_factor)) ||
-            (s = opt_num(rs, path, "low_freq_factor", &r->rope_low_freq_factor)) ||
-            (s = opt_num(rs, path, "high_freq_factor", &r->rope_high_freq_factor)) ||
-            (s = get_int(rs, path, "original_max_position_embeddings", 1, 1 << 24, &r->rope_original_max_pos)))
+        r->scaling = FSDP_ROPE_SCALING_LLAMA3;
+        if ((s = opt_num(o, path, "factor", &r->factor)) || (s = opt_num(o, path, "low_freq_factor", &r->low)) ||
+            (s = opt_num(o, path, "high_freq_factor", &r->high)) ||
+            (s = get_int(o, path, "original_max_position_embeddings", 1, 1 << 24, &r->orig)))
             return s;
     } else if (strcmp(t->valuestring, "default") != 0) {
         return fsdp_set_error(FSDP_EUNSUPPORTED,
-                              "%s: \"rope_scaling\" type \"%.40s\" is not represented (only llama3, or none)",
-                              path, t->valuestring);
+                              "%s: \"%s\" type \"%.40s\" is not represented (only llama3, or none)", path, key,
+                              t->valuestring);
     }
+    return FSDP_OK;
+}
+
+static int rope_same(const rope_desc *a, const rope_desc *b) {
+    return a->theta == b->theta && a->scaling == b->scaling && a->factor == b->factor && a->low == b->low &&
+           a->high == b->high && a->orig == b->orig;
+}
+
+/* RoPE in either spelling: transformers 4's top-level "rope_theta" and "rope_scaling", or transformers
+ * 5's "rope_parameters" {rope_theta, rope_type, factor, ...}. A file with both must say the same in
+ * both (else it is refused, naming them); neither: theta 10000, no scaling. */
+static fsdp_status hf_rope(const cJSON *j, const char *path, fsdp_model_config *r) {
+    fsdp_status s;
+    rope_desc v4 = {.theta = 10000.0}, v5 = {.theta = 10000.0};
+    const cJSON *rs = item(j, "rope_scaling"), *rp = item(j, "rope_parameters");
+    const int has4 = !is_null(item(j, "rope_theta")) || !is_null(rs), has5 = !is_null(rp);
+    if ((s = opt_num(j, path, "rope_theta", &v4.theta))) return s;
+    if (!is_null(rs)) {
+        if (!cJSON_IsObject(rs))
+            return fsdp_set_error(FSDP_EFORMAT, "%s: \"rope_scaling\" is not an object or null", path);
+        if ((s = rope_type_of(rs, path, "rope_scaling", &v4))) return s;
+    }
+    if (has5) {
+        if (!cJSON_IsObject(rp))
+            return fsdp_set_error(FSDP_EFORMAT, "%s: \"rope_parameters\" is not an object or null", path);
+        if ((s = opt_num(rp, path, "rope_theta", &v5.theta))) return s;
+        if (!is_null(item(rp, "rope_type")) || !is_null(item(rp, "type")))
+            if ((s = rope_type_of(rp, path, "rope_parameters", &v5))) return s;
+    }
+    if (has4 && has5 && !rope_same(&v4, &v5))
+        return fsdp_set_error(FSDP_EFORMAT,
+                              "%s: \"rope_parameters\" (theta %g, %s) and the top-level \"rope_theta\" / "
+                              "\"rope_scaling\" (theta %g, %s) describe different RoPE: which one is meant?",
+                              path, v5.theta, v5.scaling ? "llama3 scaling" : "no scaling", v4.theta,
+                              v4.scaling ? "llama3 scaling" : "no scaling");
+    const rope_desc *d = has5 ? &v5 : &v4;
+    r->rope_theta = d->theta;
+    r->rope_scaling = d->scaling;
+    r->rope_factor = d->factor, r->rope_low_freq_factor = d->low, r->rope_high_freq_factor = d->high;
+    r->rope_original_max_pos = d->orig;
     return FSDP_OK;
 }
 
@@ -206,7 +246,7 @@ static fsdp_status llama_hf_read_config(const cJSON *j, const char *path, fsdp_m
     FSDP_TRY(hf_refusals(j, path, arch));
     r.qkv_bias = arch == ARCH_QWEN2;
     r.qk_norm = arch == ARCH_QWEN3;
-    FSDP_TRY(hf_rope_scaling(j, path, &r));
+    FSDP_TRY(hf_rope(j, path, &r));
     snprintf(r.hf_architecture, sizeof r.hf_architecture, "%s", llama_hf_archs[arch]);
     fsdp_status s = llama_validate(&r);
     if (s != FSDP_OK) return FSDP_WRAP(FSDP_EFORMAT, "%s", path);
