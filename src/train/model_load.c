@@ -262,19 +262,22 @@ done:
     free(toks);
     return fsdp_comm_agree(comm, s, "writing --logits");
 }
-/* --init-from: the model shape from DIR/config.json, and data of the same vocabulary. */
+/* --init-from: the model shape from DIR/config.json, and data whose vocabulary the model covers: at
+ * most the model's (Qwen2.5/3's vocab_size, 151936, pads their tokenizer's 151665 ids; the padded rows
+ * stay the model's and export keeps them). */
 static fsdp_status apply_init_from(fsdp_train_config *c) {
     if (!c->init_from) return FSDP_OK;
     FSDP_TRY(fsdp_hf_read_config(c->init_from, c));
     int v = 0;
     FSDP_TRY(fsdp_data_meta_vocab(c->data, &v));
-    if (v > 0 && v != c->vocab) {
+    if (v > c->vocab) {
         char *dir = fsdp_data_dir(c->data);
-        fsdp_status s =
-            fsdp_set_error(FSDP_EINVAL,
-                           "%s/meta.json: the data's vocabulary (%d) is not --init-from %s's (%d): "
-                           "prepare the text with `fsdp-train prepare --tokenizer %s/tokenizer.json`",
-                           dir ? dir : c->data, v, c->init_from, c->vocab, c->init_from);
+        fsdp_status s = fsdp_set_error(
+            FSDP_EINVAL,
+            "%s/meta.json: the data's vocabulary (%d ids) is larger than --init-from %s's (vocab_size %d): "
+            "the data holds ids the model has no row for; it was prepared with another tokenizer than the "
+            "model's (prepare the text with `fsdp-train prepare --tokenizer %s/tokenizer.json`)",
+            dir ? dir : c->data, v, c->init_from, c->vocab, c->init_from);
         free(dir);
         return s;
     }

@@ -93,6 +93,28 @@ for n in ('train', 'val'):
         --sample-tokens 0 --threads 1 --steps 1 --checkpoint-dir ck_e --metrics e.jsonl >e.log 2>&1 || bad "all-masked run: $(tail -3 e.log)"
     grep -q '"loss": 0,.*"skipped": 1' e.jsonl && ok || bad "all-masked step not skipped with loss 0: $(cat e.jsonl)"
     grep -qi nan e.log e.jsonl && bad "NaN in the all-masked run: $(grep -i nan e.log e.jsonl | head -3)" || ok
+    # A model whose vocab_size pads its tokenizer (Qwen2.5/3: 151936 rows for 151665 ids; issue 38 item
+    # 2): data of a smaller vocabulary trains (it was refused, the message asking for what was done), and
+    # the export keeps every row; data of a larger vocabulary than the model's is refused by name.
+    "$PY" -c "
+import transformers
+m = transformers.AutoModelForCausalLM.from_pretrained('m_single')
+m.resize_token_embeddings(320)
+m.save_pretrained('m_pad')" >pad.log 2>&1 || bad "padded model: $(tail -3 pad.log)"
+    run 1 --init-from m_pad --data data --seq-len 32 --batch 12 --precision fp32 --eval-every 0 --sample-tokens 0 \
+        --threads 1 --steps 2 --checkpoint-dir ck_pad >pad_run.log 2>&1 && ok || bad "padded model on 257-id data: $(tail -3 pad_run.log)"
+    "$BIN" export --checkpoint ck_pad --out x_pad/model.safetensors >pad_x.log 2>&1 &&
+        "$PY" -c "import json; assert json.load(open('x_pad/config.json'))['vocab_size'] == 320" && ok ||
+        bad "padded export: $(tail -2 pad_x.log)"
+    "$PY" -c "
+import transformers
+m = transformers.AutoModelForCausalLM.from_pretrained('m_single')
+m.resize_token_embeddings(200)
+m.save_pretrained('m_small')" >small.log 2>&1 || bad "small model: $(tail -3 small.log)"
+    run 1 --init-from m_small --data data --seq-len 32 --batch 12 --precision fp32 --eval-every 0 --sample-tokens 0 \
+        --threads 1 --steps 2 --checkpoint-dir ck_small >small_run.log 2>&1 && bad "257-id data on a 200-row model was accepted" ||
+        { grep -q "the data's vocabulary (257 ids) is larger than --init-from m_small's (vocab_size 200)" small_run.log && ok ||
+            bad "small model's message: $(tail -2 small_run.log)"; }
 fi
 
 # Part pack: documents packed into sequences (--pack doc) train as if each document, or its piece in a
