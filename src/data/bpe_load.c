@@ -196,7 +196,10 @@ static fsdp_status check_settings(fsdp_bpe *b, const cJSON *j, const char *path,
             return fsdp_set_error(FSDP_EFORMAT, "%s: \"%s\" is set: not implemented", path, cut[k]);
     *model = cJSON_GetObjectItemCaseSensitive(j, "model");
     if (!cJSON_IsObject(*model)) return fsdp_set_error(FSDP_EFORMAT, "%s: \"model\" is missing", path);
-    FSDP_TRY(need_type(*model, "model", "BPE", path));
+    /* Files written by older `tokenizers` versions (the Hub's gpt2 tokenizer.json among them) give a BPE
+     * model no "type": `tokenizers` takes an untyped model with "vocab" and "merges" as a BPE. */
+    if (cJSON_GetObjectItemCaseSensitive(*model, "type") || !cJSON_GetObjectItemCaseSensitive(*model, "merges"))
+        FSDP_TRY(need_type(*model, "model", "BPE", path));
     static const char *const mkeys[] = {"type",
                                         "dropout",
                                         "unk_token",
