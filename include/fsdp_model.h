@@ -135,6 +135,11 @@ const fsdp_model_family *fsdp_model_family_find(const char *name); /* NULL if un
 const fsdp_model_family *fsdp_model_family_for_hf(const char *architecture, const char *model_type);
 /* "gpt2, llama": for messages and --help. */
 const char *fsdp_model_family_names(void);
+/* NULL-terminated lists from the registry: the families' names in registry order; and "auto" followed
+ * by every family's Hugging Face architectures in registry order (what fsdp-train's --model and
+ * --hf-architecture take). Static storage, built once. */
+const char *const *fsdp_model_family_list(void);
+const char *const *fsdp_model_hf_architecture_list(void);
 
 /* ---- configs */
 /* The family's default shape; FSDP_EINVAL for an unknown family name. */

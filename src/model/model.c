@@ -6,6 +6,7 @@
 #include "core/core.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -38,6 +39,30 @@ const char *fsdp_model_family_names(void) {
     for (int i = 0; i < N_FAMILIES && u < sizeof buf; i++)
         u += (size_t)snprintf(buf + u, sizeof buf - u, "%s%s", i ? ", " : "", families[i]->name);
     return buf;
+}
+
+static const char *family_list[N_FAMILIES + 1];
+static const char *arch_list[64];
+static pthread_once_t lists_once = PTHREAD_ONCE_INIT;
+
+static void build_lists(void) {
+    int n = 0;
+    arch_list[n++] = "auto";
+    for (int i = 0; i < N_FAMILIES; i++) {
+        family_list[i] = families[i]->name;
+        for (const char *const *a = families[i]->hf_architectures; a && *a && n < 63; a++)
+            arch_list[n++] = *a;
+    }
+}
+
+const char *const *fsdp_model_family_list(void) {
+    pthread_once(&lists_once, build_lists);
+    return family_list;
+}
+
+const char *const *fsdp_model_hf_architecture_list(void) {
+    pthread_once(&lists_once, build_lists);
+    return arch_list;
 }
 
 /* ---------------------------------------------------------------- configs */

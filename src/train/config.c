@@ -31,14 +31,17 @@ static const char *const strategy_names[] = {"full", "grad-op", "none", "hybrid"
 static const char *const main_grad_names[] = {"lazy", "eager", NULL};
 static const char *const accum_names[] = {"sharded", "no-sync", NULL};
 static const char *const dtype_names[] = {"f32", "bf16", NULL}; /* fsdp_dtype order */
-const char *const fsdp_train_model_names[] = {"gpt2", "llama", NULL};
-const char *const fsdp_train_hf_arch_names[] = {"auto",
-                                                "GPT2LMHeadModel",
-                                                "LlamaForCausalLM",
-                                                "Qwen2ForCausalLM",
-                                                "Qwen3ForCausalLM",
-                                                "MistralForCausalLM",
-                                                NULL};
+/* --model and --hf-architecture take the registry's lists (fsdp_model_family_list, fsdp_model_hf_
+ * architecture_list), copied here before main runs: the flag table below points at these arrays. */
+const char *fsdp_train_model_names[FSDP_TRAIN_MAX_NAMES];
+const char *fsdp_train_hf_arch_names[FSDP_TRAIN_MAX_NAMES];
+__attribute__((constructor)) static void names_from_registry(void) {
+    const char *const *f = fsdp_model_family_list(), *const *a = fsdp_model_hf_architecture_list();
+    for (int i = 0; f[i] && i < FSDP_TRAIN_MAX_NAMES - 1; i++)
+        fsdp_train_model_names[i] = f[i];
+    for (int i = 0; a[i] && i < FSDP_TRAIN_MAX_NAMES - 1; i++)
+        fsdp_train_hf_arch_names[i] = a[i];
+}
 static const char *const rope_scaling_names[] = {"none", "llama3", NULL}; /* fsdp_rope_scaling_type order */
 
 typedef struct {

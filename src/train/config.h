@@ -127,8 +127,9 @@ typedef struct {
 } fsdp_train_config;
 
 /* NULL-terminated names of the --model and --hf-architecture choices (index = the config field). */
-extern const char *const fsdp_train_model_names[];
-extern const char *const fsdp_train_hf_arch_names[];
+#define FSDP_TRAIN_MAX_NAMES 64
+extern const char *fsdp_train_model_names[FSDP_TRAIN_MAX_NAMES];   /* the registry's, NULL-terminated */
+extern const char *fsdp_train_hf_arch_names[FSDP_TRAIN_MAX_NAMES]; /* "auto", then every family's */
 
 fsdp_train_config fsdp_train_config_default(void);
 

@@ -110,7 +110,26 @@ static void test_unused_refused(void) {
     CHECK(unused >= 2); /* qkv_bias, qk_norm, the rope_* fields */
 }
 
+/* The trainer's --model and --hf-architecture choices are the registry's lists, in its order. */
+static void test_registry_lists(void) {
+    const char *const *f = fsdp_model_family_list(), *const *a = fsdp_model_hf_architecture_list();
+    int nf = 0, na = 0;
+    for (; f[nf]; nf++) {
+        CHECKF(fsdp_train_model_names[nf] && !strcmp(fsdp_train_model_names[nf], f[nf]), "family %d", nf);
+        CHECK(fsdp_model_family_find(f[nf]) != NULL);
+    }
+    CHECK(nf >= 2 && fsdp_train_model_names[nf] == NULL);
+    CHECK(!strcmp(a[0], "auto"));
+    for (; a[na]; na++)
+        CHECKF(fsdp_train_hf_arch_names[na] && !strcmp(fsdp_train_hf_arch_names[na], a[na]), "architecture %d", na);
+    CHECK(fsdp_train_hf_arch_names[na] == NULL);
+    /* every family's architectures, each mapping back to its family */
+    for (int i = 1; i < na; i++) CHECKF(fsdp_model_family_for_hf(a[i], NULL) != NULL, "%s has no family", a[i]);
+    CHECK(fsdp_model_family_for_hf("Qwen3ForCausalLM", NULL) == fsdp_model_family_find("llama"));
+}
+
 int main(void) {
+    test_registry_lists();
     test_table_covers_struct();
     test_diff();
     test_flags();
