@@ -179,6 +179,12 @@ double fsdp_model_field_get(const fsdp_model_config *c, const fsdp_model_field *
 void fsdp_model_field_set(fsdp_model_config *c, const fsdp_model_field *f, double v);
 /* Whether family `family` uses field f (a field it does not use must keep the family's default). */
 int fsdp_model_field_used_by(const fsdp_model_field *f, const char *family);
+/* The model's identity as JSON, owned by the library (the checkpoint manifest's "model-config"):
+ * to_json adds "family", every identity field of the table by name and "hf_architecture" to obj;
+ * from_json reads them back (a field absent: the family's default), refusing an unknown family, a
+ * member of the wrong type and an invalid config, naming `what` (the file) and the member. */
+fsdp_status fsdp_model_config_to_json(const fsdp_model_config *c, struct cJSON *obj);
+fsdp_status fsdp_model_config_from_json(const struct cJSON *obj, const char *what, fsdp_model_config *c);
 
 fsdp_status fsdp_model_units_init(fsdp_model_units *out, const fsdp_model_config *c);
 void fsdp_model_units_free(fsdp_model_units *u); /* zeroes; NULL or zeroed is a no-op */

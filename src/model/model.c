@@ -5,8 +5,10 @@
 
 #include "core/core.h"
 
+#include <cjson/cJSON.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -244,3 +246,49 @@ fsdp_status fsdp_model_set_recompute(fsdp_model_t *m, int on) {
 }
 
 fsdp_unit_t *fsdp_model_unit(fsdp_model_t *m, int i) { return m ? m->cfg.family->unit(m->impl, i) : NULL; }
+
+/* ---------------------------------------------------------------- the model config as JSON */
+
+fsdp_status fsdp_model_config_to_json(const fsdp_model_config *c, cJSON *obj) {
+    if (!c || !obj || !c->family) return FSDP_ERR(FSDP_EINVAL, "config, family and JSON object must not be NULL");
+    int n;
+    const fsdp_model_field *f = fsdp_model_fields(&n);
+    int ok = cJSON_AddStringToObject(obj, "family", c->family->name) != NULL;
+    for (int i = 0; ok && i < n; i++)
+        if (f[i].identity)
+            ok = cJSON_AddNumberToObject(obj, f[i].name, fsdp_model_field_get(c, &f[i])) != NULL;
+    ok = ok && cJSON_AddStringToObject(obj, "hf_architecture", c->hf_architecture) != NULL;
+    return ok ? FSDP_OK : FSDP_ERR(FSDP_ENOMEM, "no memory for the model config's JSON");
+}
+
+fsdp_status fsdp_model_config_from_json(const cJSON *obj, const char *what, fsdp_model_config *c) {
+    if (!obj || !c) return FSDP_ERR(FSDP_EINVAL, "JSON object and config must not be NULL");
+    if (!what) what = "model config";
+    if (!cJSON_IsObject(obj)) return fsdp_set_error(FSDP_EFORMAT, "%s: the model config is not a JSON object", what);
+    const cJSON *fam = cJSON_GetObjectItemCaseSensitive(obj, "family");
+    if (!cJSON_IsString(fam)) return fsdp_set_error(FSDP_EFORMAT, "%s: the model config has no \"family\" string", what);
+    fsdp_model_config r;
+    if (fsdp_model_config_init(&r, fam->valuestring) != FSDP_OK)
+        return fsdp_set_error(FSDP_EFORMAT, "%s: model family \"%.40s\" is unknown (known: %s)", what,
+                              fam->valuestring, fsdp_model_family_names());
+    int n;
+    const fsdp_model_field *f = fsdp_model_fields(&n);
+    for (int i = 0; i < n; i++) {
+        if (!f[i].identity) continue;
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, f[i].name);
+        if (!v) continue; /* the family's default */
+        if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) ||
+            (f[i].type == FSDP_FIELD_INT &&
+             (v->valuedouble != floor(v->valuedouble) || fabs(v->valuedouble) > 2147483647.0)))
+            return fsdp_set_error(FSDP_EFORMAT, "%s: model config \"%s\" is not %s", what, f[i].name,
+                                  f[i].type == FSDP_FIELD_INT ? "a whole number" : "a finite number");
+        fsdp_model_field_set(&r, &f[i], v->valuedouble);
+    }
+    const cJSON *ha = cJSON_GetObjectItemCaseSensitive(obj, "hf_architecture");
+    if (ha && (!cJSON_IsString(ha) || strlen(ha->valuestring) >= sizeof r.hf_architecture))
+        return fsdp_set_error(FSDP_EFORMAT, "%s: model config \"hf_architecture\" is not a short string", what);
+    if (ha) snprintf(r.hf_architecture, sizeof r.hf_architecture, "%s", ha->valuestring);
+    if (fsdp_model_config_validate(&r) != FSDP_OK) return FSDP_WRAP(FSDP_EFORMAT, "%s: the model config", what);
+    *c = r;
+    return FSDP_OK;
+}

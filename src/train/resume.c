@@ -178,7 +178,9 @@ fsdp_status fsdp_train_check_resume_drift(train_run *r, const char *step_dir) {
     fsdp_model_config mine_mc, their_mc;
     fsdp_status s = what ? FSDP_OK : FSDP_ERR(FSDP_ENOMEM, "no memory for a path");
     if (s == FSDP_OK) s = fsdp_train_config_from_json(&theirs, mj, what);
-    if (s == FSDP_OK) s = fsdp_train_model_config(&theirs, &their_mc);
+    /* the model's own record where the manifest has one (fsdp_model_config_to_json), else its flags */
+    const cJSON *mcj = cJSON_GetObjectItemCaseSensitive(mj, "model-config");
+    if (s == FSDP_OK) s = mcj ? fsdp_model_config_from_json(mcj, what, &their_mc) : fsdp_train_model_config(&theirs, &their_mc);
     if (s == FSDP_OK) s = fsdp_train_model_config(&r->cfg, &mine_mc);
     /* The manifest's numbers went through JSON text (15 significant digits): a real-valued field
      * within a relative 1e-9 of the checkpoint's is the same. */

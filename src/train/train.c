@@ -219,6 +219,16 @@ static fsdp_status run_setup(train_run *r) {
     }
     r->cj = fsdp_train_config_to_json(c);
     if (!r->cj) return FSDP_ERR(FSDP_ENOMEM, "no memory for the config record");
+    { /* the model's identity in the library's own record (fsdp_model_config_to_json): resume reads it */
+        cJSON *mcj = cJSON_CreateObject();
+        s = mcj ? fsdp_model_config_to_json(fsdp_model_get_config(r->rm.model), mcj)
+                : FSDP_ERR(FSDP_ENOMEM, "no memory for the config record");
+        if (s == FSDP_OK && !cJSON_AddItemToObject(r->cj, "model-config", mcj)) s = FSDP_ERR(FSDP_ENOMEM, "no memory");
+        if (s != FSDP_OK) {
+            cJSON_Delete(mcj);
+            return s;
+        }
+    }
     { /* the data's tokenizer, which a resume must find unchanged */
         char tk[32];
         s = fsdp_train_data_tokenizer_id(c->data, tk, sizeof tk);

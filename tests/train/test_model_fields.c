@@ -10,6 +10,7 @@
 #include "train/config.h"
 #include "train/train.h"
 
+#include <cjson/cJSON.h>
 #include <stddef.h>
 #include <string.h>
 
@@ -128,7 +129,36 @@ static void test_registry_lists(void) {
     CHECK(fsdp_model_family_for_hf("Qwen3ForCausalLM", NULL) == fsdp_model_family_find("llama"));
 }
 
+/* The library's JSON of a config reads back as the same model; bad records are refused by name. */
+static void test_json(void) {
+    fsdp_model_config c, r;
+    CHECK_OK(fsdp_model_config_init(&c, "llama"));
+    c.n_kv_head = 3, c.n_head = 9, c.n_embd = 144, c.qkv_bias = 1, c.rope_theta = 1e6 / 3;
+    c.rope_scaling = FSDP_ROPE_SCALING_LLAMA3, c.rope_factor = 8, c.rope_low_freq_factor = 1,
+    c.rope_high_freq_factor = 4, c.rope_original_max_pos = 8192;
+    snprintf(c.hf_architecture, sizeof c.hf_architecture, "Qwen2ForCausalLM");
+    CHECK_OK(fsdp_model_config_validate(&c));
+    cJSON *j = cJSON_CreateObject();
+    CHECK_OK(fsdp_model_config_to_json(&c, j));
+    char *text = cJSON_PrintUnformatted(j);
+    cJSON *k = cJSON_Parse(text);
+    CHECK_OK(fsdp_model_config_from_json(k, "m.json", &r));
+    CHECKF(fsdp_model_config_diff(&c, &r) == NULL, "round trip differs in %s: %s", fsdp_model_config_diff(&c, &r), text);
+    CHECK(!strcmp(r.hf_architecture, "Qwen2ForCausalLM") && r.family == c.family);
+    cJSON_ReplaceItemInObject(k, "family", cJSON_CreateString("gemma"));
+    CHECK_ERR(fsdp_model_config_from_json(k, "m.json", &r), FSDP_EFORMAT, "model family \"gemma\" is unknown");
+    cJSON_ReplaceItemInObject(k, "family", cJSON_CreateString("llama"));
+    cJSON_ReplaceItemInObject(k, "n_head", cJSON_CreateNumber(2.5));
+    CHECK_ERR(fsdp_model_config_from_json(k, "m.json", &r), FSDP_EFORMAT, "\"n_head\" is not a whole number");
+    cJSON_ReplaceItemInObject(k, "n_head", cJSON_CreateNumber(7)); /* 7 does not divide 144: invalid */
+    CHECK_ERR(fsdp_model_config_from_json(k, "m.json", &r), FSDP_EFORMAT, "m.json");
+    cJSON_Delete(k);
+    cJSON_Delete(j);
+    free(text);
+}
+
 int main(void) {
+    test_json();
     test_registry_lists();
     test_table_covers_struct();
     test_diff();
