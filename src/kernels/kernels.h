@@ -113,6 +113,19 @@ int fsdp_gemm_widen_rows(int K, int N);
  * *c32_bytes the dense block buffer (0 unless the weight is widened in blocks and this ISA's f32
  * kernel needs dense operands). May initialise oneDNN. */
 void fsdp_gemm_widen_workspace(int M, int K, int N, size_t *w32_bytes, size_t *c32_bytes);
+/* The best of a few square S x S x S GEMMs (S 512 or 1024) (fsdp_matmul_forward with parameters in pdt, the
+ * path this process's GEMMs take) on the calling process's OpenMP threads, bounded by budget_s seconds in all
+ * (warm-ups included): 2 S^3 / best seconds. Releases the GEMM workspace afterwards
+ * (fsdp_kernels_shutdown), so that the memory figures after it are the run's alone. */
+typedef struct {
+    double gflops;  /* the measured peak, GFLOP/s of this process */
+    double best_s;  /* the best repetition */
+    double total_s; /* the whole measurement, warm-up included */
+    int size;       /* S */
+    int reps;       /* timed repetitions */
+} fsdp_gemm_peak_result;
+
+fsdp_status fsdp_gemm_peak(fsdp_dtype pdt, double budget_s, fsdp_gemm_peak_result *out);
 /* Tests/benchmarks: the block bound of fsdp_gemm_widen_rows in bytes (0: the default, 32 MiB). */
 void fsdp_gemm_set_widen_bytes(size_t bytes);
 /* One weight a model multiplies by: out[rows, n] = in[rows, k] W[n, k]^T (+ bias[n] when bias). */

@@ -4,28 +4,18 @@
 #include "train/run.h"
 
 #include "core/core.h"
-#include "core/prof.h"
 #include "kernels/kernels.h"
 #include "fsdp_model.h"
-#include "data/bpe.h"
 #include "checkpoint/checkpoint.h"
 #include "data/data.h"
-#include "train/hf.h"
 #include "train/model_load.h"
-#include "train/perf.h"
 #include "io/io.h"
 
 #include <cjson/cJSON.h>
-#include <errno.h>
-#include <fcntl.h>
-#include <limits.h>
 #include <math.h>
-#include <omp.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
-#include <sys/stat.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -146,13 +136,13 @@ fsdp_status fsdp_train_setup_perf(train_run *r) {
         if (!r->guard) return FSDP_ERR(FSDP_ENOMEM, "no memory for the outlier guard");
         FSDP_TRY(fsdp_outlier_init(r->guard, c->skip_update_window));
     }
-    fsdp_train_peak pk = {0};
+    fsdp_gemm_peak_result pk = {0};
     fsdp_status s = FSDP_OK;
     const char *source = c->peak_gflops > 0 ? "--peak-gflops" : c->peak_gflops < 0 ? "off" : "measured";
     if (c->peak_gflops == 0) {
         s = fsdp_comm_barrier(r->comm);
         if (s == FSDP_OK)
-            s = fsdp_train_gemm_peak(c->precision == FSDP_PRECISION_MIXED ? FSDP_BF16 : FSDP_F32, 0.25, &pk);
+            s = fsdp_gemm_peak(c->precision == FSDP_PRECISION_MIXED ? FSDP_BF16 : FSDP_F32, 0.25, &pk);
         r->peak_rank_gflops = pk.gflops;
     } else if (c->peak_gflops > 0) {
         r->peak_rank_gflops = c->peak_gflops;

@@ -4,27 +4,17 @@
 #include "train/run.h"
 
 #include "core/core.h"
-#include "core/prof.h"
-#include "kernels/kernels.h"
 #include "fsdp_model.h"
-#include "data/bpe.h"
 #include "checkpoint/checkpoint.h"
 #include "data/data.h"
-#include "train/hf.h"
 #include "train/model_load.h"
-#include "train/perf.h"
 #include "io/io.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <limits.h>
-#include <math.h>
-#include <omp.h>
-#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 

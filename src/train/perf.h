@@ -1,5 +1,5 @@
-/* perf.h — the trainer's speed figures: the GEMM peak measured at start-up on this CPU with the
- * project's own GEMM (the denominator of MFU), the MFU arithmetic, and the running statistics of the
+/* perf.h — the trainer's speed figures: the MFU arithmetic (its denominator, the GEMM peak, is the
+ * kernels layer's fsdp_gemm_peak), and the running statistics of the
  * outlier guard (--skip-update-z: an llm.c-style skip of an update whose loss or grad norm is far
  * outside its recent values). Library code: status codes, no output. */
 #ifndef FSDP_TRAIN_PERF_H
@@ -7,19 +7,6 @@
 
 #include "fsdp.h"
 
-/* The best of a few square S x S x S GEMMs (S 512 or 1024) (fsdp_matmul_forward with parameters in pdt, the
- * path this process's GEMMs take) on the calling process's OpenMP threads, bounded by budget_s seconds in all
- * (warm-ups included): 2 S^3 / best seconds. Releases the GEMM workspace afterwards
- * (fsdp_kernels_shutdown), so that the memory figures after it are the run's alone. */
-typedef struct {
-    double gflops;  /* the measured peak, GFLOP/s of this process */
-    double best_s;  /* the best repetition */
-    double total_s; /* the whole measurement, warm-up included */
-    int size;       /* S */
-    int reps;       /* timed repetitions */
-} fsdp_train_peak;
-
-fsdp_status fsdp_train_gemm_peak(fsdp_dtype pdt, double budget_s, fsdp_train_peak *out);
 
 /* Model FLOPs per second of a step that trained `tokens` tokens with flops_per_token each (the family's
  * forward + backward count: recompute is not counted, as MFU counts) in dt seconds; and that as a

@@ -7,6 +7,7 @@
 
 #include "fsdp.h"
 #include "fsdp_model.h"
+#include "kernels/kernels.h"
 #include "train/perf.h"
 
 #include <math.h>
@@ -85,12 +86,12 @@ static void test_mfu(void) {
 }
 
 static void test_peak(void) {
-    fsdp_train_peak pk;
-    CHECK_ERR(fsdp_train_gemm_peak(FSDP_I32, 0.1, &pk), FSDP_EINVAL, "gemm peak");
-    CHECK_ERR(fsdp_train_gemm_peak(FSDP_F32, 0, &pk), FSDP_EINVAL, "budget");
+    fsdp_gemm_peak_result pk;
+    CHECK_ERR(fsdp_gemm_peak(FSDP_I32, 0.1, &pk), FSDP_EINVAL, "gemm peak");
+    CHECK_ERR(fsdp_gemm_peak(FSDP_F32, 0, &pk), FSDP_EINVAL, "budget");
     for (int d = 0; d < 2; d++) {
         size_t before = fsdp_mem_current(FSDP_MEM_OTHER);
-        CHECK_OK(fsdp_train_gemm_peak(d ? FSDP_BF16 : FSDP_F32, 0.2, &pk));
+        CHECK_OK(fsdp_gemm_peak(d ? FSDP_BF16 : FSDP_F32, 0.2, &pk));
         CHECK(pk.reps >= 1 && pk.reps <= 16 && (pk.size == 512 || pk.size == 1024));
         CHECK(pk.gflops > 0 && pk.best_s > 0 && pk.best_s <= pk.total_s);
         CHECKF(fabs(pk.gflops - 2.0 * pk.size * (double)pk.size * pk.size / pk.best_s / 1e9) <
