@@ -300,6 +300,9 @@ fsdp_status fsdp_export_run(const fsdp_train_config *cfg, FILE *out) {
     export_signal = 0;
     if (sig) { /* with the temporaries gone, end as the signal asked (under the old handler) */
         fprintf(stderr, "fsdp-train: error: %s\n", s != FSDP_OK ? fsdp_last_error() : "export interrupted");
+        /* the process ends by the signal: what it printed before (a run's log, under --export-final) must
+         * not die in stdio's buffers */
+        fflush(NULL);
         raise(sig);
     }
     return s;

@@ -186,13 +186,16 @@ fsdp_status fsdp_train_setup_perf(train_run *r) {
     return FSDP_OK;
 }
 
-/* ---------------------------------------------------------------- SIGINT and SIGTERM */
+/* ---------------------------------------------------------------- SIGINT */
 
-/* Caught while a run or a sample is under way: recorded, and the work stops at its next agreed point
- * (fsdp_train_signal_stop) on every rank, so that a save in progress completes (no temporary is left)
- * and the output is flushed on the way out. SA_RESETHAND: a second signal ends the process at once. */
+/* SIGINT (Ctrl-C) while a run or a sample is under way: recorded, and the work stops at its next agreed
+ * point (fsdp_train_signal_stop) on every rank, so that a save in progress completes (no temporary is
+ * left) and the output is flushed on the way out. SA_RESETHAND: a second one ends the process at once.
+ * SIGTERM keeps its default: it is how launchers and schedulers end a rank, at once (Open MPI follows it
+ * with SIGKILL after a second), also one blocked in a collective that would reach no agreed point;
+ * output is line-buffered where it matters (the log's "saved" lines are flushed as they are printed). */
 static volatile sig_atomic_t caught_signal;
-static struct sigaction before_int, before_term;
+static struct sigaction before_int;
 static int catching;
 
 static void on_signal(int sig) { caught_signal = sig; }
@@ -206,21 +209,17 @@ void fsdp_train_signals_catch(int on) {
         sigemptyset(&sa.sa_mask);
         caught_signal = 0;
         sigaction(SIGINT, &sa, &before_int);
-        sigaction(SIGTERM, &sa, &before_term);
         /* a signal ignored when we started stays ignored (a shell's background job, nohup) */
         if (before_int.sa_handler == SIG_IGN) sigaction(SIGINT, &before_int, NULL);
-        if (before_term.sa_handler == SIG_IGN) sigaction(SIGTERM, &before_term, NULL);
         catching = 1;
     } else if (!on && catching) {
         sigaction(SIGINT, &before_int, NULL);
-        sigaction(SIGTERM, &before_term, NULL);
         catching = 0;
     }
 }
 
 fsdp_status fsdp_train_signal_stop(fsdp_comm_t *comm, const char *where) {
     const int sig = caught_signal;
-    fsdp_status s = sig ? fsdp_set_error(FSDP_EIO, "stopped by %s %s", sig == SIGINT ? "SIGINT" : "SIGTERM", where)
-                        : FSDP_OK;
+    fsdp_status s = sig ? fsdp_set_error(FSDP_EIO, "stopped by SIGINT %s", where) : FSDP_OK;
     return comm ? fsdp_comm_agree(comm, s, "stopping on a signal") : s;
 }

@@ -70,10 +70,10 @@ void fsdp_train_fmt_eta(char *buf, size_t cap, double s);
 fsdp_status fsdp_train_agree_gemm_path(train_run *r);
 fsdp_status fsdp_train_setup_perf(train_run *r);
 
-/* SIGINT / SIGTERM while a run or a sample works (host.c): catch(1) records them (a second one ends
- * the process), catch(0) restores the dispositions before; signal_stop is FSDP_OK, or, on every rank
- * alike (an agreement: call it at the same point on every rank), an error saying which signal stopped
- * the work `where` ("after step 12: ..."). */
+/* SIGINT while a run or a sample works (host.c): catch(1) records it (a second one ends the process;
+ * SIGTERM keeps its default), catch(0) restores the disposition before; signal_stop is FSDP_OK, or, on
+ * every rank alike (an agreement: call it at the same point on every rank), an error saying that
+ * SIGINT stopped the work `where` ("after step 12: ..."). */
 void fsdp_train_signals_catch(int on);
 fsdp_status fsdp_train_signal_stop(fsdp_comm_t *comm, const char *where);
 

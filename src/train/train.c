@@ -639,7 +639,10 @@ static fsdp_status maybe_checkpoint(train_run *r, int step) {
     fsdp_trace_begin("checkpoint", "checkpoint");
     FSDP_TRY(fsdp_ckpt_save(r->rm.eng, c->checkpoint_dir, r->cj, &r->st, &saved));
     fsdp_trace_end("checkpoint", "checkpoint");
-    if (r->o) fprintf(r->o, "%ssaved %s\n", r->tty ? "\n" : "", saved);
+    if (r->o) { /* flushed now: the line that says which checkpoint is complete outlives a kill */
+        fprintf(r->o, "%ssaved %s\n", r->tty ? "\n" : "", saved);
+        fflush(r->o);
+    }
     free(r->last_saved);
     r->last_saved = saved;
     /* --keep-last: the older checkpoints beyond the newest K go, now that this one is complete */
