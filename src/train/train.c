@@ -138,6 +138,50 @@ static fsdp_status open_data(train_run *r) {
     return FSDP_OK;
 }
 
+/* The config the checkpoints record (r->cj): the settings, the model's own record, the data's tokenizer
+ * and shards, and where the run started (--init-from and its fingerprint): what a resume checks. */
+static fsdp_status config_record(train_run *r) {
+    const fsdp_train_config *c = &r->cfg;
+    fsdp_comm_t *comm = r->comm;
+    fsdp_status s;
+    r->cj = fsdp_train_config_to_json(c);
+    if (!r->cj) return FSDP_ERR(FSDP_ENOMEM, "no memory for the config record");
+    { /* the model's identity in the library's own record (fsdp_model_config_to_json): resume reads it */
+        cJSON *mcj = cJSON_CreateObject();
+        s = mcj ? fsdp_model_config_to_json(fsdp_model_get_config(r->rm.model), mcj)
+                : FSDP_ERR(FSDP_ENOMEM, "no memory for the config record");
+        if (s == FSDP_OK && !cJSON_AddItemToObject(r->cj, "model-config", mcj)) s = FSDP_ERR(FSDP_ENOMEM, "no memory");
+        if (s != FSDP_OK) {
+            cJSON_Delete(mcj);
+            return s;
+        }
+    }
+    { /* the data's tokenizer, which a resume must find unchanged */
+        char tk[32];
+        s = fsdp_train_data_tokenizer_id(c->data, tk, sizeof tk);
+        if (s == FSDP_OK && !cJSON_AddStringToObject(r->cj, "data-tokenizer", tk))
+            s = FSDP_ERR(FSDP_ENOMEM, "no memory for the config record");
+        FSDP_TRY(fsdp_comm_agree(comm, s, "fingerprinting the data's tokenizer"));
+    }
+    { /* the training shards in their order, which a resume must find unchanged */
+        cJSON *sh = fsdp_train_data_shards_json(&r->train);
+        if (!sh || !cJSON_AddItemToObject(r->cj, "data-shards", sh)) {
+            cJSON_Delete(sh);
+            return FSDP_ERR(FSDP_ENOMEM, "no memory for the config record");
+        }
+    }
+    if (c->init_from && !c->resume) { /* where the run starts: the folder and its fingerprint */
+        uint32_t crc = 0;
+        char fp[32];
+        s = fsdp_hf_fingerprint(c->init_from, &crc);
+        snprintf(fp, sizeof fp, "crc32c:%08x", (unsigned)crc);
+        if (s == FSDP_OK && !cJSON_AddStringToObject(r->cj, "init-from-fingerprint", fp))
+            s = FSDP_ERR(FSDP_ENOMEM, "no memory for the config record");
+        FSDP_TRY(fsdp_comm_agree(comm, s, "fingerprinting --init-from"));
+    }
+    return FSDP_OK;
+}
+
 /* The settings every rank agrees on, the checkpoint folder (this run's alone, writable), the data, the
  * model and its memory plan, the config record. */
 static fsdp_status run_setup(train_run *r) {
@@ -208,41 +252,7 @@ static fsdp_status run_setup(train_run *r) {
         if (gc->n_kv_head && gc->n_kv_head != gc->n_head) fprintf(r->o, " (%d key/value)", gc->n_kv_head);
         fprintf(r->o, ", vocab %d, %zu parameters\n", gc->vocab_size, fsdp_model_num_params(gc));
     }
-    r->cj = fsdp_train_config_to_json(c);
-    if (!r->cj) return FSDP_ERR(FSDP_ENOMEM, "no memory for the config record");
-    { /* the model's identity in the library's own record (fsdp_model_config_to_json): resume reads it */
-        cJSON *mcj = cJSON_CreateObject();
-        s = mcj ? fsdp_model_config_to_json(fsdp_model_get_config(r->rm.model), mcj)
-                : FSDP_ERR(FSDP_ENOMEM, "no memory for the config record");
-        if (s == FSDP_OK && !cJSON_AddItemToObject(r->cj, "model-config", mcj)) s = FSDP_ERR(FSDP_ENOMEM, "no memory");
-        if (s != FSDP_OK) {
-            cJSON_Delete(mcj);
-            return s;
-        }
-    }
-    { /* the data's tokenizer, which a resume must find unchanged */
-        char tk[32];
-        s = fsdp_train_data_tokenizer_id(c->data, tk, sizeof tk);
-        if (s == FSDP_OK && !cJSON_AddStringToObject(r->cj, "data-tokenizer", tk))
-            s = FSDP_ERR(FSDP_ENOMEM, "no memory for the config record");
-        FSDP_TRY(fsdp_comm_agree(comm, s, "fingerprinting the data's tokenizer"));
-    }
-    { /* the training shards in their order, which a resume must find unchanged */
-        cJSON *sh = fsdp_train_data_shards_json(&r->train);
-        if (!sh || !cJSON_AddItemToObject(r->cj, "data-shards", sh)) {
-            cJSON_Delete(sh);
-            return FSDP_ERR(FSDP_ENOMEM, "no memory for the config record");
-        }
-    }
-    if (c->init_from && !c->resume) { /* where the run starts: the folder and its fingerprint */
-        uint32_t crc = 0;
-        char fp[32];
-        s = fsdp_hf_fingerprint(c->init_from, &crc);
-        snprintf(fp, sizeof fp, "crc32c:%08x", (unsigned)crc);
-        if (s == FSDP_OK && !cJSON_AddStringToObject(r->cj, "init-from-fingerprint", fp))
-            s = FSDP_ERR(FSDP_ENOMEM, "no memory for the config record");
-        FSDP_TRY(fsdp_comm_agree(comm, s, "fingerprinting --init-from"));
-    }
+    FSDP_TRY(config_record(r));
     return fsdp_train_setup_perf(r);
 }
 
