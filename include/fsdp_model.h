@@ -162,13 +162,13 @@ typedef enum {
     FSDP_FIELD_NEG_DEFAULT   /* a negative flag value means the family's default (0 is a value) */
 } fsdp_model_field_unset;
 typedef struct {
-    const char *name;                /* the member ("qk_norm"), as the diff names it */
-    fsdp_model_field_type type;      /* int or double member */
-    size_t offset;                   /* offsetof(fsdp_model_config, member) */
-    const char *flag;                /* fsdp-train's flag and manifest key ("qk-norm"), NULL: none */
-    int identity;                    /* part of the model (the diff); 0: a run setting (recompute) */
-    fsdp_model_field_unset unset;    /* which flag values leave the family's default */
-    const char *const *families;     /* the families that use it (NULL-terminated); NULL: every family */
+    const char *name;             /* the member ("qk_norm"), as the diff names it */
+    fsdp_model_field_type type;   /* int or double member */
+    size_t offset;                /* offsetof(fsdp_model_config, member) */
+    const char *flag;             /* fsdp-train's flag and manifest key ("qk-norm"), NULL: none */
+    int identity;                 /* part of the model (the diff); 0: a run setting (recompute) */
+    fsdp_model_field_unset unset; /* which flag values leave the family's default */
+    const char *const *families;  /* the families that use it (NULL-terminated); NULL: every family */
 } fsdp_model_field;
 
 /* The table (n rows into *n), and one row by member name (NULL if unknown). */

@@ -375,7 +375,6 @@ static void remove_stale_temps(const char *ckpt_dir) {
     closedir(d);
 }
 
-
 static int cmp_desc(const void *a, const void *b) {
     long long x = *(const long long *)a, y = *(const long long *)b;
     return x < y ? 1 : x > y ? -1 : 0;
@@ -549,7 +548,8 @@ int fsdp_ckpt_was_committed(const char *ckpt_dir, const char *name) {
     int found = 0;
     if (path && access(path, F_OK) == 0 && fsdp_io_read_file(path, &text, &len) == FSDP_OK) {
         for (size_t i = 0; i + n <= len && !found; i++) /* whole lines only */
-            found = (i == 0 || text[i - 1] == '\n') && !memcmp(text + i, name, n) && (i + n == len || text[i + n] == '\n');
+            found = (i == 0 || text[i - 1] == '\n') && !memcmp(text + i, name, n) &&
+                    (i + n == len || text[i + n] == '\n');
     } else {
         fsdp_clear_error();
     }
@@ -567,7 +567,8 @@ int fsdp_ckpt_newer_committed(const char *ckpt_dir, long long step, char *names,
     struct dirent *e;
     while ((e = readdir(d)) != NULL) {
         long long st;
-        if (!step_name(e->d_name, &st) || st <= step || !fsdp_ckpt_was_committed(ckpt_dir, e->d_name)) continue;
+        if (!step_name(e->d_name, &st) || st <= step || !fsdp_ckpt_was_committed(ckpt_dir, e->d_name))
+            continue;
         if (names && used + strlen(e->d_name) + 3 < cap)
             used += (size_t)snprintf(names + used, cap - used, "%s%s", count ? ", " : "", e->d_name);
         count++;

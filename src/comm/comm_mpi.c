@@ -33,7 +33,8 @@ static fsdp_status mpi_fail(const fsdp_comm_t *c, int rc, const char *step, cons
  * there a thread polls every in-flight MPI request every thr_interval_us (FSDP_COMM_PROGRESS_US,
  * default 100; FSDP_COMM_PROGRESS_THREAD=0 turns it off), so a gather or reduction keeps the link
  * busy while the caller computes: without it the link idles during every kernel, and overlap can be
- * slower than no overlap (docs/MULTIHOST.md has the measurement). It needs MPI_THREAD_SERIALIZED: every MPI call, on any thread, holds comm_mpi_mu. */
+ * slower than no overlap (docs/MULTIHOST.md has the measurement). It needs MPI_THREAD_SERIALIZED: every MPI
+ * call, on any thread, holds comm_mpi_mu. */
 static void *progress_thread(void *arg) {
     fsdp_comm_t *c = arg;
     while (!c->thr_stop) {

@@ -1,8 +1,8 @@
 /* comm_shm.c — all-gather, reduce-scatter and all-reduce between the ranks of one host through one
  * shared-memory segment (MPI-3 MPI_Win_allocate_shared on the node communicator). Open MPI's generic
  * collectives move large buffers between the ranks of a host far below memory speed (BENCHMARKS.md);
- * this transport moves the same bytes at memory speed with plain copies and reduces in fp32 in rank order (deterministic, one rounding for bf16, the
- * same bits as the MPI all-to-all path).
+ * this transport moves the same bytes at memory speed with plain copies and reduces in fp32 in rank order
+ * (deterministic, one rounding for bf16, the same bits as the MPI all-to-all path).
  *
  * Each rank owns a segment: a control line and two slots of shm_slot bytes. A collective is a series of
  * rounds, numbered for the communicator's whole life (every rank runs the same collectives in the same

@@ -198,7 +198,8 @@ static fsdp_status check_settings(fsdp_bpe *b, const cJSON *j, const char *path,
     if (!cJSON_IsObject(*model)) return fsdp_set_error(FSDP_EFORMAT, "%s: \"model\" is missing", path);
     /* Files written by older `tokenizers` versions (the Hub's gpt2 tokenizer.json among them) give a BPE
      * model no "type": `tokenizers` takes an untyped model with "vocab" and "merges" as a BPE. */
-    if (cJSON_GetObjectItemCaseSensitive(*model, "type") || !cJSON_GetObjectItemCaseSensitive(*model, "merges"))
+    if (cJSON_GetObjectItemCaseSensitive(*model, "type") ||
+        !cJSON_GetObjectItemCaseSensitive(*model, "merges"))
         FSDP_TRY(need_type(*model, "model", "BPE", path));
     static const char *const mkeys[] = {"type",
                                         "dropout",

@@ -22,7 +22,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-
 /* ---------------------------------------------------------------- prepare */
 
 /* Calls fn for every document of text[0..n): with sep, documents are the runs of lines between

@@ -688,7 +688,8 @@ static fsdp_status stage_lock(fsdp_dir_stage *st, const char *base, const char *
     for (int tries = 0; tries < 100; tries++) {
         int fd = open(p, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY, 0644);
         if (fd < 0) {
-            fsdp_status s = fsdp_set_error(FSDP_EIO, "%s: cannot open the lock %s: %s", cmd, p, strerror(errno));
+            fsdp_status s =
+                fsdp_set_error(FSDP_EIO, "%s: cannot open the lock %s: %s", cmd, p, strerror(errno));
             free(p);
             return s;
         }
@@ -701,10 +702,11 @@ static fsdp_status stage_lock(fsdp_dir_stage *st, const char *base, const char *
             close(fd);
             fsdp_status s =
                 e == EWOULDBLOCK
-                    ? fsdp_set_error(FSDP_EINVAL,
-                                     "%s %s %s: another %s is writing this folder now (pid %s, lock %s): wait "
-                                     "for it to end, or choose another folder",
-                                     cmd, what, st->out, cmd, holder[0] ? holder : "unknown", p)
+                    ? fsdp_set_error(
+                          FSDP_EINVAL,
+                          "%s %s %s: another %s is writing this folder now (pid %s, lock %s): wait "
+                          "for it to end, or choose another folder",
+                          cmd, what, st->out, cmd, holder[0] ? holder : "unknown", p)
                     : fsdp_set_error(FSDP_EIO, "%s: cannot lock %s: %s", cmd, p, strerror(e));
             free(p);
             return s;

@@ -140,16 +140,16 @@ static fsdp_status header_json(fsdp_safetensors *st, size_t head_len, cJSON **ou
     const size_t size = st->size;
     *out = NULL;
     if (size < 8)
-        return fsdp_set_error(FSDP_EFORMAT, "%s: %zu bytes: too short for the 8-byte header length (truncated?)",
-                              what, size);
+        return fsdp_set_error(
+            FSDP_EFORMAT, "%s: %zu bytes: too short for the 8-byte header length (truncated?)", what, size);
     uint64_t hlen = 0;
     for (int i = 7; i >= 0; i--)
         hlen = hlen << 8 | st->head[i];
     if (hlen < 2 || hlen > FSDP_ST_MAX_HEADER || hlen > size - 8)
-        return fsdp_set_error(FSDP_EFORMAT,
-                              "%s: header length %llu %s (file %zu bytes): not a safetensors file, or truncated",
-                              what, (unsigned long long)hlen,
-                              hlen > size - 8 ? "runs past the end of the file" : "is out of range", size);
+        return fsdp_set_error(
+            FSDP_EFORMAT, "%s: header length %llu %s (file %zu bytes): not a safetensors file, or truncated",
+            what, (unsigned long long)hlen,
+            hlen > size - 8 ? "runs past the end of the file" : "is out of range", size);
     if (head_len < 8 + hlen) /* fsdp_st_open read it just now: the file changed in between */
         return fsdp_set_error(FSDP_EIO, "%s shrank while its header was being read", what);
     st->data_off = 8 + hlen;

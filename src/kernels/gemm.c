@@ -48,10 +48,10 @@ static struct {
     fsdp_mixed_compute mixed; /* fsdp_gemm_set_mixed_compute */
     int mixed_resolved;       /* choice below is valid */
     fsdp_gemm_mixed_choice choice;
-    char impl[2][128]; /* fsdp_gemm_impl_name results for F32, BF16 */
-    int strided_ok;    /* -1 unknown; 1: oneDNN's f32 matmul is the same kernel with strided A and C */
-    int dry;                 /* fsdp_gemm_workspace_bytes: GEMMs record their slots, touch no data */
-    size_t dry_slot[NSLOT];  /* the largest request per slot while dry */
+    char impl[2][128];      /* fsdp_gemm_impl_name results for F32, BF16 */
+    int strided_ok;         /* -1 unknown; 1: oneDNN's f32 matmul is the same kernel with strided A and C */
+    int dry;                /* fsdp_gemm_workspace_bytes: GEMMs record their slots, touch no data */
+    size_t dry_slot[NSLOT]; /* the largest request per slot while dry */
 } G = {.bf16_probe = -1, .strided_ok = -1};
 
 static pthread_mutex_t G_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -764,9 +764,9 @@ static void bias_grad(float *dbias, const float *dout, int M, int N, int acc) {
 }
 
 /* The GEMMs of fsdp_matmul_backward (its dinp and dweight) on `path`. Lock held, engine ready. */
-static fsdp_status backward_locked(float *dinp, int dinp_acc, float *dweight, int dweight_acc, const float *dout,
-                                   const float *inp, const void *weight, fsdp_dtype pdt, fsdp_gemm_path path,
-                                   int M, int K, int N) {
+static fsdp_status backward_locked(float *dinp, int dinp_acc, float *dweight, int dweight_acc,
+                                   const float *dout, const float *inp, const void *weight, fsdp_dtype pdt,
+                                   fsdp_gemm_path path, int M, int K, int N) {
     fsdp_status st = FSDP_OK;
     if (path == FSDP_GEMM_F32 || path == FSDP_GEMM_F32_COMPUTE) {
         /* fp32 activations as they are; only the weight is bf16 on the f32-compute path. */
@@ -819,13 +819,14 @@ fsdp_status fsdp_matmul_backward(float *dinp, int dinp_acc, float *dweight, int 
     fsdp_status st = init_locked();
     if (st == FSDP_OK && pdt == FSDP_BF16) st = mixed_resolve_locked();
     if (st == FSDP_OK)
-        st = backward_locked(dinp, dinp_acc, dweight, dweight_acc, dout, inp, weight, pdt, path_locked(pdt), M, K,
-                             N);
+        st = backward_locked(dinp, dinp_acc, dweight, dweight_acc, dout, inp, weight, pdt, path_locked(pdt),
+                             M, K, N);
     pthread_mutex_unlock(&G_lock);
     return st;
 }
 
-size_t fsdp_gemm_workspace_bytes(size_t rows, const fsdp_gemm_shape *shapes, int n_shapes, fsdp_dtype compute) {
+size_t fsdp_gemm_workspace_bytes(size_t rows, const fsdp_gemm_shape *shapes, int n_shapes,
+                                 fsdp_dtype compute) {
     static _Alignas(64) float dummy[16]; /* never read or written while dry */
     float *x = dummy;
     size_t bytes = 0;

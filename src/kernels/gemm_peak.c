@@ -69,4 +69,3 @@ fsdp_status fsdp_gemm_peak(fsdp_dtype pdt, double budget_s, fsdp_gemm_peak_resul
     fsdp_kernels_shutdown();
     return s;
 }
-

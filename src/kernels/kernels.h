@@ -140,7 +140,8 @@ typedef struct {
  * oneDNN primitives as the real call, which it creates and caches, touching no data) and the slots'
  * largest requests are added up. May initialise oneDNN and resolve the mixed-precision path; allocates
  * nothing tracked. 0 on an error or for no shapes. */
-size_t fsdp_gemm_workspace_bytes(size_t rows, const fsdp_gemm_shape *shapes, int n_shapes, fsdp_dtype compute);
+size_t fsdp_gemm_workspace_bytes(size_t rows, const fsdp_gemm_shape *shapes, int n_shapes,
+                                 fsdp_dtype compute);
 
 /* Primitive cache counters since init (tests: a repeated shape must hit). */
 typedef struct {

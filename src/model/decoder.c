@@ -86,7 +86,9 @@ fsdp_status fsdp_decoder_views(fsdp_unit_t *u, int n, const void **w) {
     return FSDP_OK;
 }
 
-static fsdp_status root_views(fsdp_decoder *d) { return fsdp_decoder_views(d->root, d->bt->n_root, d->root_w); }
+static fsdp_status root_views(fsdp_decoder *d) {
+    return fsdp_decoder_views(d->root, d->bt->n_root, d->root_w);
+}
 
 /* ---------------------------------------------------------------- init / free */
 
@@ -143,7 +145,8 @@ fsdp_status fsdp_decoder_init(void **impl, fsdp_engine_t *eng, const fsdp_model_
     /* Exactly the units the family describes: root, then h0..h<L-1>. */
     for (int i = 0; i < us.n_units; i++) {
         const fsdp_plan_unit *pu = &us.units[i];
-        st = fsdp_engine_add_unit(eng, pu->name, pu->specs, pu->n_specs, pu->cfg, i ? &d->blocks[i - 1] : &d->root);
+        st = fsdp_engine_add_unit(eng, pu->name, pu->specs, pu->n_specs, pu->cfg,
+                                  i ? &d->blocks[i - 1] : &d->root);
         if (st != FSDP_OK) goto fail;
     }
     units_release(&us);
@@ -234,8 +237,8 @@ static fsdp_status forward(fsdp_decoder *d, const fsdp_model_batch *b, float *lo
     FSDP_TRY(fsdp_matmul_forward(d->logits, d->xf, d->root_w[d->bt->head], NULL, d->pdt, N, C, Vp));
     if (b->targets) {
         float mean;
-        FSDP_TRY(fsdp_softmax_crossentropy_count(NULL, &mean, &d->n_counted, NULL, d->logits, d->targets, N, V,
-                                                 Vp, 1.0f));
+        FSDP_TRY(fsdp_softmax_crossentropy_count(NULL, &mean, &d->n_counted, NULL, d->logits, d->targets, N,
+                                                 V, Vp, 1.0f));
         if (loss) *loss = mean;
     } else if (loss) {
         *loss = NAN;
@@ -280,8 +283,9 @@ fsdp_status fsdp_decoder_backward(void *impl, float loss_scale) {
     if (d == NULL) return FSDP_ERR(FSDP_EINVAL, "model must not be NULL");
     if (!d->pending_backward)
         return FSDP_ERR(FSDP_ESTATE,
-                        d->have_targets ? "backward already ran for the last forward; run a forward again"
-                                        : "the last forward had no targets (inference); run one with targets");
+                        d->have_targets
+                            ? "backward already ran for the last forward; run a forward again"
+                            : "the last forward had no targets (inference); run one with targets");
     if (!isfinite(loss_scale))
         return FSDP_ERR(FSDP_EINVAL, "loss_scale must be finite, got %g", (double)loss_scale);
     const fsdp_model_config *c = &d->cfg;
@@ -302,8 +306,8 @@ fsdp_status fsdp_decoder_backward(void *impl, float loss_scale) {
     const float dloss = d->n_counted > 0 ? loss_scale / (float)d->n_counted : 0.0f;
     FSDP_TRY(
         fsdp_softmax_crossentropy_count(NULL, NULL, NULL, d->logits, d->logits, d->targets, N, V, Vp, dloss));
-    FSDP_TRY(fsdp_matmul_backward(d->dtmpC, 0, NULL, 0, NULL, 0, d->logits, d->xf, d->root_w[d->bt->head], d->pdt,
-                                  N, C, Vp));
+    FSDP_TRY(fsdp_matmul_backward(d->dtmpC, 0, NULL, 0, NULL, 0, d->logits, d->xf, d->root_w[d->bt->head],
+                                  d->pdt, N, C, Vp));
     fsdp_decoder_progress(d);
     FSDP_TRY(d->bt->norm_backward(d, fsdp_decoder_res(d, L)));
 
@@ -334,7 +338,8 @@ fsdp_status fsdp_decoder_end_eval(void *impl) {
     fsdp_decoder *d = impl;
     if (d == NULL) return FSDP_ERR(FSDP_EINVAL, "model must not be NULL");
     if (d->pending_backward)
-        return FSDP_ERR(FSDP_ESTATE, "a training forward is waiting for its backward; run the backward first");
+        return FSDP_ERR(FSDP_ESTATE,
+                        "a training forward is waiting for its backward; run the backward first");
     return fsdp_engine_reshard_all(d->eng);
 }
 
@@ -342,14 +347,16 @@ fsdp_status fsdp_decoder_end_eval(void *impl) {
 
 /* dec: x (rows, C), the family's scratch, one row of logits (Vp). */
 static size_t dec_floats(const fsdp_decoder *d, size_t rows) {
-    return rows * (size_t)d->cfg.n_embd + d->bt->decode_floats(&d->cfg, rows) + (size_t)d->cfg.padded_vocab_size;
+    return rows * (size_t)d->cfg.n_embd + d->bt->decode_floats(&d->cfg, rows) +
+           (size_t)d->cfg.padded_vocab_size;
 }
 
 static fsdp_status decode_alloc(fsdp_decoder *d) {
     const fsdp_model_config *c = &d->cfg;
     const size_t rows = (size_t)d->bt->decode_rows(c);
     size_t kvb, decb;
-    if (!fsdp_mul_ok((size_t)c->n_layer * 2 * (size_t)c->max_seq_len * d->bt->kv_width(c), sizeof(float), &kvb) ||
+    if (!fsdp_mul_ok((size_t)c->n_layer * 2 * (size_t)c->max_seq_len * d->bt->kv_width(c), sizeof(float),
+                     &kvb) ||
         !fsdp_mul_ok(dec_floats(d, rows), sizeof(float), &decb))
         return FSDP_ERR(FSDP_EINVAL, "the KV cache for max_seq_len %d overflows size_t", c->max_seq_len);
     FSDP_TRY(fsdp_mem_alloc((void **)&d->kv, kvb, FSDP_MEM_ACTIVATION));
@@ -393,8 +400,9 @@ static fsdp_status decode(fsdp_decoder *d, const int *tokens, int n, int pos, co
     const fsdp_model_config *c = &d->cfg;
     const int Tmax = c->max_seq_len;
     if (n < 1 || pos < 0 || pos > Tmax - n)
-        return FSDP_ERR(FSDP_EINVAL, "decode: %d tokens at position %d: need n >= 1 and pos + n <= max_seq_len (%d)",
-                        n, pos, Tmax);
+        return FSDP_ERR(FSDP_EINVAL,
+                        "decode: %d tokens at position %d: need n >= 1 and pos + n <= max_seq_len (%d)", n,
+                        pos, Tmax);
     if (pos != 0 && pos != d->kv_len)
         return FSDP_ERR(FSDP_EINVAL, "decode: position %d but %d positions are cached (pass 0 to start over)",
                         pos, d->kv_len);

@@ -23,8 +23,8 @@
  * (every buffer NULL), which is how the memory plan sizes an arena without a model: one description
  * serves the count and the carve. */
 typedef struct {
-    float *p;  /* the arena, or NULL to count */
-    size_t n;  /* floats taken so far */
+    float *p; /* the arena, or NULL to count */
+    size_t n; /* floats taken so far */
 } fsdp_carve;
 
 #define FSDP_CARVE_ALIGN 16 /* floats: 64 bytes */
@@ -44,11 +44,11 @@ typedef struct fsdp_decoder fsdp_decoder;
  * carve_grad, then tokens, targets, pos, doc (N int32 each). */
 typedef struct {
     const char *name;
-    fsdp_model_config (*resolve)(const fsdp_model_config *c); /* every "0 = default" made explicit */
-    size_t max_positions;                                     /* B x T limit of one forward */
-    int n_root;                                               /* tensors of the root unit */
-    int head;                                                 /* the LM head's index in the root */
-    size_t acts_size;                                         /* one block's activation struct */
+    fsdp_model_config (*resolve)(const fsdp_model_config *c);          /* every "0 = default" made explicit */
+    size_t max_positions;                                              /* B x T limit of one forward */
+    int n_root;                                                        /* tensors of the root unit */
+    int head;                                                          /* the LM head's index in the root */
+    size_t acts_size;                                                  /* one block's activation struct */
     fsdp_status (*state_init)(const fsdp_model_config *c, void **fam); /* c resolved; fam may be NULL */
     void (*state_free)(void *fam);
     /* Carving (fsdp_carve): acts is one block's struct (acts_size bytes), fam the family's state; both
@@ -85,24 +85,24 @@ struct fsdp_decoder {
     fsdp_model_config cfg; /* resolved */
     void *fam;             /* the family's state (bt->state_init) */
     fsdp_engine_t *eng;
-    fsdp_dtype pdt;        /* the engine's compute dtype: parameter views are float* or fsdp_bf16* */
-    fsdp_unit_t *root;     /* "root" */
-    fsdp_unit_t **blocks;  /* (L) "h<l>" */
+    fsdp_dtype pdt;       /* the engine's compute dtype: parameter views are float* or fsdp_bf16* */
+    fsdp_unit_t *root;    /* "root" */
+    fsdp_unit_t **blocks; /* (L) "h<l>" */
     const void *root_w[FSDP_DECODER_MAX_ROOT]; /* the root's parameter views while it is gathered */
-    int recompute;         /* what the next forward does */
+    int recompute;                             /* what the next forward does */
 
     /* the arena, carved for act_B x act_T rows and act_recompute */
     void *arena;
     size_t arena_bytes;
     int act_B, act_T, act_recompute;
-    unsigned char *acts;   /* (L) block structs of acts_size bytes; with recompute all copies of one */
-    float *res;            /* (L+1) slices (N, C): res[0] the embeddings, res[l+1] block l's output */
-    float *xf;             /* (N, C) the final norm's output, the LM head's input */
-    float *logits;         /* (N, Vp); dlogits after backward */
-    float *tmpC, *dres, *dtmpC;       /* (N, C) */
+    unsigned char *acts;        /* (L) block structs of acts_size bytes; with recompute all copies of one */
+    float *res;                 /* (L+1) slices (N, C): res[0] the embeddings, res[l+1] block l's output */
+    float *xf;                  /* (N, C) the final norm's output, the LM head's input */
+    float *logits;              /* (N, Vp); dlogits after backward */
+    float *tmpC, *dres, *dtmpC; /* (N, C) */
     int *tokens, *targets, *pos, *doc; /* (N) the batch's copies; pos restarts at each document */
-    int has_doc;           /* the last forward had document ids */
-    int n_counted;         /* targets of the last forward that count (not FSDP_IGNORE_INDEX) */
+    int has_doc;                       /* the last forward had document ids */
+    int n_counted;                     /* targets of the last forward that count (not FSDP_IGNORE_INDEX) */
 
     /* decode */
     float *kv;          /* (L, 2, max_seq_len, kv_width) */
@@ -118,11 +118,12 @@ struct fsdp_decoder {
 /* A block table's hooks, for a family file that defines each as a static function of the hook's name
  * (every family does: the names say which hook a function is). */
 #define FSDP_BLOCK_TABLE_HOOKS                                                                               \
-    .state_init = state_init, .state_free = state_free, .carve_block = carve_block, .carve_head = carve_head, \
-    .carve_grad = carve_grad, .embed_forward = embed_forward, .block_forward = block_forward,                \
-    .block_backward = block_backward, .norm_forward = norm_forward, .norm_backward = norm_backward,          \
-    .embed_backward = embed_backward, .decode_rows = decode_rows, .decode_floats = decode_floats,            \
-    .kv_width = kv_width, .embed_decode = embed_decode, .block_decode = block_decode
+    .state_init = state_init, .state_free = state_free, .carve_block = carve_block,                          \
+    .carve_head = carve_head, .carve_grad = carve_grad, .embed_forward = embed_forward,                      \
+    .block_forward = block_forward, .block_backward = block_backward, .norm_forward = norm_forward,          \
+    .norm_backward = norm_backward, .embed_backward = embed_backward, .decode_rows = decode_rows,            \
+    .decode_floats = decode_floats, .kv_width = kv_width, .embed_decode = embed_decode,                      \
+    .block_decode = block_decode
 
 /* The (N, C) residual slice l (0..L) of the current arena. */
 float *fsdp_decoder_res(const fsdp_decoder *d, int l);

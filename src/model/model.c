@@ -105,10 +105,9 @@ static fsdp_status check_unused(const fsdp_model_config *c) {
         if (fsdp_model_field_used_by(&f[i], c->family->name)) continue;
         const double v = fsdp_model_field_get(c, &f[i]), dv = fsdp_model_field_get(&d, &f[i]);
         if (v != dv)
-            return fsdp_set_error(FSDP_EINVAL,
-                                  "model %s: %s = %g: this family does not use it (leave it at %g%s%s)",
-                                  c->family->name, f[i].name, v, dv, f[i].flag ? "; flag --" : "",
-                                  f[i].flag ? f[i].flag : "");
+            return fsdp_set_error(
+                FSDP_EINVAL, "model %s: %s = %g: this family does not use it (leave it at %g%s%s)",
+                c->family->name, f[i].name, v, dv, f[i].flag ? "; flag --" : "", f[i].flag ? f[i].flag : "");
     }
     return FSDP_OK;
 }
@@ -135,7 +134,8 @@ const char *fsdp_model_config_diff(const fsdp_model_config *a, const fsdp_model_
     int n;
     const fsdp_model_field *f = fsdp_model_fields(&n);
     for (int i = 0; i < n; i++)
-        if (f[i].identity && fsdp_model_field_get(a, &f[i]) != fsdp_model_field_get(b, &f[i])) return f[i].name;
+        if (f[i].identity && fsdp_model_field_get(a, &f[i]) != fsdp_model_field_get(b, &f[i]))
+            return f[i].name;
     return NULL;
 }
 
@@ -250,7 +250,8 @@ fsdp_unit_t *fsdp_model_unit(fsdp_model_t *m, int i) { return m ? m->cfg.family-
 /* ---------------------------------------------------------------- the model config as JSON */
 
 fsdp_status fsdp_model_config_to_json(const fsdp_model_config *c, cJSON *obj) {
-    if (!c || !obj || !c->family) return FSDP_ERR(FSDP_EINVAL, "config, family and JSON object must not be NULL");
+    if (!c || !obj || !c->family)
+        return FSDP_ERR(FSDP_EINVAL, "config, family and JSON object must not be NULL");
     int n;
     const fsdp_model_field *f = fsdp_model_fields(&n);
     int ok = cJSON_AddStringToObject(obj, "family", c->family->name) != NULL;
@@ -264,9 +265,11 @@ fsdp_status fsdp_model_config_to_json(const fsdp_model_config *c, cJSON *obj) {
 fsdp_status fsdp_model_config_from_json(const cJSON *obj, const char *what, fsdp_model_config *c) {
     if (!obj || !c) return FSDP_ERR(FSDP_EINVAL, "JSON object and config must not be NULL");
     if (!what) what = "model config";
-    if (!cJSON_IsObject(obj)) return fsdp_set_error(FSDP_EFORMAT, "%s: the model config is not a JSON object", what);
+    if (!cJSON_IsObject(obj))
+        return fsdp_set_error(FSDP_EFORMAT, "%s: the model config is not a JSON object", what);
     const cJSON *fam = cJSON_GetObjectItemCaseSensitive(obj, "family");
-    if (!cJSON_IsString(fam)) return fsdp_set_error(FSDP_EFORMAT, "%s: the model config has no \"family\" string", what);
+    if (!cJSON_IsString(fam))
+        return fsdp_set_error(FSDP_EFORMAT, "%s: the model config has no \"family\" string", what);
     fsdp_model_config r;
     if (fsdp_model_config_init(&r, fam->valuestring) != FSDP_OK)
         return fsdp_set_error(FSDP_EFORMAT, "%s: model family \"%.40s\" is unknown (known: %s)", what,
@@ -286,9 +289,11 @@ fsdp_status fsdp_model_config_from_json(const cJSON *obj, const char *what, fsdp
     }
     const cJSON *ha = cJSON_GetObjectItemCaseSensitive(obj, "hf_architecture");
     if (ha && (!cJSON_IsString(ha) || strlen(ha->valuestring) >= sizeof r.hf_architecture))
-        return fsdp_set_error(FSDP_EFORMAT, "%s: model config \"hf_architecture\" is not a short string", what);
+        return fsdp_set_error(FSDP_EFORMAT, "%s: model config \"hf_architecture\" is not a short string",
+                              what);
     if (ha) snprintf(r.hf_architecture, sizeof r.hf_architecture, "%s", ha->valuestring);
-    if (fsdp_model_config_validate(&r) != FSDP_OK) return FSDP_WRAP(FSDP_EFORMAT, "%s: the model config", what);
+    if (fsdp_model_config_validate(&r) != FSDP_OK)
+        return FSDP_WRAP(FSDP_EFORMAT, "%s: the model config", what);
     *c = r;
     return FSDP_OK;
 }

@@ -409,7 +409,7 @@ typedef struct {
     const char *list_key; /* the OPT_LIST key being collected, NULL when none */
     const char **list;    /* its strings so far (malloc'd, kept once complete) */
     int n_list;
-    fsdp_status status; /* of the key that stopped the walk */
+    fsdp_status status;          /* of the key that stopped the walk */
     const char *seen_key[NOPTS]; /* the key that set each setting (seq-len or seq_len), NULL: none yet */
     int seen_line[NOPTS];
 } toml_ctx;
@@ -465,11 +465,12 @@ static int visit_key(void *ctx, const char *key, const char *value, fsdp_toml_ki
     if (!(kind == FSDP_TOML_ARRAY_ITEM && t->list_key && !strcmp(key, t->list_key))) {
         if (t->seen_key[k]) { /* named by line: toml++ visits the keys in key order, not the file's */
             const int later = line > t->seen_line[k];
-            t->status = fsdp_set_error(FSDP_EINVAL,
-                                       "--config: %s:%d: \"%s\" sets --%s, which \"%s\" (line %d) already set: "
-                                       "give each setting once",
-                                       t->path, later ? line : t->seen_line[k], later ? key : t->seen_key[k],
-                                       o->name, later ? t->seen_key[k] : key, later ? t->seen_line[k] : line);
+            t->status =
+                fsdp_set_error(FSDP_EINVAL,
+                               "--config: %s:%d: \"%s\" sets --%s, which \"%s\" (line %d) already set: "
+                               "give each setting once",
+                               t->path, later ? line : t->seen_line[k], later ? key : t->seen_key[k], o->name,
+                               later ? t->seen_key[k] : key, later ? t->seen_line[k] : line);
             return 1;
         }
         t->seen_key[k] = keep_bytes(strlen(key) + 1);
@@ -783,8 +784,9 @@ static const opt_def *numeric_opt(const char *name) {
     const opt_def *o = NULL;
     for (int i = 0; i < NOPTS; i++)
         if (!strcmp(opts[i].name, name)) o = &opts[i];
-    return o && (o->kind == OPT_INT || o->kind == OPT_BOOL || o->kind == OPT_ENUM || o->kind == OPT_DBL) ? o
-                                                                                                          : NULL;
+    return o && (o->kind == OPT_INT || o->kind == OPT_BOOL || o->kind == OPT_ENUM || o->kind == OPT_DBL)
+               ? o
+               : NULL;
 }
 
 int fsdp_train_config_get_number(const fsdp_train_config *cfg, const char *name, double *v) {

@@ -26,7 +26,8 @@ fsdp_status fsdp_train_model_config(const fsdp_train_config *cfg, fsdp_model_con
         if (!f[i].flag) continue; /* padded_vocab_size: the family's rounding */
         if (fsdp_train_config_get_number(cfg, f[i].flag, &v) != 0)
             return FSDP_ERR(FSDP_EINTERNAL, "model field %s: no numeric flag --%s", f[i].name, f[i].flag);
-        if ((f[i].unset == FSDP_FIELD_ZERO_DEFAULT && v <= 0) || (f[i].unset == FSDP_FIELD_NEG_DEFAULT && v < 0))
+        if ((f[i].unset == FSDP_FIELD_ZERO_DEFAULT && v <= 0) ||
+            (f[i].unset == FSDP_FIELD_NEG_DEFAULT && v < 0))
             continue; /* the family's default */
         fsdp_model_field_set(mc, &f[i], v);
     }

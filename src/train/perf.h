@@ -7,7 +7,6 @@
 
 #include "fsdp.h"
 
-
 /* Model FLOPs per second of a step that trained `tokens` tokens with flops_per_token each (the family's
  * forward + backward count: recompute is not counted, as MFU counts) in dt seconds; and that as a
  * share of peak_flops (the sum over ranks of each rank's peak, FLOP/s). 0 when an argument is <= 0. */

@@ -159,8 +159,8 @@ static fsdp_status plan_local(const fsdp_train_config *cfg_in, fsdp_comm_t *comm
         FSDP_TRY(fsdp_plan_print(out, &plan, NULL));
         fprintf(out, "activation is an estimate; the rest is exact (other: the GEMM workspace with oneDNN's "
                      "scratchpad, sized on this CPU's kernels)\n");
-        /* what a run would be refused for (fsdp_train_check_mem_limit): --mem-limit, else the machine's memory shared
-         * by the ranks planned for on this host */
+        /* what a run would be refused for (fsdp_train_check_mem_limit): --mem-limit, else the machine's
+         * memory shared by the ranks planned for on this host */
         long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
         const int local = world != fsdp_comm_size(comm) ? world : fsdp_comm_local_size(comm);
         const double limit = c->mem_limit > 0                    ? (double)c->mem_limit

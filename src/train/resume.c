@@ -57,9 +57,9 @@ cJSON *fsdp_train_data_shards_json(const fsdp_loader *L) {
 }
 
 /* --resume continues the checkpoint's order of the data: the same --shuffle, with shuffling the same
- * --seed and --seq-len, the same --pack, and the same training shards (names and token counts, in order; a manifest without
- * the record, written before shards existed, is not checked). A manifest without "shuffle" was written before
- * shuffling existed: file order. Errors name the field, both values and the manifest. */
+ * --seed and --seq-len, the same --pack, and the same training shards (names and token counts, in order; a
+ * manifest without the record, written before shards existed, is not checked). A manifest without "shuffle"
+ * was written before shuffling existed: file order. Errors name the field, both values and the manifest. */
 static fsdp_status check_data_drift(const train_run *r, const cJSON *mj, const char *what) {
     const cJSON *sh = cJSON_GetObjectItemCaseSensitive(mj, "shuffle");
     const cJSON *sd = cJSON_GetObjectItemCaseSensitive(mj, "seed");
@@ -81,11 +81,12 @@ static fsdp_status check_data_drift(const train_run *r, const cJSON *mj, const c
      * file order it is a token offset, which any length continues.) */
     const cJSON *sl = cJSON_GetObjectItemCaseSensitive(mj, "seq-len");
     if (r->cfg.shuffle && cJSON_IsNumber(sl) && sl->valuedouble != (double)r->cfg.seq_len)
-        return fsdp_set_error(FSDP_EINVAL,
-                              "--resume: --seq-len %.0f in %s, %d in this run: the saved data position counts "
-                              "shuffled sequences of %.0f tokens; resume with --seq-len %.0f (or --shuffle 0 "
-                              "runs, whose position is a token offset) (nothing was loaded or trained)",
-                              sl->valuedouble, what, r->cfg.seq_len, sl->valuedouble, sl->valuedouble);
+        return fsdp_set_error(
+            FSDP_EINVAL,
+            "--resume: --seq-len %.0f in %s, %d in this run: the saved data position counts "
+            "shuffled sequences of %.0f tokens; resume with --seq-len %.0f (or --shuffle 0 "
+            "runs, whose position is a token offset) (nothing was loaded or trained)",
+            sl->valuedouble, what, r->cfg.seq_len, sl->valuedouble, sl->valuedouble);
     /* --pack (resolved: auto is recorded as what it became); a manifest without it is concat's */
     const cJSON *pk = cJSON_GetObjectItemCaseSensitive(mj, "pack");
     const char *their_pack = cJSON_IsString(pk) ? pk->valuestring : "concat";
@@ -171,7 +172,9 @@ fsdp_status fsdp_train_check_resume_drift(train_run *r, const char *step_dir) {
     if (s == FSDP_OK) s = fsdp_train_config_from_json(&theirs, mj, what);
     /* the model's own record where the manifest has one (fsdp_model_config_to_json), else its flags */
     const cJSON *mcj = cJSON_GetObjectItemCaseSensitive(mj, "model-config");
-    if (s == FSDP_OK) s = mcj ? fsdp_model_config_from_json(mcj, what, &their_mc) : fsdp_train_model_config(&theirs, &their_mc);
+    if (s == FSDP_OK)
+        s = mcj ? fsdp_model_config_from_json(mcj, what, &their_mc)
+                : fsdp_train_model_config(&theirs, &their_mc);
     if (s == FSDP_OK) s = fsdp_train_model_config(&r->cfg, &mine_mc);
     /* The manifest's numbers went through JSON text (15 significant digits): a real-valued field
      * within a relative 1e-9 of the checkpoint's is the same. */

@@ -83,7 +83,7 @@ fsdp_status fsdp_train_check_mem_limit(train_run *r);
 /* sample.c */
 void fsdp_train_rng_seed(uint64_t s[2], uint64_t seed);
 fsdp_status fsdp_train_generate(fsdp_model_t *model, const fsdp_train_config *c, fsdp_comm_t *comm,
-                            const char *prompt, int n, uint64_t rng[2], FILE *out, fsdp_bpe *bpe);
+                                const char *prompt, int n, uint64_t rng[2], FILE *out, fsdp_bpe *bpe);
 
 /* outputs.c */
 fsdp_status fsdp_train_probe_folder(const char *dir, int rank);

@@ -136,7 +136,7 @@ static void put_token(FILE *out, int tok, int vocab, const fsdp_bpe *bpe) {
 /* Generates n tokens after prompt with the model on comm: the prompt's bytes with the byte vocabulary,
  * its BPE ids with a tokenizer (bpe; every rank encodes the same ids), none otherwise. */
 fsdp_status fsdp_train_generate(fsdp_model_t *model, const fsdp_train_config *c, fsdp_comm_t *comm,
-                            const char *prompt, int n, uint64_t rng[2], FILE *out, fsdp_bpe *bpe) {
+                                const char *prompt, int n, uint64_t rng[2], FILE *out, fsdp_bpe *bpe) {
     const fsdp_model_config *gc = fsdp_model_get_config(model);
     int V = gc->vocab_size, Tmax = gc->max_seq_len, rank0 = !comm || fsdp_comm_rank(comm) == 0;
     size_t plen = strlen(prompt);
@@ -241,7 +241,7 @@ static fsdp_status sample_run(const fsdp_train_config *cfg, fsdp_comm_t *comm, F
         double t0 = fsdp_time_s();
         if (s == FSDP_OK)
             s = fsdp_train_generate(rm.model, &c, comm, cfg->prompt, cfg->tokens, rng,
-                         fsdp_comm_rank(comm) == 0 ? out : NULL, bpe);
+                                    fsdp_comm_rank(comm) == 0 ? out : NULL, bpe);
         double dt = fsdp_time_s() - t0;
         if (s == FSDP_OK && cfg->timing && out && fsdp_comm_rank(comm) == 0) /* stdout is the text alone */
             fprintf(stderr, "sample: %d tokens in %.3f s = %.1f tokens/s (%s)\n", cfg->tokens, dt,

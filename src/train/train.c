@@ -150,7 +150,8 @@ static fsdp_status config_record(train_run *r) {
         cJSON *mcj = cJSON_CreateObject();
         s = mcj ? fsdp_model_config_to_json(fsdp_model_get_config(r->rm.model), mcj)
                 : FSDP_ERR(FSDP_ENOMEM, "no memory for the config record");
-        if (s == FSDP_OK && !cJSON_AddItemToObject(r->cj, "model-config", mcj)) s = FSDP_ERR(FSDP_ENOMEM, "no memory");
+        if (s == FSDP_OK && !cJSON_AddItemToObject(r->cj, "model-config", mcj))
+            s = FSDP_ERR(FSDP_ENOMEM, "no memory");
         if (s != FSDP_OK) {
             cJSON_Delete(mcj);
             return s;
@@ -235,7 +236,8 @@ static fsdp_status run_setup(train_run *r) {
         free(tpath);
         FSDP_TRY(fsdp_comm_agree(comm, s, "loading the tokenizer"));
     }
-    FSDP_TRY(fsdp_comm_agree(comm, fsdp_train_check_mem_limit(r), "checking the memory plan against the memory"));
+    FSDP_TRY(
+        fsdp_comm_agree(comm, fsdp_train_check_mem_limit(r), "checking the memory plan against the memory"));
     size_t bt = (size_t)r->train.b * (size_t)c->seq_len;
     s = fsdp_mem_alloc((void **)&r->in, sizeof(int32_t) * bt, FSDP_MEM_ACTIVATION);
     if (s == FSDP_OK) s = fsdp_mem_alloc((void **)&r->tg, sizeof(int32_t) * bt, FSDP_MEM_ACTIVATION);
@@ -272,8 +274,8 @@ static fsdp_status refuse_newer_committed(const char *ckpt_dir, const char *step
                           "checkpoint%s %s: this run would save %s again, and a committed checkpoint is "
                           "never overwritten or moved; move %s out of %s (or point latest at the newest) "
                           "first (nothing was changed)",
-                          ckpt_dir, base, ckpt_dir, n > 1 ? "s" : "", names, n > 1 ? "those steps" : "that step",
-                          n > 1 ? "them" : "it", ckpt_dir);
+                          ckpt_dir, base, ckpt_dir, n > 1 ? "s" : "", names,
+                          n > 1 ? "those steps" : "that step", n > 1 ? "them" : "it", ckpt_dir);
 }
 
 /* Resume, or start fresh (never on top of an existing run's checkpoints); the steps to train; every
@@ -744,7 +746,7 @@ static fsdp_status run_sample(train_run *r) {
     s = fsdp_comm_agree(r->comm, s, "loading the tokenizer");
     if (s == FSDP_OK)
         s = fsdp_train_generate(r->rm.model, c, r->comm, c->vocab == FSDP_BYTE_VOCAB || bpe ? c->prompt : "",
-                     c->sample_tokens, r->st.rng, r->o, bpe);
+                                c->sample_tokens, r->st.rng, r->o, bpe);
     fsdp_bpe_free(bpe);
     free(tpath);
     return s;

@@ -31,8 +31,9 @@ static char *write_tok(const char *name, const char *model_type, int merges, int
         test_gpt2_byte_char(b, c);
         fprintf(f, "%s\"%s%s\": %d", b ? ", " : "", c[0] == '"' || c[0] == '\\' ? "\\" : "", c, b);
     }
-    fprintf(f, ", \"ab\": 256}}, \"pre_tokenizer\": {\"type\": \"ByteLevel\"}, \"added_tokens\": [{\"id\": 257, "
-               "\"content\": \"<|endoftext|>\", \"normalized\": %s, \"special\": true}]}",
+    fprintf(f,
+            ", \"ab\": 256}}, \"pre_tokenizer\": {\"type\": \"ByteLevel\"}, \"added_tokens\": [{\"id\": 257, "
+            "\"content\": \"<|endoftext|>\", \"normalized\": %s, \"special\": true}]}",
             normalized ? "true" : "false");
     fclose(f);
     return path;

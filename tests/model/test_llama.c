@@ -134,15 +134,19 @@ static void test_hf_config(void) {
          "\"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 8192}",
          500000.0, FSDP_ROPE_SCALING_LLAMA3, NULL},
         {"\"rope_parameters\": {\"rope_theta\": 1000000.0, \"rope_type\": \"default\"}", 1000000.0, 0, NULL},
-        {"\"rope_theta\": 1000000.0, \"rope_parameters\": {\"rope_theta\": 1000000.0, \"rope_type\": \"default\"}",
+        {"\"rope_theta\": 1000000.0, \"rope_parameters\": {\"rope_theta\": 1000000.0, \"rope_type\": "
+         "\"default\"}",
          1000000.0, 0, NULL},
-        {"\"rope_theta\": 10000.0, \"rope_parameters\": {\"rope_theta\": 1000000.0, \"rope_type\": \"default\"}", 0, 0,
-         "describe different RoPE"},
-        {"\"rope_parameters\": {\"rope_theta\": 10000.0, \"rope_type\": \"yarn\", \"factor\": 4.0}", 0, 0, "yarn"},
+        {"\"rope_theta\": 10000.0, \"rope_parameters\": {\"rope_theta\": 1000000.0, \"rope_type\": "
+         "\"default\"}",
+         0, 0, "describe different RoPE"},
+        {"\"rope_parameters\": {\"rope_theta\": 10000.0, \"rope_type\": \"yarn\", \"factor\": 4.0}", 0, 0,
+         "yarn"},
     };
     for (size_t i = 0; i < sizeof rope / sizeof rope[0]; i++) {
         char text[1024];
-        snprintf(text, sizeof text, "{%s, \"architectures\": [\"LlamaForCausalLM\"], %s}", base, rope[i].extra);
+        snprintf(text, sizeof text, "{%s, \"architectures\": [\"LlamaForCausalLM\"], %s}", base,
+                 rope[i].extra);
         cJSON *j = parse(text);
         fsdp_model_config c;
         fsdp_status s = fsdp_llama_family.hf_read_config(j, "x/config.json", &c);

@@ -225,8 +225,10 @@ static void test_toml(void) {
          * spellings of one setting would leave one of them silently unused */
         {"checkpoint-dir = \"ck\\u0000.old\"\n", "bad.toml:1:18: \"checkpoint-dir\": a string holding NUL"},
         {"text = [\"b\\u0000c\", \"a\"]\n", "\"text\": a string holding NUL"},
-        {"seq-len = 16\nseq_len = 32\n", "bad.toml:2: \"seq_len\" sets --seq-len, which \"seq-len\" (line 1)"},
-        {"micro_batches = 2\n\nmicro-batches = 2\n", "bad.toml:3: \"micro-batches\" sets --micro-batches, which \"micro_batches\" (line 1)"},
+        {"seq-len = 16\nseq_len = 32\n",
+         "bad.toml:2: \"seq_len\" sets --seq-len, which \"seq-len\" (line 1)"},
+        {"micro_batches = 2\n\nmicro-batches = 2\n",
+         "bad.toml:3: \"micro-batches\" sets --micro-batches, which \"micro_batches\" (line 1)"},
     };
     for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
         snprintf(line, sizeof line, "--config %s", write_toml("bad.toml", bad[k].text));

@@ -19,11 +19,27 @@ static const struct {
     const char *name;
     size_t off;
 } members[] = {
-#define M(m) {#m, offsetof(fsdp_model_config, m)}
-    M(n_layer),    M(n_embd),         M(n_head),        M(n_kv_head),        M(head_dim),
-    M(intermediate), M(vocab_size),   M(padded_vocab_size), M(max_seq_len),  M(tie_embeddings),
-    M(qkv_bias),   M(qk_norm),        M(norm_eps),      M(rope_theta),       M(rope_scaling),
-    M(rope_factor), M(rope_low_freq_factor), M(rope_high_freq_factor), M(rope_original_max_pos),
+#define M(m)                                                                                                 \
+    { #m, offsetof(fsdp_model_config, m) }
+    M(n_layer),
+    M(n_embd),
+    M(n_head),
+    M(n_kv_head),
+    M(head_dim),
+    M(intermediate),
+    M(vocab_size),
+    M(padded_vocab_size),
+    M(max_seq_len),
+    M(tie_embeddings),
+    M(qkv_bias),
+    M(qk_norm),
+    M(norm_eps),
+    M(rope_theta),
+    M(rope_scaling),
+    M(rope_factor),
+    M(rope_low_freq_factor),
+    M(rope_high_freq_factor),
+    M(rope_original_max_pos),
     M(recompute),
 #undef M
 };
@@ -36,7 +52,9 @@ static void test_table_covers_struct(void) {
     for (int k = 0; k < N_MEMBERS; k++) {
         const fsdp_model_field *r = fsdp_model_field_find(members[k].name);
         CHECKF(r != NULL, "member %s has no row", members[k].name);
-        if (r) CHECKF(r->offset == members[k].off, "row %s: offset %zu, member at %zu", r->name, r->offset, members[k].off);
+        if (r)
+            CHECKF(r->offset == members[k].off, "row %s: offset %zu, member at %zu", r->name, r->offset,
+                   members[k].off);
     }
     for (int i = 0; i < n; i++)
         for (int j = i + 1; j < n; j++)
@@ -52,7 +70,8 @@ static void test_diff(void) {
     for (int i = 0; i < n; i++) {
         b = a;
         fsdp_model_field_set(&b, &f[i], fsdp_model_field_get(&a, &f[i]) + 1);
-        CHECKF(fsdp_model_field_get(&b, &f[i]) == fsdp_model_field_get(&a, &f[i]) + 1, "set/get of %s", f[i].name);
+        CHECKF(fsdp_model_field_get(&b, &f[i]) == fsdp_model_field_get(&a, &f[i]) + 1, "set/get of %s",
+               f[i].name);
         const char *d = fsdp_model_config_diff(&a, &b);
         if (f[i].identity)
             CHECKF(d && !strcmp(d, f[i].name), "a change of %s: diff says %s", f[i].name, d ? d : "(same)");
@@ -68,8 +87,8 @@ static void test_flags(void) {
     for (int i = 0; i < n; i++) {
         if (!f[i].flag) continue;
         double v;
-        CHECKF(fsdp_train_config_get_number(&c, f[i].flag, &v) == 0, "--%s (%s) is no numeric setting", f[i].flag,
-               f[i].name);
+        CHECKF(fsdp_train_config_get_number(&c, f[i].flag, &v) == 0, "--%s (%s) is no numeric setting",
+               f[i].flag, f[i].name);
         CHECK(fsdp_train_config_set_number(&c, f[i].flag, 3) == 0);
         CHECK(fsdp_train_config_get_number(&c, f[i].flag, &v) == 0 && v == 3);
     }
@@ -87,7 +106,8 @@ static void test_train_to_model(void) {
     fsdp_model_config mc, def;
     CHECK_OK(fsdp_train_model_config(&c, &mc));
     CHECK_OK(fsdp_model_config_init(&def, "llama"));
-    CHECK(mc.n_layer == 3 && mc.n_embd == 64 && mc.n_head == 4 && mc.vocab_size == 300 && mc.max_seq_len == 32);
+    CHECK(mc.n_layer == 3 && mc.n_embd == 64 && mc.n_head == 4 && mc.vocab_size == 300 &&
+          mc.max_seq_len == 32);
     CHECK(mc.n_kv_head == 2 && mc.qk_norm == 1 && mc.rope_theta == 5e5);
     CHECK(mc.tie_embeddings == def.tie_embeddings); /* -1: the family's */
     CHECK(mc.norm_eps == def.norm_eps);             /* 0: the family's */
@@ -122,10 +142,12 @@ static void test_registry_lists(void) {
     CHECK(nf >= 2 && fsdp_train_model_names[nf] == NULL);
     CHECK(!strcmp(a[0], "auto"));
     for (; a[na]; na++)
-        CHECKF(fsdp_train_hf_arch_names[na] && !strcmp(fsdp_train_hf_arch_names[na], a[na]), "architecture %d", na);
+        CHECKF(fsdp_train_hf_arch_names[na] && !strcmp(fsdp_train_hf_arch_names[na], a[na]),
+               "architecture %d", na);
     CHECK(fsdp_train_hf_arch_names[na] == NULL);
     /* every family's architectures, each mapping back to its family */
-    for (int i = 1; i < na; i++) CHECKF(fsdp_model_family_for_hf(a[i], NULL) != NULL, "%s has no family", a[i]);
+    for (int i = 1; i < na; i++)
+        CHECKF(fsdp_model_family_for_hf(a[i], NULL) != NULL, "%s has no family", a[i]);
     CHECK(fsdp_model_family_for_hf("Qwen3ForCausalLM", NULL) == fsdp_model_family_find("llama"));
 }
 
@@ -143,10 +165,12 @@ static void test_json(void) {
     char *text = cJSON_PrintUnformatted(j);
     cJSON *k = cJSON_Parse(text);
     CHECK_OK(fsdp_model_config_from_json(k, "m.json", &r));
-    CHECKF(fsdp_model_config_diff(&c, &r) == NULL, "round trip differs in %s: %s", fsdp_model_config_diff(&c, &r), text);
+    CHECKF(fsdp_model_config_diff(&c, &r) == NULL, "round trip differs in %s: %s",
+           fsdp_model_config_diff(&c, &r), text);
     CHECK(!strcmp(r.hf_architecture, "Qwen2ForCausalLM") && r.family == c.family);
     cJSON_ReplaceItemInObject(k, "family", cJSON_CreateString("gemma"));
-    CHECK_ERR(fsdp_model_config_from_json(k, "m.json", &r), FSDP_EFORMAT, "model family \"gemma\" is unknown");
+    CHECK_ERR(fsdp_model_config_from_json(k, "m.json", &r), FSDP_EFORMAT,
+              "model family \"gemma\" is unknown");
     cJSON_ReplaceItemInObject(k, "family", cJSON_CreateString("llama"));
     cJSON_ReplaceItemInObject(k, "n_head", cJSON_CreateNumber(2.5));
     CHECK_ERR(fsdp_model_config_from_json(k, "m.json", &r), FSDP_EFORMAT, "\"n_head\" is not a whole number");

@@ -84,7 +84,6 @@ size_t gpt_num_params(const gpt_config *cfg) {
     return root + L * block;
 }
 
-
 /* ---------------------------------------------------------------- activations */
 
 /* The family's state: the final LayerNorm's statistics and backward's scratch, carved in the arena. */
@@ -237,7 +236,6 @@ void gpt_units_free(gpt_units *u) {
     memset(u, 0, sizeof *u);
 }
 
-
 /* ---------------------------------------------------------------- the block table's hooks */
 
 /* main_grad views of tensors t0 and t1 that one kernel writes with one accumulate flag (LayerNorm
@@ -388,8 +386,8 @@ static fsdp_status embed_decode(fsdp_decoder *d, const int *tokens, int n, int p
     const fsdp_model_config *c = &d->cfg;
     const size_t esz = d->pdt == FSDP_BF16 ? sizeof(fsdp_bf16) : sizeof(float);
     return fsdp_encoder_forward(x, tokens, d->root_w[GPT_WTE],
-                                (const char *)d->root_w[GPT_WPE] + (size_t)pos * (size_t)c->n_embd * esz, d->pdt,
-                                1, n, c->n_embd, c->padded_vocab_size, c->max_seq_len - pos);
+                                (const char *)d->root_w[GPT_WPE] + (size_t)pos * (size_t)c->n_embd * esz,
+                                d->pdt, 1, n, c->n_embd, c->padded_vocab_size, c->max_seq_len - pos);
 }
 
 static fsdp_status block_decode(fsdp_decoder *d, int l, float *x, int n, int pos, float *K, float *V,

@@ -1,6 +1,6 @@
 /* gpt2_family.c — GPT-2 as a model family (include/fsdp_model.h): the fsdp_model_config <-> gpt_config
- * mapping, the family table over the decoder driver with gpt.c's block table, and GPT-2's Hugging Face side (config.json in and out, and the one
- * tensor-name map that --init-from and export both use). */
+ * mapping, the family table over the decoder driver with gpt.c's block table, and GPT-2's Hugging Face side
+ * (config.json in and out, and the one tensor-name map that --init-from and export both use). */
 #include "fsdp_model.h"
 
 #include "core/core.h"

@@ -188,7 +188,6 @@ double llama_flops_per_token(const fsdp_model_config *cfg, int T) {
     return 6.0 * w + 12.0 * (double)d.L * (double)d.A * (T + 1) / 2.0;
 }
 
-
 /* ---------------------------------------------------------------- activations */
 
 /* Per-block saved activations (N = B*T rows). */
@@ -379,7 +378,6 @@ static fsdp_rope_scaling rope_scaling_of(const fsdp_model_config *c) {
     return sc;
 }
 
-
 static void state_free(void *fam) {
     llama_state *s = fam;
     if (s == NULL) return;
@@ -469,8 +467,8 @@ static fsdp_status block_forward(fsdp_decoder *dr, int l, const float *x, void *
     fsdp_decoder_progress(dr);
     FSDP_TRY(qk_transform(dr, w, a->qkv, dr->cfg.qk_norm ? a->qkv_pre : NULL, a->qk_rstd, dr->pos, N));
     /* Grouped-query causal attention, confined to each document when the batch has document ids */
-    FSDP_TRY(fsdp_attention_gqa_forward(a->atty, a->lse, a->qkv, dr->has_doc ? dr->doc : NULL, B, T, (int)d.NH,
-                                        (int)d.NKV, (int)d.hd));
+    FSDP_TRY(fsdp_attention_gqa_forward(a->atty, a->lse, a->qkv, dr->has_doc ? dr->doc : NULL, B, T,
+                                        (int)d.NH, (int)d.NKV, (int)d.hd));
     fsdp_decoder_progress(dr);
     FSDP_TRY(fsdp_matmul_forward(dr->tmpC, a->atty, w[LLAMA_O_W], NULL, pdt, N, (int)d.A, C));
     fsdp_decoder_progress(dr);
@@ -507,8 +505,8 @@ static fsdp_status block_backward(fsdp_decoder *dr, int l, const float *x, void 
     fsdp_decoder_progress(dr);
     FSDP_TRY(fsdp_swiglu_backward(s->dgu, s->dact, a->gu, N, I));
     FSDP_TRY(grad_of(s, u, LLAMA_GATE_UP_W, &gw, &aw));
-    FSDP_TRY(fsdp_matmul_backward(dr->dtmpC, 0, gw, aw, NULL, 0, s->dgu, a->xn2, w[LLAMA_GATE_UP_W], pdt, N, C,
-                                  2 * I));
+    FSDP_TRY(fsdp_matmul_backward(dr->dtmpC, 0, gw, aw, NULL, 0, s->dgu, a->xn2, w[LLAMA_GATE_UP_W], pdt, N,
+                                  C, 2 * I));
     fsdp_decoder_progress(dr);
     FSDP_TRY(grad_of(s, u, LLAMA_POST_NORM, &gw, &aw));
     FSDP_TRY(fsdp_rmsnorm_backward(dr->dres, C, 1, gw, aw, dr->dtmpC, C, a->res2, C, w[LLAMA_POST_NORM], pdt,
@@ -520,8 +518,8 @@ static fsdp_status block_backward(fsdp_decoder *dr, int l, const float *x, void 
     fsdp_decoder_progress(dr);
     float *dq = s->dqkv, *dk = s->dqkv + d.A;
     /* dq per query head; dk, dv of each KV head summed over its group */
-    FSDP_TRY(fsdp_attention_gqa_backward(s->dqkv, s->datty, a->qkv, a->lse, dr->has_doc ? dr->doc : NULL, B, T,
-                                         NH, NKV, hd));
+    FSDP_TRY(fsdp_attention_gqa_backward(s->dqkv, s->datty, a->qkv, a->lse, dr->has_doc ? dr->doc : NULL, B,
+                                         T, NH, NKV, hd));
     fsdp_decoder_progress(dr);
     FSDP_TRY(fsdp_rope_backward(dq, QKV, dr->pos, s->inv_freq, N, NH, hd));
     FSDP_TRY(fsdp_rope_backward(dk, QKV, dr->pos, s->inv_freq, N, NKV, hd));
@@ -540,10 +538,9 @@ static fsdp_status block_backward(fsdp_decoder *dr, int l, const float *x, void 
         fsdp_matmul_backward(dr->dtmpC, 0, gw, aw, gb, ab, s->dqkv, a->xn1, w[LLAMA_QKV_W], pdt, N, C, QKV));
     fsdp_decoder_progress(dr);
     FSDP_TRY(grad_of(s, u, LLAMA_IN_NORM, &gw, &aw));
-    return fsdp_rmsnorm_backward(dr->dres, C, 1, gw, aw, dr->dtmpC, C, x, C, w[LLAMA_IN_NORM], pdt, a->rstd1, N,
-                                 C);
+    return fsdp_rmsnorm_backward(dr->dres, C, 1, gw, aw, dr->dtmpC, C, x, C, w[LLAMA_IN_NORM], pdt, a->rstd1,
+                                 N, C);
 }
-
 
 static fsdp_status norm_backward(fsdp_decoder *dr, const float *x) {
     const llama_state *s = dr->fam;
@@ -596,7 +593,8 @@ static dec_bufs dec_of(const fsdp_decoder *dr) {
     const size_t R = (size_t)dr->dec_rows;
     dec_bufs b;
     b.xn = dr->dec_scratch, b.tmp = b.xn + R * d.C, b.qkv = b.tmp + R * d.C, b.qkv_pre = b.qkv + R * d.QKV;
-    b.atty = b.qkv_pre + R * d.QKV, b.gu = b.atty + R * d.A, b.act = b.gu + 2 * R * d.I, b.rstd = b.act + R * d.I;
+    b.atty = b.qkv_pre + R * d.QKV, b.gu = b.atty + R * d.A, b.act = b.gu + 2 * R * d.I,
+    b.rstd = b.act + R * d.I;
     b.pos = (int *)(b.rstd + R * (d.NH + d.NKV));
     return b;
 }
@@ -606,7 +604,8 @@ static fsdp_status norm_forward(fsdp_decoder *dr, const float *x, int n, float *
     const llama_state *s = dr->fam;
     const int C = dr->cfg.n_embd;
     float *rstd = decode ? dec_of(dr).rstd : s->rstdf;
-    return fsdp_rmsnorm_forward(xf, C, rstd, x, C, dr->root_w[LLAMA_NORM], dr->pdt, n, C, (float)dr->cfg.norm_eps);
+    return fsdp_rmsnorm_forward(xf, C, rstd, x, C, dr->root_w[LLAMA_NORM], dr->pdt, n, C,
+                                (float)dr->cfg.norm_eps);
 }
 
 static fsdp_status embed_decode(fsdp_decoder *dr, const int *tokens, int n, int pos, float *x) {

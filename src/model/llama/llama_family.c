@@ -159,10 +159,12 @@ static fsdp_status hf_refusals(const cJSON *j, const char *path, int arch) {
     if ((s = refuse_set(j, path, "mlp_bias", "the MLP has no biases"))) return s;
     for (size_t i = 0; i < sizeof moe / sizeof moe[0]; i++)
         if ((s = refuse_set(j, path, moe[i], "mixture-of-experts layers are not represented"))) return s;
-    if ((s = refuse_set(j, path, "use_sliding_window", "sliding-window attention is not represented"))) return s;
+    if ((s = refuse_set(j, path, "use_sliding_window", "sliding-window attention is not represented")))
+        return s;
     /* Qwen2/Qwen3 keep a sliding_window value that applies only with use_sliding_window (refused above). */
     if (arch != ARCH_QWEN2 && arch != ARCH_QWEN3 &&
-        (s = refuse_set(j, path, "sliding_window", "sliding-window attention is not represented (null only)")))
+        (s = refuse_set(j, path, "sliding_window",
+                        "sliding-window attention is not represented (null only)")))
         return s;
     return FSDP_OK;
 }
@@ -181,17 +183,19 @@ static fsdp_status rope_type_of(const cJSON *o, const char *path, const char *ke
     fsdp_status s;
     const cJSON *t = item(o, "rope_type");
     if (is_null(t)) t = item(o, "type");
-    if (!cJSON_IsString(t)) return fsdp_set_error(FSDP_EFORMAT, "%s: \"%s\" has no \"rope_type\" string", path, key);
+    if (!cJSON_IsString(t))
+        return fsdp_set_error(FSDP_EFORMAT, "%s: \"%s\" has no \"rope_type\" string", path, key);
     if (!strcmp(t->valuestring, "llama3")) {
         r->scaling = FSDP_ROPE_SCALING_LLAMA3;
-        if ((s = opt_num(o, path, "factor", &r->factor)) || (s = opt_num(o, path, "low_freq_factor", &r->low)) ||
+        if ((s = opt_num(o, path, "factor", &r->factor)) ||
+            (s = opt_num(o, path, "low_freq_factor", &r->low)) ||
             (s = opt_num(o, path, "high_freq_factor", &r->high)) ||
             (s = get_int(o, path, "original_max_position_embeddings", 1, 1 << 24, &r->orig)))
             return s;
     } else if (strcmp(t->valuestring, "default") != 0) {
         return fsdp_set_error(FSDP_EUNSUPPORTED,
-                              "%s: \"%s\" type \"%.40s\" is not represented (only llama3, or none)", path, key,
-                              t->valuestring);
+                              "%s: \"%s\" type \"%.40s\" is not represented (only llama3, or none)", path,
+                              key, t->valuestring);
     }
     return FSDP_OK;
 }
