@@ -542,37 +542,57 @@ done:
     return s;
 }
 
-int fsdp_ckpt_was_committed(const char *ckpt_dir, const char *name) {
+/* ckpt_dir/.committed's text (NULL, *len 0 when there is none or it cannot be read). */
+static char *read_committed(const char *ckpt_dir, size_t *len) {
     char *path = fsdp_strdupf("%s/.committed", ckpt_dir), *text = NULL;
-    size_t len = 0, n = strlen(name);
-    int found = 0;
-    if (path && access(path, F_OK) == 0 && fsdp_io_read_file(path, &text, &len) == FSDP_OK) {
-        for (size_t i = 0; i + n <= len && !found; i++) /* whole lines only */
-            found = (i == 0 || text[i - 1] == '\n') && !memcmp(text + i, name, n) &&
-                    (i + n == len || text[i + n] == '\n');
-    } else {
+    *len = 0;
+    if (!path || access(path, F_OK) != 0 || fsdp_io_read_file(path, &text, len) != FSDP_OK) {
         fsdp_clear_error();
+        text = NULL, *len = 0;
     }
-    fsdp_mem_free(text);
     free(path);
+    return text;
+}
+
+/* Whether text (len bytes, one name a line) holds name as a whole line. */
+static int lists_line(const char *text, size_t len, const char *name) {
+    const size_t n = strlen(name);
+    for (size_t i = 0; text && i + n <= len; i++)
+        if ((i == 0 || text[i - 1] == '\n') && !memcmp(text + i, name, n) &&
+            (i + n == len || text[i + n] == '\n'))
+            return 1;
+    return 0;
+}
+
+int fsdp_ckpt_was_committed(const char *ckpt_dir, const char *name) {
+    size_t len;
+    char *text = read_committed(ckpt_dir, &len);
+    const int found = lists_line(text, len, name);
+    fsdp_mem_free(text);
     return found;
 }
 
-int fsdp_ckpt_newer_committed(const char *ckpt_dir, long long step, char *names, size_t cap) {
+int fsdp_ckpt_newer_committed(const char *ckpt_dir, const char *step_dir, char *names, size_t cap) {
     if (names && cap) names[0] = '\0';
+    const char *base = step_dir ? strrchr(step_dir, '/') : NULL;
+    base = base ? base + 1 : step_dir;
+    long long step;
+    if (!base || !step_name(base, &step)) return 0; /* not one of ckpt_dir's step folders */
     DIR *d = ckpt_dir ? opendir(ckpt_dir) : NULL;
     if (!d) return 0;
+    size_t len;
+    char *text = read_committed(ckpt_dir, &len); /* once for every folder */
     int count = 0;
     size_t used = 0;
     struct dirent *e;
     while ((e = readdir(d)) != NULL) {
         long long st;
-        if (!step_name(e->d_name, &st) || st <= step || !fsdp_ckpt_was_committed(ckpt_dir, e->d_name))
-            continue;
+        if (!step_name(e->d_name, &st) || st <= step || !lists_line(text, len, e->d_name)) continue;
         if (names && used + strlen(e->d_name) + 3 < cap)
             used += (size_t)snprintf(names + used, cap - used, "%s%s", count ? ", " : "", e->d_name);
         count++;
     }
     closedir(d);
+    fsdp_mem_free(text);
     return count;
 }

@@ -120,8 +120,9 @@ int fsdp_ckpt_managed_name(const char *name);
  * overwritten or set aside by a save (only retention removes checkpoints); a step folder newer than
  * `latest` that is not listed is a save killed between its rename and `latest` (set aside as
  * .uncommitted_step_*). fsdp_ckpt_newer_committed: how many committed step folders of ckpt_dir that
- * still exist are newer than `step`, their names comma-separated into names (cap bytes; may be NULL). */
-int fsdp_ckpt_newer_committed(const char *ckpt_dir, long long step, char *names, size_t cap);
+ * still exist are newer than step folder step_dir (a path ending in step_NNNNNN; any other: 0), their
+ * names comma-separated into names (cap bytes; may be NULL). */
+int fsdp_ckpt_newer_committed(const char *ckpt_dir, const char *step_dir, char *names, size_t cap);
 /* 1 if ckpt_dir has a `latest` pointer. */
 int fsdp_ckpt_has_latest(const char *ckpt_dir);
 

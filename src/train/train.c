@@ -262,13 +262,11 @@ static fsdp_status run_setup(train_run *r) {
  * those steps again, and a committed checkpoint is never overwritten or moved, so it is refused before
  * anything is loaded, naming them (checkpoint.h, fsdp_ckpt_newer_committed). */
 static fsdp_status refuse_newer_committed(const char *ckpt_dir, const char *step_dir) {
+    char names[1024];
+    const int n = fsdp_ckpt_newer_committed(ckpt_dir, step_dir, names, sizeof names);
+    if (n == 0) return FSDP_OK;
     const char *base = strrchr(step_dir, '/');
     base = base ? base + 1 : step_dir;
-    long long step = -1;
-    if (sscanf(base, "step_%lld", &step) != 1) return FSDP_OK; /* a folder given by path: not ckpt_dir's */
-    char names[1024];
-    const int n = fsdp_ckpt_newer_committed(ckpt_dir, step, names, sizeof names);
-    if (n == 0) return FSDP_OK;
     return fsdp_set_error(FSDP_EINVAL,
                           "--resume: %s/latest names %s, but %s also holds the newer committed "
                           "checkpoint%s %s: this run would save %s again, and a committed checkpoint is "

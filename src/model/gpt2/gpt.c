@@ -69,7 +69,7 @@ fsdp_status gpt_config_validate(const gpt_config *c) {
     return FSDP_OK;
 }
 
-static gpt_config resolve(const gpt_config *c) {
+gpt_config gpt_config_resolve(const gpt_config *c) {
     gpt_config r = *c;
     if (r.padded_vocab_size == 0) r.padded_vocab_size = (r.vocab_size + 127) / 128 * 128;
     return r;
@@ -77,7 +77,7 @@ static gpt_config resolve(const gpt_config *c) {
 
 size_t gpt_num_params(const gpt_config *cfg) {
     if (gpt_config_validate(cfg) != FSDP_OK) return 0;
-    gpt_config c = resolve(cfg);
+    gpt_config c = gpt_config_resolve(cfg);
     size_t C = (size_t)c.n_embd, L = (size_t)c.n_layer;
     size_t root = (size_t)c.padded_vocab_size * C + (size_t)c.max_seq_len * C + 2 * C;
     size_t block = 2 * C + 3 * C * C + 3 * C + C * C + C + 2 * C + 4 * C * C + 4 * C + 4 * C * C + C;
@@ -160,7 +160,7 @@ fsdp_status gpt_units_init(gpt_units *out, const gpt_config *cfg) {
     if (out == NULL) return FSDP_ERR(FSDP_EINVAL, "out must not be NULL");
     memset(out, 0, sizeof *out);
     FSDP_TRY(gpt_config_validate(cfg));
-    const gpt_config c = resolve(cfg);
+    const gpt_config c = gpt_config_resolve(cfg);
     const int64_t L = c.n_layer, C = c.n_embd, Vp = c.padded_vocab_size;
     out->units = calloc((size_t)L + 1, sizeof *out->units);
     out->names = calloc((size_t)L + 1, sizeof *out->names);

@@ -9,6 +9,9 @@
 
 extern const fsdp_block_table fsdp_gpt2_blocks;
 
+/* c with padded_vocab_size 0 resolved (V rounded up to 128), as gpt_get_config shows it. */
+gpt_config gpt_config_resolve(const gpt_config *c);
+
 /* Bytes in category other (the GEMM workspace and the short-lived buffers beside it) for (B, T)
  * batches of the GPT-2 config c on the path compute dtype `compute` takes. */
 size_t gpt2_other_bytes(const fsdp_model_config *c, int B, int T, fsdp_dtype compute);

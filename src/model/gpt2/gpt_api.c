@@ -58,9 +58,7 @@ fsdp_status gpt_init(gpt_model_t **out, fsdp_engine_t *eng, const gpt_config *cf
         free(g);
         return st;
     }
-    g->cfg = *cfg;
-    g->cfg.padded_vocab_size = fsdp_model_get_config(g->m)->padded_vocab_size;
-    if (g->cfg.padded_vocab_size == 0) g->cfg.padded_vocab_size = (cfg->vocab_size + 127) / 128 * 128;
+    g->cfg = gpt_config_resolve(cfg);
     *out = g;
     return FSDP_OK;
 }
