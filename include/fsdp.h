@@ -325,6 +325,8 @@ typedef struct {
     int no_decay; /* AdamW skips weight decay for this tensor (biases, norm weights) */
 } fsdp_tensor_spec;
 
+typedef struct fsdp_device fsdp_device_t; /* the device seam (src/core/device.h) */
+
 /* HYBRID_SHARD (HSDP): FULL_SHARD within groups of shard_group ranks, replicated across the groups;
  * gradients reduce-scattered within the group, then all-reduced across groups on the shard only. */
 typedef enum { FSDP_FULL_SHARD = 0, FSDP_SHARD_GRAD_OP, FSDP_NO_SHARD, FSDP_HYBRID_SHARD } fsdp_strategy;
@@ -347,6 +349,10 @@ typedef struct {
                          the first this many units backward gathers stay gathered from forward instead)
                          and each reduction runs during the previous unit's backward; 0: every
                          collective completes inside its hook (no overlap, least memory) */
+    /* Where the shards, gathered parameters and main_grad live and where the engine's element work
+     * runs: NULL (default) the CPU. Library-internal devices so far: the CPU and the simulated device
+     * of the tests (src/core/device.h, docs/DESIGN.md "Devices"). */
+    fsdp_device_t *device;
 } fsdp_engine_config;
 
 typedef struct {

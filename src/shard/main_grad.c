@@ -39,10 +39,11 @@ static void clear_bits(fsdp_unit_t *u) {
  * zeros) and re-points every tensor's view; the bitmask starts empty. */
 fsdp_status shard_main_grad_alloc(fsdp_unit_t *u) {
     if (u->main_grad != NULL) return FSDP_OK;
-    fsdp_status st =
-        fsdp_mem_alloc_shared((void **)&u->main_grad, u->padded * sizeof(float), FSDP_MEM_MAIN_GRAD);
+    fsdp_engine_t *e = u->eng;
+    fsdp_status st = e->dev->alloc(e->dev, (void **)&u->main_grad, u->padded * sizeof(float),
+                                   FSDP_MEM_MAIN_GRAD, FSDP_ALLOC_SHARED, e->compute);
     if (st != FSDP_OK) return FSDP_WRAP(st, "unit '%s': main_grad of %zu fp32 elements", u->name, u->padded);
-    poison(u->main_grad, u->padded);
+    if (!(e->dev->caps & FSDP_DEV_ASYNC)) poison(u->main_grad, u->padded); /* the device poisons its own */
     clear_bits(u);
     for (int t = 0; t < u->n_tensors; t++)
         u->tensors[t].grad_view = u->main_grad + u->tensors[t].offset;
@@ -53,8 +54,8 @@ void shard_main_grad_release(fsdp_unit_t *u) {
     if (u->main_grad == NULL) return;
     for (int t = 0; t < u->n_tensors; t++)
         u->tensors[t].grad_view = NULL;
-    poison(u->main_grad, u->padded);
-    fsdp_mem_free(u->main_grad);
+    if (!(u->eng->dev->caps & FSDP_DEV_ASYNC)) poison(u->main_grad, u->padded); /* else when the free runs */
+    u->eng->dev->free(u->eng->dev, u->main_grad, u->eng->compute);
     u->main_grad = NULL;
     u->life.mg = 0;
     clear_bits(u);
@@ -99,12 +100,8 @@ fsdp_status fsdp_unit_grad_from_bf16(fsdp_unit_t *u, int t, const fsdp_bf16 *g) 
     float *dst;
     int acc;
     FSDP_TRY(get_view(u, t, &dst, &acc, "fsdp_unit_grad_from_bf16"));
-    size_t n = u->tensors[t].numel;
     FSDP_PROF_SCOPE(FSDP_PROF_CAST);
-    if (acc)
-        fsdp_bf16_add_f32_n(dst, g, n);
-    else
-        fsdp_bf16_to_f32_n(dst, g, n);
+    u->eng->dev->bf16_to_f32(u->eng->dev, u->eng->compute, dst, g, u->tensors[t].numel, acc);
     return FSDP_OK;
 }
 
@@ -113,14 +110,12 @@ fsdp_status fsdp_unit_grad_from_f32(fsdp_unit_t *u, int t, const float *g) {
     float *dst;
     int acc;
     FSDP_TRY(get_view(u, t, &dst, &acc, "fsdp_unit_grad_from_f32"));
+    fsdp_device_t *d = u->eng->dev;
     size_t n = u->tensors[t].numel;
-    if (acc) {
-#pragma omp parallel for schedule(static) if (n > SHARD_OMP_MIN)
-        for (size_t i = 0; i < n; i++)
-            dst[i] += g[i];
-    } else {
-        memcpy(dst, g, n * sizeof(float));
-    }
+    if (acc)
+        d->f32_add(d, u->eng->compute, dst, g, n);
+    else
+        d->copy(d, dst, g, n * sizeof(float), u->eng->compute);
     return FSDP_OK;
 }
 
@@ -152,15 +147,24 @@ static float shard_grad_scale(const fsdp_engine_t *e) {
     return 1.0f / (float)((double)e->world * (double)e->n_micro);
 }
 
+/* The host hands main_grad to a host-polled transport: it waits for the compute stream first (the
+ * weight-gradient GEMMs and the zero-fill above are queued there). */
+static fsdp_status compute_done(fsdp_engine_t *e) {
+    if (e->fault == SHARD_FAULT_REDUCE_EARLY) return FSDP_OK;
+    e->dev->record(e->dev, e->ev_compute, e->compute);
+    return e->dev->event_sync(e->dev, e->ev_compute);
+}
+
 fsdp_status shard_reduce_start(fsdp_unit_t *u) {
     fsdp_engine_t *e = u->eng;
+    fsdp_device_t *d = e->dev;
     FSDP_INVARIANT(u->main_grad != NULL && u->reduce == NULL);
     float *mg = u->main_grad;
     for (int t = 0; t < u->n_tensors; t++)
         if (u->tensors[t].alias_of < 0 && !bit_get(u->touched, t))
-            memset(mg + u->tensors[t].offset, 0, u->tensors[t].numel * sizeof(float));
+            d->memset0(d, mg + u->tensors[t].offset, u->tensors[t].numel * sizeof(float), e->compute);
     for (int g = 0; g < u->n_gaps; g++)
-        memset(mg + u->gaps[g].offset, 0, u->gaps[g].len * sizeof(float));
+        d->memset0(d, mg + u->gaps[g].offset, u->gaps[g].len * sizeof(float), e->compute);
 
     int no_shard = e->cfg.strategy == FSDP_NO_SHARD;
     fsdp_status st;
@@ -171,12 +175,14 @@ fsdp_status shard_reduce_start(fsdp_unit_t *u) {
          * (the same bits as reducing into main_grad and adding it afterwards, without writing the
          * reduced block back and reading it again). Alone in its group, a rank has nothing to reduce:
          * step 4's loop below then runs on every OpenMP thread instead of in the communicator. */
+        FSDP_TRY(compute_done(e));
         shard_set_label(u, "reduce-scatter grads");
         u->reduce_acc = 1;
         return fsdp_comm_ireduce_scatter_acc(e->shard_comm, mg, u->grad, u->shard_len, shard_grad_scale(e),
                                              &u->reduce);
     }
     if (e->cfg.reduce_dtype == FSDP_F32) {
+        FSDP_TRY(compute_done(e));
         shard_set_label(u, no_shard ? "all-reduce grads" : "reduce-scatter grads");
         st = no_shard ? fsdp_comm_iall_reduce(e->comm, mg, mg, u->padded, FSDP_F32, FSDP_SUM, &u->reduce)
                       : fsdp_comm_ireduce_scatter(e->shard_comm, mg, mg + u->shard_off, u->shard_len,
@@ -185,18 +191,22 @@ fsdp_status shard_reduce_start(fsdp_unit_t *u) {
     }
     /* bf16 wire: one cast into a comm buffer, reduced in place; finish upcasts the result into mg. Both
      * reduce-scatters leave the result in this rank's own block (shard_off), where nothing moves. */
-    FSDP_TRY(fsdp_mem_alloc_shared((void **)&u->wire, u->padded * sizeof(fsdp_bf16), FSDP_MEM_COMM));
+    FSDP_TRY(d->alloc(d, (void **)&u->wire, u->padded * sizeof(fsdp_bf16), FSDP_MEM_COMM, FSDP_ALLOC_SHARED,
+                      e->compute));
     {
         FSDP_PROF_SCOPE(FSDP_PROF_CAST);
-        fsdp_f32_to_bf16_n(u->wire, mg, u->padded);
+        d->f32_to_bf16(d, e->compute, u->wire, mg, u->padded);
     }
-    shard_set_label(u, no_shard ? "all-reduce grads (bf16)" : "reduce-scatter grads (bf16)");
-    st = no_shard
-             ? fsdp_comm_iall_reduce(e->comm, u->wire, u->wire, u->padded, FSDP_BF16, FSDP_SUM, &u->reduce)
-             : fsdp_comm_ireduce_scatter(e->shard_comm, u->wire, u->wire + u->shard_off, u->shard_len,
-                                         FSDP_BF16, FSDP_SUM, &u->reduce);
+    st = compute_done(e);
+    if (st == FSDP_OK) {
+        shard_set_label(u, no_shard ? "all-reduce grads (bf16)" : "reduce-scatter grads (bf16)");
+        st = no_shard ? fsdp_comm_iall_reduce(e->comm, u->wire, u->wire, u->padded, FSDP_BF16, FSDP_SUM,
+                                              &u->reduce)
+                      : fsdp_comm_ireduce_scatter(e->shard_comm, u->wire, u->wire + u->shard_off,
+                                                  u->shard_len, FSDP_BF16, FSDP_SUM, &u->reduce);
+    }
     if (st != FSDP_OK) { /* refused before anything was posted */
-        fsdp_mem_free(u->wire);
+        d->free(d, u->wire, e->compute);
         u->wire = NULL;
     }
     return st;
@@ -236,24 +246,22 @@ fsdp_status shard_reduce_finish(fsdp_unit_t *u) {
     }
     size_t n_out = u->shard_len; /* NO_SHARD: padded (everything) */
     mg += u->shard_off;          /* the result: this rank's own block (NO_SHARD: offset 0) */
+    fsdp_device_t *d = e->dev;
     if (u->wire != NULL) {
         FSDP_PROF_SCOPE(FSDP_PROF_CAST);
-        fsdp_bf16_to_f32_n(mg, u->wire + u->shard_off, n_out);
-        fsdp_mem_free(u->wire);
+        d->bf16_to_f32(d, e->compute, mg, u->wire + u->shard_off, n_out, 0);
+        d->free(d, u->wire, e->compute);
         u->wire = NULL;
     }
     if (e->rep_comm != NULL) { /* HYBRID: the groups' sums of this shard, added across groups in fp32 */
+        if ((st = compute_done(e)) != FSDP_OK) return give_up_buffers(u, e->rep_comm, st);
         shard_set_label(u, "all-reduce grads across groups");
         fsdp_trace_unit_begin(u->name, "all-reduce");
         st = fsdp_comm_all_reduce(e->rep_comm, mg, mg, n_out, FSDP_F32, FSDP_SUM);
         fsdp_trace_unit_end(u->name, "all-reduce");
         if (st != FSDP_OK) return give_up_buffers(u, e->rep_comm, st);
     }
-    const float scale = shard_grad_scale(e);
-    float *g = u->grad;
-#pragma omp parallel for schedule(static) if (n_out > SHARD_OMP_MIN)
-    for (size_t i = 0; i < n_out; i++)
-        g[i] += mg[i] * scale;
+    d->axpy(d, e->compute, u->grad, mg, n_out, shard_grad_scale(e));
     shard_main_grad_release(u);
     return FSDP_OK;
 }
@@ -263,13 +271,8 @@ fsdp_status shard_reduce_finish(fsdp_unit_t *u) {
 fsdp_status fsdp_engine_zero_grad(fsdp_engine_t *e) {
     if (e == NULL) return FSDP_ERR(FSDP_EINVAL, "engine must not be NULL");
     FSDP_TRY(shard_drain(e, 1));
-    for (int i = 0; i < e->n_units; i++) {
-        float *g = e->units[i]->grad;
-        const size_t n = e->units[i]->shard_len, ch = SHARD_OMP_MIN, nc = (n + ch - 1) / ch;
-#pragma omp parallel for schedule(static) if (nc > 1)
-        for (size_t c = 0; c < nc; c++)
-            memset(g + c * ch, 0, (n - c * ch < ch ? n - c * ch : ch) * sizeof(float));
-    }
+    for (int i = 0; i < e->n_units; i++)
+        e->dev->memset0(e->dev, e->units[i]->grad, e->units[i]->shard_len * sizeof(float), e->compute);
     return FSDP_OK;
 }
 

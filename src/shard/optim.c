@@ -7,16 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#define SHARD_X86 1
-#endif
-
-/* gnu11 lets GCC fuse a*b + c into one fma wherever the target has FMA (-ffp-contract=fast), even
- * across intrinsics; that would round p*decay + step once instead of twice and break the bit-exact
- * match with torch. Every function here that does arithmetic keeps one rounding per operation. */
-FSDP_FILE_NOCONTRACT
-
 /* Calls fn(u, tensor, lo, hi) for each non-alias tensor's part of [r_lo, r_hi) (flat indices):
  * layout gaps and padding are never visited, aliases take no space so nothing is visited twice. */
 #define FOR_TENSOR_RANGES(u, r_lo, r_hi, t, lo, hi)                                                          \
@@ -27,101 +17,22 @@ FSDP_FILE_NOCONTRACT
                              : (r_hi);                                                                       \
              (u)->tensors[t].alias_of < 0 && lo < hi; lo = hi)
 
-/* The path for this call: the process-wide fsdp_simd choice (tests force each one); AVX2 also needs
- * FMA, which every AVX2 CPU fsdp.c targets has, but the check is cheap. */
-static int simd_path(void) {
-#ifdef SHARD_X86
-    fsdp_simd s = fsdp_simd_active();
-    if (s == FSDP_SIMD_AVX512) return 2;
-    if (s == FSDP_SIMD_AVX2 && __builtin_cpu_supports("fma")) return 1;
-#endif
-    return 0;
-}
-
-/* sum of g[k]^2 in double. Each (double)g*g is exact, so an fma into a double accumulator rounds
- * exactly like the scalar s += g*g; the vector paths only change the order of the additions (16
- * interleaved partial sums), which moves the result by a few double ulps at most. */
-static double sumsq_scalar(const float *g, size_t n) {
-    double s = 0.0;
-    for (size_t k = 0; k < n; k++)
-        s += (double)g[k] * (double)g[k];
-    return s;
-}
-
-#ifdef SHARD_X86
-__attribute__((target("avx512f"), FSDP_NOCONTRACT)) static double sumsq_avx512(const float *g, size_t n) {
-    __m512d s0 = _mm512_setzero_pd(), s1 = _mm512_setzero_pd();
-    size_t k = 0;
-    for (; k + 16 <= n; k += 16) {
-        __m512d a = _mm512_cvtps_pd(_mm256_loadu_ps(g + k)), b = _mm512_cvtps_pd(_mm256_loadu_ps(g + k + 8));
-        s0 = _mm512_fmadd_pd(a, a, s0);
-        s1 = _mm512_fmadd_pd(b, b, s1);
-    }
-    return _mm512_reduce_add_pd(_mm512_add_pd(s0, s1)) + sumsq_scalar(g + k, n - k);
-}
-
-__attribute__((target("avx2,fma"), FSDP_NOCONTRACT)) static double sumsq_avx2(const float *g, size_t n) {
-    __m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd();
-    size_t k = 0;
-    for (; k + 8 <= n; k += 8) {
-        __m256d a = _mm256_cvtps_pd(_mm_loadu_ps(g + k)), b = _mm256_cvtps_pd(_mm_loadu_ps(g + k + 4));
-        s0 = _mm256_fmadd_pd(a, a, s0);
-        s1 = _mm256_fmadd_pd(b, b, s1);
-    }
-    __m256d s = _mm256_add_pd(s0, s1);
-    __m128d h = _mm_add_pd(_mm256_castpd256_pd128(s), _mm256_extractf128_pd(s, 1));
-    return _mm_cvtsd_f64(_mm_add_sd(h, _mm_unpackhi_pd(h, h))) + sumsq_scalar(g + k, n - k);
-}
-
-__attribute__((target("avx512f"), FSDP_NOCONTRACT)) static void scale_avx512(float *g, size_t n, float c) {
-    const __m512 cv = _mm512_set1_ps(c);
-    size_t k = 0;
-    for (; k + 16 <= n; k += 16)
-        _mm512_storeu_ps(g + k, _mm512_mul_ps(_mm512_loadu_ps(g + k), cv));
-    for (; k < n; k++)
-        g[k] *= c;
-}
-#endif
-
-static double sumsq(const float *g, size_t n, int path) {
-#ifdef SHARD_X86
-    if (path == 2) return sumsq_avx512(g, n);
-    if (path == 1) return sumsq_avx2(g, n);
-#endif
-    (void)path;
-    return sumsq_scalar(g, n);
-}
-
-/* g *= c: one rounding per element on every path. */
-static void scale(float *g, size_t n, float c, int path) {
-#ifdef SHARD_X86
-    if (path == 2) return scale_avx512(g, n, c);
-#endif
-    (void)path;
-    for (size_t k = 0; k < n; k++)
-        g[k] *= c;
-}
-
-#define CLIP_CHUNK 65536 /* elements per OpenMP work item */
-
 /* The sum of squares of the gradient elements this rank counts for unit u: its shard. Under NO_SHARD
  * every rank holds everything, so it counts only its fsdp_shard_range slice, and the all-reduce sums
- * every element exactly once. */
-static double unit_sumsq(const fsdp_engine_t *e, const fsdp_unit_t *u, int path) {
+ * every element exactly once. One device op per tensor range, each writing its own double (parts),
+ * added on the host in tensor order once the compute stream ran them. parts: (n_tensors) per unit. */
+static void unit_sumsq(const fsdp_engine_t *e, const fsdp_unit_t *u, double *parts) {
     size_t c_off = u->shard_off, c_len = u->shard_len;
     if (e->cfg.strategy == FSDP_NO_SHARD) fsdp_shard_range(u->padded, e->rank, e->world, &c_off, &c_len);
-    double local = 0.0;
     FOR_TENSOR_RANGES(u, c_off, c_off + c_len, t, lo, hi) {
-        const float *g = u->grad + (lo - u->shard_off);
-        size_t n = hi - lo, n_chunks = (n + CLIP_CHUNK - 1) / CLIP_CHUNK;
-        double s = 0.0;
-#pragma omp parallel for reduction(+ : s) schedule(static) if (n > SHARD_OMP_MIN)
-        for (size_t c = 0; c < n_chunks; c++) {
-            size_t a = c * CLIP_CHUNK;
-            s += sumsq(g + a, n - a < CLIP_CHUNK ? n - a : CLIP_CHUNK, path);
-        }
-        local += s;
+        e->dev->sumsq(e->dev, e->compute, u->grad + (lo - u->shard_off), hi - lo, &parts[t]);
     }
+}
+
+static double unit_sum(const fsdp_unit_t *u, const double *parts) {
+    double local = 0.0;
+    for (int t = 0; t < u->n_tensors; t++)
+        local += parts[t];
     return local;
 }
 
@@ -130,28 +41,40 @@ fsdp_status fsdp_engine_clip_grad_norm(fsdp_engine_t *e, float max_norm, float *
     if (e == NULL || norm == NULL) return FSDP_ERR(FSDP_EINVAL, "engine and norm must not be NULL");
     if (isnan(max_norm))
         return FSDP_ERR(FSDP_EINVAL, "max_norm is NaN; pass > 0 to clip, <= 0 to only measure");
-    const int path = simd_path();
     /* Per-unit sums, added in unit order at the end: the same bits whether or not a reduction was still
      * running. The units whose gradients are final go first, while the pending reduction (overlap:
-     * the last unit's) keeps moving; then it is finished and its unit counted. */
-    double *us = calloc((size_t)e->n_units + 1, sizeof *us);
-    if (us == NULL) return FSDP_ERR(FSDP_ENOMEM, "clip: %d unit sums", e->n_units);
-    for (int i = 0; i < e->n_units; i++) {
+     * the last unit's) keeps moving; then it is finished and its unit counted. The host reads the parts
+     * once, after the compute stream ran every sum. */
+    size_t n_parts = 0;
+    for (int i = 0; i < e->n_units; i++)
+        n_parts += (size_t)e->units[i]->n_tensors;
+    double *parts = calloc(n_parts + 1, sizeof *parts);
+    if (parts == NULL) return FSDP_ERR(FSDP_ENOMEM, "clip: %zu tensor sums", n_parts);
+    for (int i = 0, o = 0; i < e->n_units; o += e->units[i]->n_tensors, i++) {
         if (e->units[i]->life.reducing) continue;
-        us[i] = unit_sumsq(e, e->units[i], path);
+        unit_sumsq(e, e->units[i], parts + o);
         shard_progress(e);
     }
     const int pending = e->sched.pending;
     fsdp_status st = shard_drain(e, 1); /* every pending reduction is in the gradient shards */
+    if (st == FSDP_OK && pending >= 0) {
+        size_t o = 0;
+        for (int i = 0; i < pending; i++)
+            o += (size_t)e->units[i]->n_tensors;
+        unit_sumsq(e, e->units[pending], parts + o);
+    }
+    if (st == FSDP_OK) {
+        e->dev->record(e->dev, e->ev_compute, e->compute);
+        st = e->dev->event_sync(e->dev, e->ev_compute);
+    }
     if (st != FSDP_OK) {
-        free(us);
+        free(parts);
         return st;
     }
-    if (pending >= 0) us[pending] = unit_sumsq(e, e->units[pending], path);
     double local = 0.0;
-    for (int i = 0; i < e->n_units; i++)
-        local += us[i];
-    free(us);
+    for (int i = 0, o = 0; i < e->n_units; o += e->units[i]->n_tensors, i++)
+        local += unit_sum(e->units[i], parts + o);
+    free(parts);
     /* One F32 all-reduce of the double as a (hi, lo) float pair keeps ~48 bits of the local sums. */
     float pair[2];
     pair[0] = (float)local;
@@ -166,18 +89,9 @@ fsdp_status fsdp_engine_clip_grad_norm(fsdp_engine_t *e, float max_norm, float *
     if (max_norm > 0.0f) {
         /* torch.nn.utils.clip_grad_norm_: coef = max_norm / (norm + 1e-6) in fp32, applied if < 1. */
         float coef = max_norm / (nrm + 1e-6f);
-        if (coef < 1.0f) {
-            for (int i = 0; i < e->n_units; i++) {
-                float *g = e->units[i]->grad;
-                size_t n = e->units[i]->shard_len;
-                size_t n_chunks = (n + CLIP_CHUNK - 1) / CLIP_CHUNK;
-#pragma omp parallel for schedule(static) if (n > SHARD_OMP_MIN)
-                for (size_t c = 0; c < n_chunks; c++) {
-                    size_t a = c * CLIP_CHUNK;
-                    scale(g + a, n - a < CLIP_CHUNK ? n - a : CLIP_CHUNK, coef, path);
-                }
-            }
-        }
+        if (coef < 1.0f)
+            for (int i = 0; i < e->n_units; i++)
+                e->dev->scale(e->dev, e->compute, e->units[i]->grad, e->units[i]->shard_len, coef);
     }
     return FSDP_OK;
 }
@@ -203,96 +117,6 @@ static double decimal_double(float f) {
 int64_t fsdp_engine_step_count(const fsdp_engine_t *e) { return e ? e->step : 0; }
 void fsdp_engine_set_step_count(fsdp_engine_t *e, int64_t step) {
     if (e) e->step = step;
-}
-
-typedef struct {
-    float decay, b1, omb1, b2, omb2, bc2_sqrt, eps, neg_step;
-} adamw_scalars;
-
-#define ADAMW_CHUNK 16384 /* elements per OpenMP work item */
-
-/* The element update, the reference for every SIMD path. Each operation is one IEEE-rounded fp32
- * operation (fmaf is exact-then-rounded), so the vector paths below, doing the same operations in
- * the same order, give the same bits on every machine. */
-__attribute__((FSDP_NOCONTRACT)) static inline void adamw_elem(float *p, float *m, float *v, float g,
-                                                               int do_decay, const adamw_scalars *sc) {
-    float pk = *p;
-    if (do_decay) pk = pk * sc->decay;
-    float mk = fmaf(g, sc->omb1, *m * sc->b1);
-    float vk = fmaf(sc->omb2 * g, g, *v * sc->b2);
-    float denom = sqrtf(vk) / sc->bc2_sqrt + sc->eps;
-    *p = pk + (sc->neg_step * mk) / denom;
-    *m = mk;
-    *v = vk;
-}
-
-__attribute__((FSDP_NOCONTRACT)) static void adamw_range_scalar(float *restrict p, float *restrict m,
-                                                                float *restrict v, const float *restrict g,
-                                                                size_t n, int do_decay,
-                                                                const adamw_scalars *sc) {
-    for (size_t k = 0; k < n; k++)
-        adamw_elem(p + k, m + k, v + k, g[k], do_decay, sc);
-}
-
-#ifdef SHARD_X86
-__attribute__((target("avx512f,fma"), FSDP_NOCONTRACT)) static void
-adamw_range_avx512(float *restrict p, float *restrict m, float *restrict v, const float *restrict g, size_t n,
-                   int do_decay, const adamw_scalars *sc) {
-    const __m512 decay = _mm512_set1_ps(do_decay ? sc->decay : 1.0f), b1 = _mm512_set1_ps(sc->b1);
-    const __m512 omb1 = _mm512_set1_ps(sc->omb1), b2 = _mm512_set1_ps(sc->b2),
-                 omb2 = _mm512_set1_ps(sc->omb2);
-    const __m512 bc2 = _mm512_set1_ps(sc->bc2_sqrt), eps = _mm512_set1_ps(sc->eps);
-    const __m512 nstep = _mm512_set1_ps(sc->neg_step);
-    size_t k = 0;
-    /* p * 1.0f is exact, so a no-decay tensor may share the multiply. */
-    for (; k + 16 <= n; k += 16) {
-        __m512 gk = _mm512_loadu_ps(g + k);
-        __m512 pk = _mm512_mul_ps(_mm512_loadu_ps(p + k), decay);
-        __m512 mk = _mm512_fmadd_ps(gk, omb1, _mm512_mul_ps(_mm512_loadu_ps(m + k), b1));
-        __m512 vk = _mm512_fmadd_ps(_mm512_mul_ps(omb2, gk), gk, _mm512_mul_ps(_mm512_loadu_ps(v + k), b2));
-        __m512 denom = _mm512_add_ps(_mm512_div_ps(_mm512_sqrt_ps(vk), bc2), eps);
-        pk = _mm512_add_ps(pk, _mm512_div_ps(_mm512_mul_ps(nstep, mk), denom));
-        _mm512_storeu_ps(p + k, pk);
-        _mm512_storeu_ps(m + k, mk);
-        _mm512_storeu_ps(v + k, vk);
-    }
-    for (; k < n; k++)
-        adamw_elem(p + k, m + k, v + k, g[k], do_decay, sc);
-}
-
-__attribute__((target("avx2,fma"), FSDP_NOCONTRACT)) static void
-adamw_range_avx2(float *restrict p, float *restrict m, float *restrict v, const float *restrict g, size_t n,
-                 int do_decay, const adamw_scalars *sc) {
-    const __m256 decay = _mm256_set1_ps(do_decay ? sc->decay : 1.0f), b1 = _mm256_set1_ps(sc->b1);
-    const __m256 omb1 = _mm256_set1_ps(sc->omb1), b2 = _mm256_set1_ps(sc->b2),
-                 omb2 = _mm256_set1_ps(sc->omb2);
-    const __m256 bc2 = _mm256_set1_ps(sc->bc2_sqrt), eps = _mm256_set1_ps(sc->eps);
-    const __m256 nstep = _mm256_set1_ps(sc->neg_step);
-    size_t k = 0;
-    for (; k + 8 <= n; k += 8) {
-        __m256 gk = _mm256_loadu_ps(g + k);
-        __m256 pk = _mm256_mul_ps(_mm256_loadu_ps(p + k), decay);
-        __m256 mk = _mm256_fmadd_ps(gk, omb1, _mm256_mul_ps(_mm256_loadu_ps(m + k), b1));
-        __m256 vk = _mm256_fmadd_ps(_mm256_mul_ps(omb2, gk), gk, _mm256_mul_ps(_mm256_loadu_ps(v + k), b2));
-        __m256 denom = _mm256_add_ps(_mm256_div_ps(_mm256_sqrt_ps(vk), bc2), eps);
-        pk = _mm256_add_ps(pk, _mm256_div_ps(_mm256_mul_ps(nstep, mk), denom));
-        _mm256_storeu_ps(p + k, pk);
-        _mm256_storeu_ps(m + k, mk);
-        _mm256_storeu_ps(v + k, vk);
-    }
-    for (; k < n; k++)
-        adamw_elem(p + k, m + k, v + k, g[k], do_decay, sc);
-}
-#endif
-
-static void adamw_range(float *restrict p, float *restrict m, float *restrict v, const float *restrict g,
-                        size_t n, int do_decay, const adamw_scalars *sc, int path) {
-#ifdef SHARD_X86
-    if (path == 2) return adamw_range_avx512(p, m, v, g, n, do_decay, sc);
-    if (path == 1) return adamw_range_avx2(p, m, v, g, n, do_decay, sc);
-#endif
-    (void)path;
-    adamw_range_scalar(p, m, v, g, n, do_decay, sc);
 }
 
 /* One AdamW step in torch.optim.AdamW's order (torch 1.13 single-tensor path), fp32 per element:
@@ -328,22 +152,15 @@ fsdp_status fsdp_engine_adamw_step(fsdp_engine_t *e, const fsdp_adamw_config *cf
     const float decay = (float)(1.0 - lr * wd), b1f = (float)b1, omb1 = (float)(1.0 - b1), b2f = (float)b2,
                 omb2 = (float)(1.0 - b2), bc2_sqrt = (float)sqrt(bc2), eps = cfg->eps,
                 neg_step = (float)(-(lr / bc1));
-    const int path = simd_path();
+    const fsdp_adamw_scalars sc = {decay, b1f, omb1, b2f, omb2, bc2_sqrt, eps, neg_step};
     for (int i = 0; i < e->n_units; i++) {
         fsdp_unit_t *u = e->units[i];
         fsdp_trace_unit_begin(u->name, "optimizer");
         FOR_TENSOR_RANGES(u, u->shard_off, u->shard_off + u->shard_len, tt, lo, hi) {
-            size_t o = lo - u->shard_off, n = hi - lo;
-            float *p = u->master + o, *m = u->adam_m + o, *v = u->adam_v + o;
-            const float *g = u->grad + o;
+            size_t o = lo - u->shard_off;
             const int do_decay = !u->tensors[tt].no_decay && cfg->weight_decay != 0.0f;
-            const adamw_scalars sc = {decay, b1f, omb1, b2f, omb2, bc2_sqrt, eps, neg_step};
-            const size_t n_chunks = (n + ADAMW_CHUNK - 1) / ADAMW_CHUNK;
-#pragma omp parallel for schedule(static) if (n > SHARD_OMP_MIN)
-            for (size_t c = 0; c < n_chunks; c++) {
-                size_t a = c * ADAMW_CHUNK, len = n - a < ADAMW_CHUNK ? n - a : ADAMW_CHUNK;
-                adamw_range(p + a, m + a, v + a, g + a, len, do_decay, &sc, path);
-            }
+            e->dev->adamw(e->dev, e->compute, u->master + o, u->adam_m + o, u->adam_v + o, u->grad + o,
+                          hi - lo, do_decay, &sc);
         }
         fsdp_trace_unit_end(u->name, "optimizer");
         /* the next step's first units: their gathers run while the others are updated */

@@ -5,6 +5,7 @@
 #define FSDP_SHARD_H
 
 #include "core/core.h"
+#include "core/device.h"
 #include "core/prof.h"
 
 #include <stdint.h>
@@ -154,7 +155,33 @@ struct fsdp_engine {
     int micro;         /* current micro-batch (begin_micro), default 0 */
     life_unit **lives; /* (cap_units) &units[i]->life */
     life_sched sched;  /* the lifecycle: order, prefetch, pending reduction */
+
+    /* The device (docs/DESIGN.md "Devices"). compute: the model's kernels and every engine op on
+     * master, grad, moments and main_grad, in the order the host issues them; side: the casts into
+     * the all-gather's send slot, which wait for compute's updates to the master. ev_side / ev_compute:
+     * the points the host or the other stream waits for. The transports today poll from the host on
+     * host memory, so a buffer is handed to a collective only after the host synchronised on the
+     * stream that wrote it. */
+    fsdp_device_t *dev;
+    fsdp_stream_t *compute, *side;
+    fsdp_event_t *ev_side, *ev_compute;
+    int fault; /* SHARD_FAULT_*: a planted ordering fault (tests of the simulated device only) */
 };
+
+/* Ordering faults the simulated device must catch (tests/shard/mpi_device_sim.c plants them with
+ * shard_plant_fault). Never set outside those tests. */
+enum {
+    SHARD_FAULT_NONE = 0,
+    SHARD_FAULT_REDUCE_EARLY, /* the reduction is posted without waiting for the compute stream */
+    SHARD_FAULT_FREE_EARLY,   /* reshard frees the gathered buffer on the side stream, no wait */
+};
+void shard_plant_fault(fsdp_engine_t *e, int fault);
+/* The engine's compute stream: where the model queues the kernels that read parameters and write
+ * main_grad (NULL on the CPU). */
+fsdp_stream_t *shard_compute_stream(const fsdp_engine_t *e);
+/* The host waits until every op queued on the engine's streams ran: before it reads or writes shard
+ * bytes itself (checkpoints, HF tensors, initialisation). */
+fsdp_status shard_device_sync(fsdp_engine_t *e);
 
 /* layout.c: one unit's specs validated and laid out flat (the engine and the plan both call it). */
 typedef struct {

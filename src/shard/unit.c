@@ -40,6 +40,33 @@ fsdp_unit_config fsdp_unit_config_default(void) {
     return c;
 }
 
+/* The engine's two streams and two events (NULL on the CPU). */
+static fsdp_status engine_streams_init(fsdp_engine_t *e) {
+    fsdp_device_t *d = e->dev;
+    FSDP_TRY(d->stream_create(d, &e->compute));
+    FSDP_TRY(d->stream_create(d, &e->side));
+    FSDP_TRY(d->event_create(d, &e->ev_side));
+    return d->event_create(d, &e->ev_compute);
+}
+
+static void engine_streams_free(fsdp_engine_t *e) {
+    fsdp_device_t *d = e->dev;
+    if (d == NULL) return;
+    (void)d->sync(d);
+    d->event_destroy(d, e->ev_compute);
+    d->event_destroy(d, e->ev_side);
+    d->stream_destroy(d, e->side);
+    d->stream_destroy(d, e->compute);
+}
+
+void shard_plant_fault(fsdp_engine_t *e, int fault) { e->fault = fault; }
+fsdp_stream_t *shard_compute_stream(const fsdp_engine_t *e) { return e->compute; }
+
+fsdp_status shard_device_sync(fsdp_engine_t *e) {
+    fsdp_status st = e->dev->sync(e->dev);
+    return st == FSDP_OK ? FSDP_OK : FSDP_WRAP(st, "engine on device '%s'", e->dev->name);
+}
+
 fsdp_status fsdp_engine_init(fsdp_engine_t **out, fsdp_comm_t *comm, const fsdp_engine_config *cfg) {
     if (out == NULL) return FSDP_ERR(FSDP_EINVAL, "out must not be NULL");
     *out = NULL;
@@ -72,8 +99,11 @@ fsdp_status fsdp_engine_init(fsdp_engine_t **out, fsdp_comm_t *comm, const fsdp_
     if (e == NULL) return FSDP_ERR(FSDP_ENOMEM, "engine struct");
     e->cfg = c;
     e->n_micro = 1;
-    fsdp_status st = shard_comms_init(e, comm);
+    e->dev = c.device ? c.device : fsdp_device_cpu();
+    fsdp_status st = engine_streams_init(e);
+    if (st == FSDP_OK) st = shard_comms_init(e, comm);
     if (st != FSDP_OK) {
+        engine_streams_free(e);
         free(e);
         return st;
     }
@@ -86,13 +116,14 @@ fsdp_status fsdp_engine_init(fsdp_engine_t **out, fsdp_comm_t *comm, const fsdp_
 
 static void unit_free(fsdp_unit_t *u) {
     if (u == NULL) return;
+    fsdp_device_t *d = u->eng->dev;
     shard_main_grad_release(u);
-    fsdp_mem_free(u->wire);
-    fsdp_mem_free(u->full);
-    fsdp_mem_free(u->adam_v);
-    fsdp_mem_free(u->adam_m);
-    fsdp_mem_free(u->grad);
-    fsdp_mem_free(u->master);
+    d->free(d, u->wire, u->eng->compute);
+    d->free(d, u->full, u->eng->compute);
+    d->free(d, u->adam_v, u->eng->compute);
+    d->free(d, u->adam_m, u->eng->compute);
+    d->free(d, u->grad, u->eng->compute);
+    d->free(d, u->master, u->eng->compute);
     free(u->touched);
     free(u->gaps);
     for (int t = 0; t < u->n_tensors; t++)
@@ -107,6 +138,7 @@ void fsdp_engine_free(fsdp_engine_t *e) {
     (void)shard_drain(e, 0); /* nothing may be in flight when the buffers go (failures leave them adopted) */
     for (int i = e->n_units - 1; i >= 0; i--)
         unit_free(e->units[i]);
+    engine_streams_free(e); /* runs the frees */
     life_free(&e->sched);
     shard_comms_free(e);
     free(e->lives);
@@ -240,10 +272,17 @@ fsdp_status fsdp_engine_add_unit(fsdp_engine_t *e, const char *name, const fsdp_
         st = FSDP_ERR(FSDP_EINVAL, "unit '%s': shard too large", name);
         goto fail;
     }
-    if ((st = fsdp_mem_alloc((void **)&u->master, bytes, FSDP_MEM_MASTER)) != FSDP_OK) goto fail;
-    if ((st = fsdp_mem_calloc((void **)&u->grad, bytes, FSDP_MEM_GRAD_SHARD)) != FSDP_OK) goto fail;
-    if ((st = fsdp_mem_calloc((void **)&u->adam_m, bytes, FSDP_MEM_OPTIM)) != FSDP_OK) goto fail;
-    if ((st = fsdp_mem_calloc((void **)&u->adam_v, bytes, FSDP_MEM_OPTIM)) != FSDP_OK) goto fail;
+    fsdp_device_t *d = e->dev;
+    if ((st = d->alloc(d, (void **)&u->master, bytes, FSDP_MEM_MASTER, 0, e->compute)) != FSDP_OK) goto fail;
+    if ((st = d->alloc(d, (void **)&u->grad, bytes, FSDP_MEM_GRAD_SHARD, FSDP_ALLOC_ZERO, e->compute)) !=
+        FSDP_OK)
+        goto fail;
+    if ((st = d->alloc(d, (void **)&u->adam_m, bytes, FSDP_MEM_OPTIM, FSDP_ALLOC_ZERO, e->compute)) !=
+        FSDP_OK)
+        goto fail;
+    if ((st = d->alloc(d, (void **)&u->adam_v, bytes, FSDP_MEM_OPTIM, FSDP_ALLOC_ZERO, e->compute)) !=
+        FSDP_OK)
+        goto fail;
 
     e->units[e->n_units] = u;
     e->lives[e->n_units] = &u->life;
@@ -274,8 +313,20 @@ static float normal_at(uint64_t key, uint64_t j) {
     return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
 }
 
+/* The host writes or reads shard bytes itself (initialisation, full tensors, a shard view): the
+ * device's memory must be the host's, and nothing queued may still touch it. */
+static fsdp_status host_access(fsdp_engine_t *e, const char *call) {
+    if (!(e->dev->caps & FSDP_DEV_HOST_MEMORY))
+        return fsdp_set_error(FSDP_EUNSUPPORTED,
+                              "%s: device '%s' keeps its memory from the host; this call needs host "
+                              "memory (copies through staging come with the device's own backend)",
+                              call, e->dev->name);
+    return shard_device_sync(e);
+}
+
 fsdp_status fsdp_engine_init_params(fsdp_engine_t *e) {
     if (e == NULL) return FSDP_ERR(FSDP_EINVAL, "engine must not be NULL");
+    FSDP_TRY(host_access(e, "fsdp_engine_init_params"));
     for (int i = 0; i < e->n_units; i++) {
         fsdp_unit_t *u = e->units[i];
         size_t lo = u->shard_off, hi = u->shard_off + u->shard_len;
@@ -348,6 +399,7 @@ fsdp_status fsdp_unit_shard(fsdp_unit_t *u, fsdp_shard_view *out) {
     if (u == NULL || out == NULL) return FSDP_ERR(FSDP_EINVAL, "unit and out must not be NULL");
     FSDP_TRY(
         shard_drain(u->eng, 0)); /* the caller reads or writes the shards next (a load: masters change) */
+    FSDP_TRY(host_access(u->eng, "fsdp_unit_shard"));
     out->master = u->master;
     out->grad = u->grad;
     out->adam_m = u->adam_m;
@@ -364,30 +416,33 @@ fsdp_status fsdp_unit_shard(fsdp_unit_t *u, fsdp_shard_view *out) {
 
 /* Cast the fp32 shard to the compute dtype straight into this rank's slot of the full buffer, then
  * start the in-place all-gather. NO_SHARD: every rank has everything, so the cast is the whole
- * unshard. */
+ * unshard. The cast runs on the side stream after the compute stream's updates of the master (the
+ * optimizer's, a load's); the host waits for it before the host-polled transport reads the slot. */
 static fsdp_status op_unshard_start(void *ctx, int i, int prefetch) {
     fsdp_engine_t *e = ctx;
     fsdp_unit_t *u = e->units[i];
+    fsdp_device_t *d = e->dev;
     fsdp_dtype dt = e->cfg.compute_dtype;
     size_t esz = fsdp_dtype_size(dt);
-    FSDP_TRY(fsdp_mem_alloc_shared(&u->full, u->padded * esz, FSDP_MEM_PARAM_FULL));
+    FSDP_TRY(d->alloc(d, &u->full, u->padded * esz, FSDP_MEM_PARAM_FULL, FSDP_ALLOC_SHARED, e->side));
     char *slot = (char *)u->full + u->shard_off * esz;
+    d->record(d, e->ev_compute, e->compute);
+    d->wait(d, e->side, e->ev_compute);
     if (dt == FSDP_BF16) {
-        /* split over threads in fixed chunks (exact conversion: the split changes no bit) */
         FSDP_PROF_SCOPE(FSDP_PROF_CAST);
-        const size_t ch = SHARD_OMP_MIN, nc = (u->shard_len + ch - 1) / ch;
-#pragma omp parallel for schedule(static) if (nc > 1)
-        for (size_t c = 0; c < nc; c++)
-            fsdp_f32_to_bf16_n((fsdp_bf16 *)slot + c * ch, u->master + c * ch,
-                               u->shard_len - c * ch < ch ? u->shard_len - c * ch : ch);
+        d->f32_to_bf16(d, e->side, (fsdp_bf16 *)slot, u->master, u->shard_len);
     } else
-        memcpy(slot, u->master, u->shard_len * sizeof(float));
+        d->copy(d, slot, u->master, u->shard_len * sizeof(float), e->side);
+    d->record(d, e->ev_side, e->side);
     u->gather = NULL;
     if (e->cfg.strategy != FSDP_NO_SHARD) {
-        shard_set_label(u, prefetch ? "all-gather params (prefetch)" : "all-gather params");
-        fsdp_status st = fsdp_comm_iall_gather(e->shard_comm, slot, u->full, u->shard_len, dt, &u->gather);
+        fsdp_status st = d->event_sync(d, e->ev_side);
+        if (st == FSDP_OK) {
+            shard_set_label(u, prefetch ? "all-gather params (prefetch)" : "all-gather params");
+            st = fsdp_comm_iall_gather(e->shard_comm, slot, u->full, u->shard_len, dt, &u->gather);
+        }
         if (st != FSDP_OK) { /* refused before anything was posted */
-            fsdp_mem_free(u->full);
+            d->free(d, u->full, e->side);
             u->full = NULL;
             return st;
         }
@@ -410,6 +465,8 @@ static fsdp_status op_unshard_wait(void *ctx, int i) {
             return st;
         }
     }
+    /* NO_SHARD: the kernels read what the side stream cast (elsewhere the host waited for it) */
+    e->dev->wait(e->dev, e->compute, e->ev_side);
     size_t esz = fsdp_dtype_size(e->cfg.compute_dtype);
     for (int t = 0; t < u->n_tensors; t++)
         u->tensors[t].param_view = (char *)u->full + u->tensors[t].offset * esz;
@@ -421,7 +478,8 @@ static void op_reshard(void *ctx, int i) {
     fsdp_unit_t *u = e->units[i];
     for (int t = 0; t < u->n_tensors; t++)
         u->tensors[t].param_view = NULL;
-    fsdp_mem_free(u->full);
+    /* after every kernel queued so far on compute has read it */
+    e->dev->free(e->dev, u->full, e->fault == SHARD_FAULT_FREE_EARLY ? e->side : e->compute);
     u->full = NULL;
 }
 
@@ -563,6 +621,7 @@ fsdp_status fsdp_unit_gather_tensor(fsdp_unit_t *u, int t, float *out, int root)
     FSDP_TRY(check_tensor_arg(u, t, "fsdp_unit_gather_tensor"));
     fsdp_engine_t *e = u->eng;
     FSDP_TRY(shard_drain(e, 1));
+    FSDP_TRY(host_access(e, "fsdp_unit_gather_tensor"));
     if (root >= e->world)
         return FSDP_ERR(FSDP_EINVAL, "unit '%s': root %d outside 0..%d (or < 0 for all ranks)", u->name, root,
                         e->world - 1);
@@ -590,6 +649,7 @@ fsdp_status fsdp_unit_load_tensor(fsdp_unit_t *u, int t, const float *full, int 
     FSDP_TRY(check_tensor_arg(u, t, "fsdp_unit_load_tensor"));
     fsdp_engine_t *e = u->eng;
     FSDP_TRY(shard_drain(e, 0));
+    FSDP_TRY(host_access(e, "fsdp_unit_load_tensor"));
     if (root >= e->world)
         return FSDP_ERR(FSDP_EINVAL, "unit '%s': root %d outside 0..%d (or < 0: every rank passes the data)",
                         u->name, root, e->world - 1);
