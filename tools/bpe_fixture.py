@@ -17,7 +17,7 @@ the test venv (.venv/bin/python, tools/test-deps.sh).
                                        for each, DIR/NAME.json, a BPE that tokenizers trains with that
                                        normalizer and pre-tokenizer (plus special and added tokens; Llama 3's
                                        with ignore_merges) on random text, and DIR/NAME_K.txt, random texts
-                                       of letters (Unicode 15's new ones too), numbers, white space,
+                                       of letters (Unicode 15-17's new ones too), numbers, white space,
                                        contractions, marks to compose, special tokens; `ids` compares
 """
 import argparse
@@ -204,13 +204,16 @@ QWEN2 = LLAMA3.replace(r"\p{N}{1,3}", r"\p{N}")
 SPECIALS = ["<|endoftext|>", "<|begin_of_text|>", "<|eot_id|>", "<|im_start|>", "<|im_end|>", "<|end|>",
             "<|reserved_special_token_1|>", "<|reserved_special_token_12|>", "<fim_prefix>"]
 # pieces of random text: words in several scripts, Unicode 15 letters (Kawi U+11F04.., Cyrillic modifier
-# letters U+1E030..) and numbers (Kawi digits U+11F50.., Kaktovik U+1D2C0..), Unicode 14 ones, digits,
+# letters U+1E030..) and numbers (Kawi digits U+11F50.., Kaktovik U+1D2C0..), Unicode 16 ones (Cyrillic
+# TJE U+1C89, Garay letters U+10D4A.. and digits U+10D40.., outlined digits U+1CCF0..), Unicode 17's
+# Tolong Siki digits U+11DE0.. (other to the ByteLevel pattern, numbers to Digits), Unicode 14 ones, digits,
 # contractions in any case, white space of every kind, punctuation, emoji, decomposed letters and
 # Hangul jamo (NFC composes them), compatibility characters NFC leaves or changes (U+0958, U+212B, U+FB2C)
 PIECES = ["the", "The", "THE", "hello", "world", "don't", "I'M", "we'Ve", "they'LL", "'s", "'T", "'Re", "'d",
           "'x", "'", "''", "café", "naïve", "Zürich", "中文", "日本語", "한국어", "Ελλάδα", "Русский", "עברית",
           "العربية", "हिन्दी", "ไทย", "\U00011F04\U00011F05", "\U0001E030\U0001E031", "\U00011F50\U00011F51",
-          "\U0001D2C0\U0001D2C1", "\u0661\u0662", "½", "²", "Ⅷ", "0", "7", "42", "123", "2024", "31415926",
+          "\U0001D2C0\U0001D2C1", "\u1c89\u1c8a", "\U00010D4A\U00010D4B", "\U00010D40\U00010D41", "\U0001CCF0\U0001CCF1",
+          "\U00011DE0\U00011DE1", "\u0661\u0662", "½", "²", "Ⅷ", "0", "7", "42", "123", "2024", "31415926",
           "3.14", "1,000", " ", "  ", "   ", "\t", "\n", "\n\n", "\r\n", " \n ", "\u00a0", "\u3000", "\u2028",
           "\u2009", "\u0085", "\x0b", "!", "?!", "...", "(", ")", "{}", "--", "__", "$", "#", "@", "\"", "«»",
           "😀", "👍🏽", "👨\u200d👩", "🇩🇪", "e\u0301", "a\u0308\u0304", "o\u0323\u0302", "\u1100\u1161\u11a8",

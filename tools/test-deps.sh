@@ -4,7 +4,8 @@
 #  - a virtual environment .venv/ (ignored by git) made by Debian's /usr/bin/python3 with
 #    --system-site-packages, so it sees that torch, plus transformers from PyPI ("transformers<4.47",
 #    which brings tokenizers and safetensors) and jinja2 (pinned; apply_chat_template renders with it,
-#    tests/train/chat_ref.py): the Hugging Face round-trip tests run .venv/bin/python.
+#    tests/train/chat_ref.py): the Hugging Face round-trip tests run .venv/bin/python;
+#  - .venv-tok/ with tokenizers 0.23.3 alone, for the tokenizer's own tests (below).
 # PyPI's torch is never installed: pip runs with the system torch already satisfying transformers.
 # Idempotent: when everything is there it only checks (well under a second).
 set -euo pipefail
@@ -26,6 +27,19 @@ if ! { [ -x "$venv/bin/python" ] && "$venv/bin/python" -c "$check" 2>/dev/null; 
   "$venv/bin/python" -m pip install --disable-pip-version-check --no-input --quiet "transformers<4.47" "jinja2==3.1.4"
   "$venv/bin/python" -c "$check"
   echo "test-deps: $venv ready ($("$venv/bin/python" -c 'import transformers, tokenizers, torch; print("transformers", transformers.__version__, "tokenizers", tokenizers.__version__, "torch", torch.__version__, "(Debian)")'))"
+fi
+# The tokenizer's own tests (tests/train/bpe_check.sh, bpe_real.sh, unicode_classes.sh) compare with the
+# `tokenizers` that transformers 5 brings, 0.23.3 (its Unicode tables are 16.0 and 17.0; transformers<4.47
+# above pins tokenizers 0.20, Unicode 14): a second venv .venv-tok/ (ignored by git), with the system
+# site packages for numpy and nothing of .venv's.
+tok_venv=.venv-tok
+tok_check='import tokenizers, numpy; assert tokenizers.__version__ == "0.23.3", tokenizers.__version__'
+if ! { [ -x "$tok_venv/bin/python" ] && "$tok_venv/bin/python" -c "$tok_check" 2>/dev/null; }; then
+  rm -rf "$tok_venv"
+  /usr/bin/python3 -m venv --system-site-packages "$tok_venv"
+  "$tok_venv/bin/python" -m pip install --disable-pip-version-check --no-input --quiet "tokenizers==0.23.3"
+  "$tok_venv/bin/python" -c "$tok_check"
+  echo "test-deps: $tok_venv ready (tokenizers 0.23.3)"
 fi
 # The real tokenizers of GPT-2, Llama 3, Qwen2 and StarCoder/SmolLM (tests/train/bpe_real.sh): llama.cpp's
 # vocab-only GGUF files with test strings and the original tokenizers' ids, and llama.cpp's GGUF reader,

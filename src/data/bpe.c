@@ -47,6 +47,16 @@ static int cp_class(int32_t cp) {
     return CL_OTHER;
 }
 
+char fsdp_bpe_char_class(uint32_t cp) {
+    static const char names[] = {'O', 'L', 'N', 'S'};
+    return cp > 0x10FFFF ? 'O' : names[cp_class((int32_t)cp)];
+}
+
+int fsdp_bpe_char_numeric(uint32_t cp) {
+    if (cp < 0x80) return cp >= '0' && cp <= '9';
+    return in_ranges(fsdp_uni_number_rust, sizeof fsdp_uni_number_rust / sizeof fsdp_uni_number_rust[0], cp);
+}
+
 /* Class and length of the code point at s[i] (CL_END at the end). */
 static int class_at(const unsigned char *s, size_t n, size_t i, size_t *len) {
     if (i >= n) {
@@ -147,8 +157,7 @@ static int is_numeric_rust(const unsigned char *s, size_t n, size_t i, size_t *l
         return s[i] >= '0' && s[i] <= '9';
     }
     int32_t cp = utf8_next(s + i, n - i, len);
-    return cp >= 0 && in_ranges(fsdp_uni_number_rust,
-                                sizeof fsdp_uni_number_rust / sizeof fsdp_uni_number_rust[0], (uint32_t)cp);
+    return cp >= 0 && fsdp_bpe_char_numeric((uint32_t)cp);
 }
 
 /* The Digits pre-tokenizer (Rust's char::is_numeric): each number alone (individual) or runs of numbers,

@@ -47,4 +47,10 @@ fsdp_status fsdp_bpe_encode(fsdp_bpe *b, const char *text, size_t n, int32_t *ou
 /* The bytes of token id (not NUL-terminated), or NULL for an id outside the vocabulary. */
 const char *fsdp_bpe_token_bytes(const fsdp_bpe *b, int id, size_t *len);
 
+/* How the pre-tokenizers see one code point (tests/train/unicode_classes.sh compares every one with
+ * the `tokenizers` library): 'L' letter (\p{L}), 'N' number (\p{N}), 'S' white space (\s), 'O' other;
+ * and whether the Digits pre-tokenizer counts it as a number (Rust's char::is_numeric). */
+char fsdp_bpe_char_class(uint32_t cp);
+int fsdp_bpe_char_numeric(uint32_t cp);
+
 #endif

@@ -6,12 +6,14 @@
 #          GGUF files with test strings and the ids the original Hugging Face tokenizers gave them
 #          (tools/test-deps.sh caches them; tools/gguf_vocab.py rebuilds each model's tokenizer.json);
 #  random: BPEs that the `tokenizers` library trains with each of those normalizers and pre-tokenizers
-#          (tools/bpe_fixture.py random), on random texts of many scripts, Unicode 15 letters and numbers,
+#          (tools/bpe_fixture.py random), on random texts of many scripts, Unicode 15-17 letters and numbers,
 #          white space, contractions, marks NFC composes and special tokens: ids equal to tokenizers'.
 # Round trips are exact (on the NFC form of the text for Qwen2's normalizer).
-# usage: bpe_real.sh BPE_TOOL PYTHON WORKDIR
+# usage: bpe_real.sh BPE_TOOL PYTHON WORKDIR HF_PYTHON
+# (PYTHON: with the tokenizers the Unicode tables follow, .venv-tok; HF_PYTHON: with transformers, which
+# only writes GPT-2's tokenizer.json the way save_pretrained does)
 set -uo pipefail
-TOOL=$1 PY=$2 WORK=$3
+TOOL=$1 PY=$2 WORK=$3 HF_PY=$4
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 VOCAB=${FSDP_TEST_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/fsdp-test}/llama-cpp-python-0.3.36
 rm -rf "$WORK" && mkdir -p "$WORK" && cd "$WORK" || exit 1
@@ -33,7 +35,7 @@ done
 # GPT-2's tokenizer.json as the Hub publishes it (<|endoftext|> "normalized": true, ByteLevel
 # post_processor, merges as "a b") and as transformers' save_pretrained writes it (merges as pairs,
 # "ignore_merges": false): the same ids
-"$PY" - <<'PYEOF' >forms.log 2>&1 && ok || bad "GPT-2 forms: $(cat forms.log)"
+"$HF_PY" - <<'PYEOF' >forms.log 2>&1 && ok || bad "GPT-2 forms: $(cat forms.log)"
 import json
 from transformers import GPT2TokenizerFast
 j = json.load(open("gpt-2.json", encoding="utf-8"))

@@ -2,7 +2,9 @@
  * file, encodes it, writes the ids (int32 little-endian) to FILE.ids when asked, decodes them and checks
  * that the bytes come back exactly. usage: bpe_tool TOKENIZER.json [--ids] FILE...   exit 0: all round trips
  * exact. With --bench N: encodes every file N times and prints MB/s (bench/bench_bpe.sh). With --id NAME
- * (repeatable): prints "NAME ID" (fsdp_bpe_token_id); --eot prints "eot ID" (fsdp_bpe_eot). */
+ * (repeatable): prints "NAME ID" (fsdp_bpe_token_id); --eot prints "eot ID" (fsdp_bpe_eot).
+ * bpe_tool --classes: every code point's pre-tokenizer class and Digits flag, "HEX Cd" per line
+ * (tools/unicode_probe.py writes the same from `tokenizers`). */
 #include "fsdp.h"
 #include "data/bpe.h"
 #include "io/io.h"
@@ -12,6 +14,13 @@
 #include <string.h>
 
 int main(int argc, char **argv) {
+    if (argc == 2 && !strcmp(argv[1], "--classes")) { /* every code point: tests/train/unicode_classes.sh */
+        for (uint32_t cp = 0; cp <= 0x10FFFF; cp++)
+            if (cp < 0xD800 || cp > 0xDFFF)
+                printf("%X %c%c\n", (unsigned)cp, fsdp_bpe_char_class(cp),
+                       fsdp_bpe_char_numeric(cp) ? 'd' : '-');
+        return 0;
+    }
     if (argc < 3) {
         fprintf(stderr, "usage: bpe_tool TOKENIZER.json [--ids] [--bench N] FILE...\n");
         return 2;
