@@ -416,6 +416,25 @@ typedef struct {
     int replica, replicas;
 } fsdp_shard_view;
 fsdp_status fsdp_unit_shard(fsdp_unit_t *u, fsdp_shard_view *out);
+/* The same view where the host may address the engine's device memory (the CPU: the same as
+ * fsdp_unit_shard); elsewhere offset, numel, replica and replicas only, with every pointer NULL: then
+ * the bytes move through fsdp_unit_shard_read / _write (checkpoints and Hugging Face folders do). */
+fsdp_status fsdp_unit_shard_info(fsdp_unit_t *u, fsdp_shard_view *out);
+/* Which of the shard's fp32 arrays a copy moves. */
+typedef enum {
+    FSDP_SHARD_MASTER = 0,
+    FSDP_SHARD_ADAM_M,
+    FSDP_SHARD_ADAM_V,
+    FSDP_SHARD_GRAD
+} fsdp_shard_array;
+/* Copies flat elements [offset, offset + count) of this rank's shard of one array (inside the view's
+ * [offset, offset + numel)) to host memory dst, or from host memory src into it, through the engine's
+ * device; returns when the copy is done (src may be reused). A write changes the master: prefetched
+ * parameters are dropped, as for a load. */
+fsdp_status fsdp_unit_shard_read(fsdp_unit_t *u, fsdp_shard_array which, size_t offset, size_t count,
+                                 float *dst);
+fsdp_status fsdp_unit_shard_write(fsdp_unit_t *u, fsdp_shard_array which, size_t offset, size_t count,
+                                  const float *src);
 
 /* Lifecycle hooks. Out-of-order calls return FSDP_ESTATE naming the unit, its state and the call.
  * A forward inside backward (activation recompute: pre_forward/post_forward between pre_backward and
@@ -462,7 +481,9 @@ fsdp_status fsdp_unit_main_grad(fsdp_unit_t *u, int t, float **view, int *accumu
 /* A low-precision gradient from a non-fused op, whole tensor: upcast-copy on first touch, else
  * upcast-add; one pass, no temporary. */
 fsdp_status fsdp_unit_grad_from_bf16(fsdp_unit_t *u, int t, const fsdp_bf16 *g);
-/* Same for an fp32 gradient: copy on first touch, else add. */
+/* Same for an fp32 gradient: copy on first touch, else add. Both are queued on the engine's compute
+ * stream (the CPU runs them at once): on an asynchronous device g is read when the stream gets there,
+ * so it must stay unchanged until the engine next synchronises (clip_grad_norm, a drain of the step). */
 fsdp_status fsdp_unit_grad_from_f32(fsdp_unit_t *u, int t, const float *g);
 /* Whether tensor t was written since main_grad was allocated (tests, diagnostics). */
 int fsdp_unit_grad_touched(const fsdp_unit_t *u, int t);

@@ -89,8 +89,11 @@ struct fsdp_device {
 /* The CPU device (a process-wide table; never freed). */
 fsdp_device_t *fsdp_device_cpu(void);
 
-/* A simulated device. seed picks the interleaving; the same seed gives the same run. */
-fsdp_status fsdp_device_sim_create(uint64_t seed, fsdp_device_t **out);
+/* A simulated device. seed picks the interleaving; the same seed gives the same run. flags:
+ * FSDP_SIM_NO_HOST_ACCESS: it claims memory the host cannot address (no FSDP_DEV_HOST_MEMORY), so the
+ * engine moves shard bytes to and from files through copies, as it must on a GPU. */
+enum { FSDP_SIM_NO_HOST_ACCESS = 1u << 0 };
+fsdp_status fsdp_device_sim_create(uint64_t seed, unsigned flags, fsdp_device_t **out);
 /* Runs what is still queued, then frees it (and every stream and event it still owns). */
 void fsdp_device_sim_destroy(fsdp_device_t *d);
 /* Work items the simulated device ran, and how many ran out of the order in which they were queued

@@ -464,7 +464,7 @@ static void sim_adamw(fsdp_device_t *d, fsdp_stream_t *s, float *p, float *m, fl
 
 /* ---------------------------------------------------------------- the row */
 
-fsdp_status fsdp_device_sim_create(uint64_t seed, fsdp_device_t **out) {
+fsdp_status fsdp_device_sim_create(uint64_t seed, unsigned flags, fsdp_device_t **out) {
     if (out == NULL) return FSDP_ERR(FSDP_EINVAL, "out must not be NULL");
     *out = NULL;
     fsdp_device_t *d = calloc(1, sizeof *d);
@@ -478,7 +478,7 @@ fsdp_status fsdp_device_sim_create(uint64_t seed, fsdp_device_t **out) {
     S->eager = 1 + (int)(next_rand(S) % 4);
     *d = (fsdp_device_t){
         .name = "sim",
-        .caps = FSDP_DEV_HOST_MEMORY | FSDP_DEV_ASYNC,
+        .caps = (flags & FSDP_SIM_NO_HOST_ACCESS ? 0u : FSDP_DEV_HOST_MEMORY) | FSDP_DEV_ASYNC,
         .impl = S,
         .stream_create = sim_stream_create,
         .stream_destroy = sim_stream_destroy,

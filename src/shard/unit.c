@@ -313,8 +313,8 @@ static float normal_at(uint64_t key, uint64_t j) {
     return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
 }
 
-/* The host writes or reads shard bytes itself (initialisation, full tensors, a shard view): the
- * device's memory must be the host's, and nothing queued may still touch it. */
+/* The host writes or reads shard bytes itself (initialisation in place, a shard view): the device's
+ * memory must be the host's, and nothing queued may still touch it. */
 static fsdp_status host_access(fsdp_engine_t *e, const char *call) {
     if (!(e->dev->caps & FSDP_DEV_HOST_MEMORY))
         return fsdp_set_error(FSDP_EUNSUPPORTED,
@@ -324,44 +324,68 @@ static fsdp_status host_access(fsdp_engine_t *e, const char *call) {
     return shard_device_sync(e);
 }
 
-fsdp_status fsdp_engine_init_params(fsdp_engine_t *e) {
-    if (e == NULL) return FSDP_ERR(FSDP_EINVAL, "engine must not be NULL");
-    FSDP_TRY(host_access(e, "fsdp_engine_init_params"));
-    for (int i = 0; i < e->n_units; i++) {
-        fsdp_unit_t *u = e->units[i];
-        size_t lo = u->shard_off, hi = u->shard_off + u->shard_len;
-        memset(u->master, 0, u->shard_len * sizeof(float)); /* gaps and padding are zero */
-        for (int t = 0; t < u->n_tensors; t++) {
-            const shard_tensor *ts = &u->tensors[t];
-            if (ts->alias_of >= 0) continue;
-            size_t a = ts->offset > lo ? ts->offset : lo,
-                   b = ts->offset + ts->numel < hi ? ts->offset + ts->numel : hi;
-            if (a >= b) continue;
-            /* stream key: (seed, unit index, tensor index) */
-            uint64_t key =
-                splitmix64(e->cfg.seed ^ splitmix64(((uint64_t)(uint32_t)u->index << 32) | (uint32_t)t));
-            float *dst = u->master + (a - lo);
-            size_t j0 = a - ts->offset, cnt = b - a;
-            switch (ts->init) {
-            case FSDP_INIT_ZEROS:
-                for (size_t k = 0; k < cnt; k++)
-                    dst[k] = 0.0f;
-                break;
-            case FSDP_INIT_ONES:
-                for (size_t k = 0; k < cnt; k++)
-                    dst[k] = 1.0f;
-                break;
-            case FSDP_INIT_NORMAL: {
-                float sd = ts->std;
+/* Elements of one host staging chunk (a device whose memory the host cannot address). */
+#define STAGE_CHUNK ((size_t)1 << 20)
+
+/* Writes the initial values of flat elements [c0, c1) of unit u's shard into dst (c1 - c0 elements). */
+static void init_range(const fsdp_engine_t *e, const fsdp_unit_t *u, size_t c0, size_t c1, float *dst) {
+    memset(dst, 0, (c1 - c0) * sizeof(float)); /* gaps and padding are zero */
+    for (int t = 0; t < u->n_tensors; t++) {
+        const shard_tensor *ts = &u->tensors[t];
+        if (ts->alias_of >= 0) continue;
+        size_t a = ts->offset > c0 ? ts->offset : c0,
+               b = ts->offset + ts->numel < c1 ? ts->offset + ts->numel : c1;
+        if (a >= b) continue;
+        /* stream key: (seed, unit index, tensor index) */
+        uint64_t key =
+            splitmix64(e->cfg.seed ^ splitmix64(((uint64_t)(uint32_t)u->index << 32) | (uint32_t)t));
+        float *d = dst + (a - c0);
+        size_t j0 = a - ts->offset, cnt = b - a;
+        switch (ts->init) {
+        case FSDP_INIT_ZEROS:
+            for (size_t k = 0; k < cnt; k++)
+                d[k] = 0.0f;
+            break;
+        case FSDP_INIT_ONES:
+            for (size_t k = 0; k < cnt; k++)
+                d[k] = 1.0f;
+            break;
+        case FSDP_INIT_NORMAL: {
+            float sd = ts->std;
 #pragma omp parallel for schedule(static) if (cnt > SHARD_OMP_MIN)
-                for (size_t k = 0; k < cnt; k++)
-                    dst[k] = sd * normal_at(key, j0 + k);
-                break;
-            }
-            }
+            for (size_t k = 0; k < cnt; k++)
+                d[k] = sd * normal_at(key, j0 + k);
+            break;
+        }
         }
     }
-    return FSDP_OK;
+}
+
+/* Where the host may address the device's memory the values are written in place; elsewhere through a
+ * host chunk and the device's copy. */
+fsdp_status fsdp_engine_init_params(fsdp_engine_t *e) {
+    if (e == NULL) return FSDP_ERR(FSDP_EINVAL, "engine must not be NULL");
+    if (e->dev->caps & FSDP_DEV_HOST_MEMORY) {
+        FSDP_TRY(host_access(e, "fsdp_engine_init_params"));
+        for (int i = 0; i < e->n_units; i++)
+            init_range(e, e->units[i], e->units[i]->shard_off,
+                       e->units[i]->shard_off + e->units[i]->shard_len, e->units[i]->master);
+        return FSDP_OK;
+    }
+    float *stage = malloc(STAGE_CHUNK * sizeof(float));
+    if (stage == NULL) return FSDP_ERR(FSDP_ENOMEM, "init staging chunk of %zu elements", STAGE_CHUNK);
+    fsdp_status st = FSDP_OK;
+    for (int i = 0; i < e->n_units && st == FSDP_OK; i++) {
+        fsdp_unit_t *u = e->units[i];
+        for (size_t c0 = u->shard_off; c0 < u->shard_off + u->shard_len && st == FSDP_OK; c0 += STAGE_CHUNK) {
+            size_t c1 = u->shard_off + u->shard_len - c0 < STAGE_CHUNK ? u->shard_off + u->shard_len
+                                                                       : c0 + STAGE_CHUNK;
+            init_range(e, u, c0, c1, stage);
+            st = fsdp_unit_shard_write(u, FSDP_SHARD_MASTER, c0, c1 - c0, stage);
+        }
+    }
+    free(stage);
+    return st;
 }
 
 /* ---------------------------------------------------------------- introspection */
@@ -395,6 +419,62 @@ fsdp_status fsdp_unit_tensor_info(const fsdp_unit_t *u, int t, fsdp_tensor_info 
     return FSDP_OK;
 }
 
+static void shard_ranges(const fsdp_unit_t *u, fsdp_shard_view *out) {
+    out->offset = u->shard_off;
+    out->numel = u->shard_len;
+    const fsdp_engine_t *e = u->eng;
+    out->replica = e->cfg.strategy == FSDP_NO_SHARD ? e->rank : e->grp;
+    out->replicas = e->cfg.strategy == FSDP_NO_SHARD ? e->world : e->ngrp;
+}
+
+fsdp_status fsdp_unit_shard_info(fsdp_unit_t *u, fsdp_shard_view *out) {
+    if (u == NULL || out == NULL) return FSDP_ERR(FSDP_EINVAL, "unit and out must not be NULL");
+    if (u->eng->dev->caps & FSDP_DEV_HOST_MEMORY) return fsdp_unit_shard(u, out);
+    *out = (fsdp_shard_view){0};
+    shard_ranges(u, out);
+    return FSDP_OK;
+}
+
+static float *shard_array(fsdp_unit_t *u, fsdp_shard_array which) {
+    switch (which) {
+    case FSDP_SHARD_MASTER: return u->master;
+    case FSDP_SHARD_ADAM_M: return u->adam_m;
+    case FSDP_SHARD_ADAM_V: return u->adam_v;
+    case FSDP_SHARD_GRAD: return u->grad;
+    }
+    return NULL;
+}
+
+static fsdp_status shard_copy(fsdp_unit_t *u, fsdp_shard_array which, size_t offset, size_t count, float *dst,
+                              const float *src, const char *call) {
+    if (u == NULL || (dst == NULL && src == NULL && count > 0))
+        return fsdp_set_error(FSDP_EINVAL, "%s: unit and buffer must not be NULL", call);
+    float *a = shard_array(u, which);
+    if (a == NULL) return fsdp_set_error(FSDP_EINVAL, "%s: unknown shard array %d", call, (int)which);
+    if (offset < u->shard_off || count > u->shard_len || offset - u->shard_off > u->shard_len - count)
+        return fsdp_set_error(
+            FSDP_EINVAL, "%s: unit '%s': elements [%zu, +%zu) are not inside this rank's shard [%zu, +%zu)",
+            call, u->name, offset, count, u->shard_off, u->shard_len);
+    fsdp_engine_t *e = u->eng;
+    FSDP_TRY(shard_drain(e, dst != NULL)); /* a write changes the master: nothing stays prefetched */
+    if (count == 0) return FSDP_OK;
+    a += offset - u->shard_off;
+    e->dev->copy(e->dev, dst ? (void *)dst : (void *)a, dst ? (const void *)a : (const void *)src,
+                 count * sizeof(float), e->compute);
+    e->dev->record(e->dev, e->ev_compute, e->compute);
+    return e->dev->event_sync(e->dev, e->ev_compute);
+}
+
+fsdp_status fsdp_unit_shard_read(fsdp_unit_t *u, fsdp_shard_array which, size_t offset, size_t count,
+                                 float *dst) {
+    return shard_copy(u, which, offset, count, dst, NULL, "fsdp_unit_shard_read");
+}
+
+fsdp_status fsdp_unit_shard_write(fsdp_unit_t *u, fsdp_shard_array which, size_t offset, size_t count,
+                                  const float *src) {
+    return shard_copy(u, which, offset, count, NULL, src, "fsdp_unit_shard_write");
+}
+
 fsdp_status fsdp_unit_shard(fsdp_unit_t *u, fsdp_shard_view *out) {
     if (u == NULL || out == NULL) return FSDP_ERR(FSDP_EINVAL, "unit and out must not be NULL");
     FSDP_TRY(
@@ -404,11 +484,7 @@ fsdp_status fsdp_unit_shard(fsdp_unit_t *u, fsdp_shard_view *out) {
     out->grad = u->grad;
     out->adam_m = u->adam_m;
     out->adam_v = u->adam_v;
-    out->offset = u->shard_off;
-    out->numel = u->shard_len;
-    fsdp_engine_t *e = u->eng;
-    out->replica = e->cfg.strategy == FSDP_NO_SHARD ? e->rank : e->grp;
-    out->replicas = e->cfg.strategy == FSDP_NO_SHARD ? e->world : e->ngrp;
+    shard_ranges(u, out);
     return FSDP_OK;
 }
 
@@ -621,7 +697,6 @@ fsdp_status fsdp_unit_gather_tensor(fsdp_unit_t *u, int t, float *out, int root)
     FSDP_TRY(check_tensor_arg(u, t, "fsdp_unit_gather_tensor"));
     fsdp_engine_t *e = u->eng;
     FSDP_TRY(shard_drain(e, 1));
-    FSDP_TRY(host_access(e, "fsdp_unit_gather_tensor"));
     if (root >= e->world)
         return FSDP_ERR(FSDP_EINVAL, "unit '%s': root %d outside 0..%d (or < 0 for all ranks)", u->name, root,
                         e->world - 1);
@@ -630,14 +705,17 @@ fsdp_status fsdp_unit_gather_tensor(fsdp_unit_t *u, int t, float *out, int root)
         return FSDP_ERR(FSDP_EINVAL, "unit '%s' tensor '%s': out must not be NULL on rank %d", u->name,
                         u->tensors[t].name, e->rank);
     const shard_tensor *ts = &u->tensors[t];
-    if (e->cfg.strategy == FSDP_NO_SHARD) {
-        if (want) memcpy(out, u->master + ts->offset, ts->numel * sizeof(float));
-        return FSDP_OK;
-    }
+    if (e->cfg.strategy == FSDP_NO_SHARD)
+        return want ? fsdp_unit_shard_read(u, FSDP_SHARD_MASTER, ts->offset, ts->numel, out) : FSDP_OK;
     /* All-gather the unit's fp32 flat master (transient, category other), then slice: bit-exact. */
     float *flat;
     FSDP_TRY(fsdp_mem_alloc((void **)&flat, u->padded * sizeof(float), FSDP_MEM_OTHER));
-    memcpy(flat + u->shard_off, u->master, u->shard_len * sizeof(float));
+    fsdp_status rs =
+        fsdp_unit_shard_read(u, FSDP_SHARD_MASTER, u->shard_off, u->shard_len, flat + u->shard_off);
+    if (rs != FSDP_OK) {
+        fsdp_mem_free(flat);
+        return rs;
+    }
     shard_set_label(u, "gather tensor");
     fsdp_status st = fsdp_comm_all_gather(e->shard_comm, flat + u->shard_off, flat, u->shard_len, FSDP_F32);
     if (st == FSDP_OK && want) memcpy(out, flat + ts->offset, ts->numel * sizeof(float));
@@ -649,7 +727,6 @@ fsdp_status fsdp_unit_load_tensor(fsdp_unit_t *u, int t, const float *full, int 
     FSDP_TRY(check_tensor_arg(u, t, "fsdp_unit_load_tensor"));
     fsdp_engine_t *e = u->eng;
     FSDP_TRY(shard_drain(e, 0));
-    FSDP_TRY(host_access(e, "fsdp_unit_load_tensor"));
     if (root >= e->world)
         return FSDP_ERR(FSDP_EINVAL, "unit '%s': root %d outside 0..%d (or < 0: every rank passes the data)",
                         u->name, root, e->world - 1);
@@ -673,7 +750,8 @@ fsdp_status fsdp_unit_load_tensor(fsdp_unit_t *u, int t, const float *full, int 
     size_t lo = u->shard_off, hi = u->shard_off + u->shard_len;
     size_t a = ts->offset > lo ? ts->offset : lo,
            b = ts->offset + ts->numel < hi ? ts->offset + ts->numel : hi;
-    if (a < b) memcpy(u->master + (a - lo), src + (a - ts->offset), (b - a) * sizeof(float));
+    fsdp_status st =
+        a < b ? fsdp_unit_shard_write(u, FSDP_SHARD_MASTER, a, b - a, src + (a - ts->offset)) : FSDP_OK;
     fsdp_mem_free(tmp);
-    return FSDP_OK;
+    return st;
 }

@@ -200,7 +200,8 @@ int main(int argc, char **argv) {
         int differ = 0;
         for (int seed = 1; seed <= SEEDS; seed++) {
             fsdp_device_t *dev = NULL;
-            CHECK_OK(fsdp_device_sim_create((uint64_t)seed * 977 + (uint64_t)g_rank, &dev));
+            CHECK_OK(fsdp_device_sim_create((uint64_t)seed * 977 + (uint64_t)g_rank,
+                                            seed % 2 ? FSDP_SIM_NO_HOST_ACCESS : 0, &dev));
             if (dev == NULL) continue;
             run(comm, c, dev, SHARD_FAULT_NONE, 0, &got);
             long ran, reord;
@@ -243,7 +244,7 @@ int main(int argc, char **argv) {
             long counts[2][2] = {{0}};
             for (int rep = 0; rep < 2; rep++) {
                 fsdp_device_t *dev = NULL;
-                CHECK_OK(fsdp_device_sim_create((uint64_t)seed * 7919 + (uint64_t)g_rank, &dev));
+                CHECK_OK(fsdp_device_sim_create((uint64_t)seed * 7919 + (uint64_t)g_rank, 0, &dev));
                 if (dev == NULL) continue;
                 run(comm, fc, dev, faults[fi].fault, faults[fi].early_loss, rep ? &again : &got);
                 fsdp_device_sim_counts(dev, &counts[rep][0], &counts[rep][1]);
