@@ -21,6 +21,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#define STAGE_CHUNK ((size_t)1 << 20) /* elements of the host chunk a part read by callback goes through */
+
 /* Writes n bytes and folds them into *crc. */
 static fsdp_status write_crc(int fd, const void *p, size_t n, uint32_t *crc, const char *path) {
     *crc = fsdp_crc32c(*crc, p, n);
@@ -55,16 +57,30 @@ fsdp_status fsdp_ckpt_write_shard(const char *path, int rank, int world, int n_u
     uint32_t crc = 0;
     s = fsdp_io_write_all(fd, hdr, sizeof hdr, path); /* placeholder; the real header goes last */
     if (s == FSDP_OK) s = write_crc(fd, table, (size_t)TABLE_ENTRY * (size_t)n_units, &crc, path);
+    float *stage = NULL; /* parts that are read through their callback go through this chunk */
     for (int u = 0; u < n_units && s == FSDP_OK; u++) {
         const float *arr[3] = {parts[u].master, parts[u].adam_m, parts[u].adam_v};
         for (int k = 0; k < 3 && s == FSDP_OK; k++) {
-            if (parts[u].numel && !arr[k]) {
+            if (parts[u].numel && !arr[k] && !parts[u].read) {
                 s = FSDP_ERR(FSDP_EINVAL, "unit %s: array %d of the shard is NULL", units[u].name, k);
                 break;
             }
-            s = write_crc(fd, arr[k], 4 * parts[u].numel, &crc, path);
+            if (arr[k] || !parts[u].numel) {
+                s = write_crc(fd, arr[k], 4 * parts[u].numel, &crc, path);
+                continue;
+            }
+            if (!stage && !(stage = malloc(STAGE_CHUNK * sizeof(float)))) {
+                s = FSDP_ERR(FSDP_ENOMEM, "no memory for a staging chunk of %zu elements", STAGE_CHUNK);
+                break;
+            }
+            for (size_t c = 0; c < parts[u].numel && s == FSDP_OK; c += STAGE_CHUNK) {
+                size_t n = parts[u].numel - c < STAGE_CHUNK ? parts[u].numel - c : STAGE_CHUNK;
+                s = parts[u].read(parts[u].ctx, k, parts[u].offset + c, n, stage);
+                if (s == FSDP_OK) s = write_crc(fd, stage, 4 * n, &crc, path);
+            }
         }
     }
+    free(stage);
     state_pack(state, st);
     if (s == FSDP_OK) s = write_crc(fd, state, sizeof state, &crc, path);
     if (s == FSDP_OK) {

@@ -56,10 +56,15 @@ typedef struct {
     fsdp_ckpt_tensor *tensors;
 } fsdp_ckpt_unit;
 
-/* One rank's part of one unit: [offset, offset+numel) of the flat buffer, fp32. */
+/* One rank's part of one unit: [offset, offset+numel) of the flat buffer, fp32. The arrays are host
+ * pointers, or all NULL with read set: then the writer asks read(ctx, k, offset, n, dst) for n elements
+ * of array k (0 master, 1 AdamW m, 2 AdamW v) from flat element offset into a host chunk of its own
+ * (shards on a device whose memory the host cannot address: ckpt_engine.c). */
 typedef struct {
     size_t offset, numel;
     const float *master, *adam_m, *adam_v;
+    fsdp_status (*read)(void *ctx, int k, size_t offset, size_t n, float *dst);
+    void *ctx;
 } fsdp_ckpt_part;
 
 /* ---- engine-free layer (tests, export) */

@@ -1,6 +1,9 @@
 /* ckpt_engine.c — checkpoints of a live engine: describes its units for the manifest, hands each
  * rank's fp32 master / AdamW shards to the format layer (checkpoint.c), and loads them back — on any
- * world size — after checking that the checkpoint is of this very model (units, tensors, shapes). */
+ * world size — after checking that the checkpoint is of this very model (units, tensors, shapes).
+ * Shards in host memory are written from and read into in place; shards on a device the host cannot
+ * address go through host chunks and the engine's copies (fsdp_unit_shard_read / _write): the same
+ * files either way, so a checkpoint written on one device loads on another. */
 #include "checkpoint/checkpoint.h"
 
 #include "core/core.h"
@@ -55,6 +58,32 @@ static void free_desc(fsdp_ckpt_unit *units, int n) {
     free(units);
 }
 
+static fsdp_status read_shard(void *ctx, int k, size_t offset, size_t n, float *dst) {
+    static const fsdp_shard_array which[3] = {FSDP_SHARD_MASTER, FSDP_SHARD_ADAM_M, FSDP_SHARD_ADAM_V};
+    return fsdp_unit_shard_read(ctx, which[k], offset, n, dst);
+}
+
+#define STAGE_CHUNK ((size_t)1 << 20) /* elements per host chunk of a load onto device memory */
+
+/* Loads unit u's shard [v->offset, +v->numel) from r: in place into host memory, or through host
+ * chunks and the device's copies. */
+static fsdp_status load_unit(fsdp_ckpt_reader *r, fsdp_unit_t *U, int u, const fsdp_shard_view *v) {
+    if (v->master) return fsdp_ckpt_read_range(r, u, v->offset, v->numel, v->master, v->adam_m, v->adam_v);
+    size_t chunk = v->numel < STAGE_CHUNK ? v->numel : STAGE_CHUNK;
+    float *stage = malloc(3 * (chunk ? chunk : 1) * sizeof(float));
+    if (!stage) return FSDP_ERR(FSDP_ENOMEM, "no memory for a staging chunk of %zu elements", chunk);
+    fsdp_status s = FSDP_OK;
+    for (size_t c = 0; c < v->numel && s == FSDP_OK; c += chunk) {
+        size_t n = v->numel - c < chunk ? v->numel - c : chunk, o = v->offset + c;
+        s = fsdp_ckpt_read_range(r, u, o, n, stage, stage + chunk, stage + 2 * chunk);
+        if (s == FSDP_OK) s = fsdp_unit_shard_write(U, FSDP_SHARD_MASTER, o, n, stage);
+        if (s == FSDP_OK) s = fsdp_unit_shard_write(U, FSDP_SHARD_ADAM_M, o, n, stage + chunk);
+        if (s == FSDP_OK) s = fsdp_unit_shard_write(U, FSDP_SHARD_ADAM_V, o, n, stage + 2 * chunk);
+    }
+    free(stage);
+    return s;
+}
+
 fsdp_status fsdp_ckpt_save(fsdp_engine_t *eng, const char *ckpt_dir, const struct cJSON *config,
                            const fsdp_ckpt_state *st, char **final_dir) {
     fsdp_comm_t *comm = fsdp_engine_comm(eng);
@@ -65,7 +94,7 @@ fsdp_status fsdp_ckpt_save(fsdp_engine_t *eng, const char *ckpt_dir, const struc
     if (s == FSDP_OK && !parts) s = FSDP_ERR(FSDP_ENOMEM, "no memory for %d shard parts", n);
     for (int u = 0; s == FSDP_OK && u < n; u++) {
         fsdp_shard_view v;
-        s = fsdp_unit_shard(fsdp_engine_unit(eng, u), &v);
+        s = fsdp_unit_shard_info(fsdp_engine_unit(eng, u), &v);
         if (s != FSDP_OK) break;
         /* Each rank saves its slice of its shard: slice `replica` of the `replicas` ranks that hold the
          * same shard (NO_SHARD: the whole buffer split over the world; HYBRID_SHARD: its group's shard
@@ -79,8 +108,15 @@ fsdp_status fsdp_ckpt_save(fsdp_engine_t *eng, const char *ckpt_dir, const struc
                          units[u].name, v.offset, v.numel, off, len);
             break;
         }
-        parts[u] = (fsdp_ckpt_part){off, len, v.master + (off - v.offset), v.adam_m + (off - v.offset),
-                                    v.adam_v + (off - v.offset)};
+        parts[u] = (fsdp_ckpt_part){.offset = off, .numel = len};
+        if (v.master) { /* host memory: the writer reads the shard in place */
+            parts[u].master = v.master + (off - v.offset);
+            parts[u].adam_m = v.adam_m + (off - v.offset);
+            parts[u].adam_v = v.adam_v + (off - v.offset);
+        } else { /* device memory: copied out chunk by chunk as it is written */
+            parts[u].read = read_shard;
+            parts[u].ctx = fsdp_engine_unit(eng, u);
+        }
     }
     /* A failure above is local; agree before the collective save so no rank waits forever. */
     s = fsdp_comm_agree(comm, s, "describing the model for a checkpoint");
@@ -142,8 +178,8 @@ fsdp_status fsdp_ckpt_load(fsdp_engine_t *eng, const char *step_dir, fsdp_ckpt_s
     if (s == FSDP_OK) s = compare(r, units, n, step_dir);
     for (int u = 0; s == FSDP_OK && u < n; u++) {
         fsdp_shard_view v;
-        s = fsdp_unit_shard(fsdp_engine_unit(eng, u), &v);
-        if (s == FSDP_OK) s = fsdp_ckpt_read_range(r, u, v.offset, v.numel, v.master, v.adam_m, v.adam_v);
+        s = fsdp_unit_shard_info(fsdp_engine_unit(eng, u), &v);
+        if (s == FSDP_OK) s = load_unit(r, fsdp_engine_unit(eng, u), u, &v);
     }
     if (s == FSDP_OK) s = fsdp_ckpt_state_get(r, st);
     s = fsdp_comm_agree(comm, s, "loading the checkpoint");

@@ -70,7 +70,11 @@ static void fake_ckpt(const char *path, int world, const fsdp_ckpt_state *st) {
         for (int u = 0; u < 2; u++) {
             size_t off, len;
             fsdp_shard_range(units[u].padded_numel, q, world, &off, &len);
-            parts[u] = (fsdp_ckpt_part){off, len, full[u][0] + off, full[u][1] + off, full[u][2] + off};
+            parts[u] = (fsdp_ckpt_part){.offset = off,
+                                        .numel = len,
+                                        .master = full[u][0] + off,
+                                        .adam_m = full[u][1] + off,
+                                        .adam_v = full[u][2] + off};
         }
         char *f = fsdp_strdupf("%s/rank_%05d.bin", path, q);
         unlink(f);
@@ -328,7 +332,8 @@ static fsdp_status save1(const char *ckdir, int64_t step, char **out) {
     make_full(1);
     fsdp_ckpt_part parts[2];
     for (int u = 0; u < 2; u++)
-        parts[u] = (fsdp_ckpt_part){0, units[u].padded_numel, full[u][0], full[u][1], full[u][2]};
+        parts[u] = (fsdp_ckpt_part){
+            .numel = units[u].padded_numel, .master = full[u][0], .adam_m = full[u][1], .adam_v = full[u][2]};
     fsdp_ckpt_state st = {step, 0, 0, {1, 2}};
     cJSON *c = config();
     fsdp_status s = fsdp_ckpt_save_parts(NULL, ckdir, c, 2, units, parts, &st, out);

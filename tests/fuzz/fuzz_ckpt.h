@@ -28,7 +28,8 @@ static void fuzz_ckpt_make(void) {
         for (int k = 0; k < 3; k++)
             for (int e = 0; e < 17; e++)
                 arr[u][k][e] = (float)u + 0.25f * (float)e - (float)k;
-        parts[u] = (fsdp_ckpt_part){0, units[u].padded_numel, arr[u][0], arr[u][1], arr[u][2]};
+        parts[u] = (fsdp_ckpt_part){
+            .numel = units[u].padded_numel, .master = arr[u][0], .adam_m = arr[u][1], .adam_v = arr[u][2]};
     }
     fsdp_ckpt_state st = {FUZZ_STEP, 24, 1, {11, 12}};
     fsdp_train_config cfg = fsdp_train_config_default();
