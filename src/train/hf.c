@@ -300,6 +300,8 @@ static fsdp_status src_find(hf_src *h, const char *full, int *f, int *i) {
     return FSDP_OK;
 }
 
+#define HF_STAGE ((size_t)1 << 20) /* elements per host chunk of a load onto device memory */
+
 /* Reads elements [e0, e1) of our tensor (flat row-major) from the file's tensor into dst. transpose:
  * the file holds it transposed (its shape checked by the caller). limit: elements beyond it are
  * padding (left 0). */
@@ -347,7 +349,7 @@ static fsdp_status load_entry(hf_src *h, fsdp_engine_t *eng, const fsdp_hf_tenso
     entry_place p;
     FSDP_TRY(place(eng, e, &p));
     fsdp_shard_view sv;
-    FSDP_TRY(fsdp_unit_shard(p.u, &sv));
+    FSDP_TRY(fsdp_unit_shard_info(p.u, &sv));
     stats->model_elems += p.hi - p.lo;
     size_t lo = p.lo > sv.offset ? p.lo : sv.offset,
            hi = p.hi < sv.offset + sv.numel ? p.hi : sv.offset + sv.numel;
@@ -372,7 +374,22 @@ static fsdp_status load_entry(hf_src *h, fsdp_engine_t *eng, const fsdp_hf_tenso
         return fsdp_set_error(FSDP_EFORMAT, "%s: tensor \"%s\" has dtype %s: only F32, BF16 and F16 load",
                               st->path, full, t->dtype_name);
     const uint64_t rows = (uint64_t)e->rows, cols = e->cols ? (uint64_t)e->cols : 1;
-    return read_part(st, i, e->transpose, lo - p.lo, hi - p.lo, rows * cols, sv.master + (lo - sv.offset));
+    if (sv.master) /* host memory: read in place */
+        return read_part(st, i, e->transpose, lo - p.lo, hi - p.lo, rows * cols,
+                         sv.master + (lo - sv.offset));
+    /* device memory: through a host chunk (elements past the file's, padding rows, are zero) */
+    size_t chunk = hi - lo < HF_STAGE ? hi - lo : HF_STAGE;
+    float *stage = malloc(chunk * sizeof(float));
+    if (!stage) return FSDP_ERR(FSDP_ENOMEM, "no memory for a staging chunk of %zu elements", chunk);
+    fsdp_status s = FSDP_OK;
+    for (size_t x = lo; x < hi && s == FSDP_OK; x += chunk) {
+        size_t n = hi - x < chunk ? hi - x : chunk;
+        memset(stage, 0, n * sizeof(float));
+        s = read_part(st, i, e->transpose, x - p.lo, x + n - p.lo, rows * cols, stage);
+        if (s == FSDP_OK) s = fsdp_unit_shard_write(p.u, FSDP_SHARD_MASTER, x, n, stage);
+    }
+    free(stage);
+    return s;
 }
 
 /* A tied entry the folder holds must equal the tensor it is tied to: each rank compares the rows it
@@ -382,7 +399,7 @@ static fsdp_status check_tied(hf_src *h, fsdp_engine_t *eng, const fsdp_hf_tenso
     entry_place p;
     FSDP_TRY(place(eng, e, &p));
     fsdp_shard_view sv;
-    FSDP_TRY(fsdp_unit_shard(p.u, &sv));
+    FSDP_TRY(fsdp_unit_shard_info(p.u, &sv));
     int f, i;
     FSDP_TRY(src_find(h, e->hf_name, &f, &i));
     const fsdp_st_tensor *t = &h->st[f].t[i];
@@ -391,11 +408,15 @@ static fsdp_status check_tied(hf_src *h, fsdp_engine_t *eng, const fsdp_hf_tenso
                               h->st[f].path, e->hf_name, e->tensor);
     size_t lo = p.lo > sv.offset ? p.lo : sv.offset,
            hi = p.hi < sv.offset + sv.numel ? p.hi : sv.offset + sv.numel;
-    float buf[1024];
+    float buf[1024], mine[1024];
     for (size_t x = lo; x < hi;) {
         size_t n = hi - x < 1024 ? hi - x : 1024;
         FSDP_TRY(fsdp_st_read_f32(&h->st[f], i, x - p.lo, n, buf));
-        if (memcmp(buf, sv.master + (x - sv.offset), n * sizeof(float)) != 0)
+        if (sv.master)
+            memcpy(mine, sv.master + (x - sv.offset), n * sizeof(float));
+        else
+            FSDP_TRY(fsdp_unit_shard_read(p.u, FSDP_SHARD_MASTER, x, n, mine));
+        if (memcmp(buf, mine, n * sizeof(float)) != 0)
             return fsdp_set_error(
                 FSDP_EFORMAT,
                 "%s: tensor \"%s\" differs from %s: this model ties the LM head to the token "
@@ -509,8 +530,12 @@ fsdp_status fsdp_hf_load(fsdp_engine_t *eng, const char *dir, const fsdp_model_c
     /* Alignment gaps and padding (e.g. the embedding's padded rows) are zero. */
     for (int k = 0; k < fsdp_engine_num_units(eng) && s == FSDP_OK; k++) {
         fsdp_shard_view sv;
-        s = fsdp_unit_shard(fsdp_engine_unit(eng, k), &sv);
-        if (s == FSDP_OK) memset(sv.master, 0, sv.numel * sizeof(float));
+        s = fsdp_unit_shard_info(fsdp_engine_unit(eng, k), &sv);
+        if (s == FSDP_OK && sv.master) memset(sv.master, 0, sv.numel * sizeof(float));
+        static const float zeros[4096];
+        for (size_t x = 0; s == FSDP_OK && !sv.master && x < sv.numel; x += 4096)
+            s = fsdp_unit_shard_write(fsdp_engine_unit(eng, k), FSDP_SHARD_MASTER, sv.offset + x,
+                                      sv.numel - x < 4096 ? sv.numel - x : 4096, zeros);
     }
     for (int k = 0; k < map.n && s == FSDP_OK; k++)
         if (!map.t[k].tied && !(map.t[k].optional && !src_present(&h, map.t[k].hf_name)))
