@@ -182,6 +182,11 @@ static const opt_def opts[] = {
      "per-rank peak of MFU: 0 measures it at start-up (the best of a few 512^3 or 1024^3 GEMMs on the "
      "run's GEMM path and threads, within 0.25 s, recorded in the manifest); > 0: this GFLOP/s per rank, no "
      "measurement; -1: no measurement and no TFLOPS share (MFU) in the step line"},
+    {"peak-cache", OPT_STR, F(peak_cache), 0, 0, NULL, C_TRAIN,
+     "with --peak-gflops 0: a JSON file of the best peak this CPU has measured, per GEMM path, threads "
+     "and ranks on the host; MFU divides by the larger of it and this run's probe, so a probe in a busy "
+     "moment does not inflate it, and rank 0 records a higher one (default "
+     "$XDG_CACHE_HOME/fsdp/gemm-peak.json, else ~/.cache/fsdp/gemm-peak.json; off: this run's probe only)"},
     {"skip-update-z", OPT_DBL, F(skip_update_z), 0, 1e6, NULL, C_TRAIN,
      "outlier guard: skip the optimizer update of a step whose loss or grad norm lies more than Z "
      "standard deviations above the mean of the last --skip-update-window steps (0: off); skips are "

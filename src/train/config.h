@@ -83,7 +83,8 @@ typedef struct {
     int export_dtype;    /* export, --export-final: fsdp_dtype of the exported tensors (f32, bf16) */
     const char *metrics; /* JSONL file or NULL */
     int log_every;
-    double peak_gflops; /* MFU's per-rank peak: 0 measure at start-up, > 0 this GFLOP/s, < 0 no MFU */
+    double peak_gflops;     /* MFU's per-rank peak: 0 measure at start-up, > 0 this GFLOP/s, < 0 no MFU */
+    const char *peak_cache; /* the measured peak's cache file; NULL: the default; "off": none (host.c) */
     double
         skip_update_z; /* outlier guard: skip an update whose loss or grad norm z-score exceeds it (0: off) */
     int skip_nonfinite;     /* a step with a NaN/Inf loss or grad norm skips its update (0: stops the run) */

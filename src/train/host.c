@@ -12,11 +12,13 @@
 #include "io/io.h"
 
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <math.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 double fsdp_train_lr(const fsdp_train_config *c, int s) {
@@ -120,6 +122,114 @@ fsdp_status fsdp_train_agree_gemm_path(train_run *r) {
     return FSDP_OK;
 }
 
+/* ---------------------------------------------------------------- the GEMM peak's cache */
+
+/* A probe of a quarter second on a shared machine measures the moment, not the CPU: three runs of one
+ * step measured 90, 190 and 280 GFLOP/s (issue 40). The cache keeps the best peak each (CPU model, GEMM
+ * path, threads per rank, ranks on the host) has shown; MFU divides by the larger of it and this run's
+ * probe, so a busy moment does not inflate MFU, and the denominator stays the same run after run. */
+
+/* The cache file: --peak-cache, else $XDG_CACHE_HOME/fsdp/gemm-peak.json, else ~/.cache/fsdp/...;
+ * NULL when off or there is no home. malloc'd. */
+static char *peak_cache_path(const fsdp_train_config *c) {
+    if (c->peak_cache) return strcmp(c->peak_cache, "off") == 0 ? NULL : fsdp_strdupf("%s", c->peak_cache);
+    const char *x = getenv("XDG_CACHE_HOME"), *h = getenv("HOME");
+    if (x && x[0] == '/') return fsdp_strdupf("%s/fsdp/gemm-peak.json", x);
+    return h && h[0] == '/' ? fsdp_strdupf("%s/.cache/fsdp/gemm-peak.json", h) : NULL;
+}
+
+static void peak_cache_key(const train_run *r, char *key, size_t cap) {
+    char model[128] = "unknown CPU", line[512];
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    while (f && fgets(line, sizeof line, f))
+        if (strncmp(line, "model name", 10) == 0 && strchr(line, ':')) {
+            snprintf(model, sizeof model, "%s", strchr(line, ':') + 2);
+            model[strcspn(model, "\n")] = '\0';
+            break;
+        }
+    if (f) fclose(f);
+    int local = fsdp_comm_local_size(r->comm);
+    snprintf(key, cap, "%s | %s path | %d thread%s per rank | %d rank%s on the host", model, r->gemm_path,
+             r->threads, r->threads == 1 ? "" : "s", local, local == 1 ? "" : "s");
+}
+
+/* The cache's JSON (NULL when absent or unreadable). Plain stdio: the cache is neither one of the
+ * run's inputs nor one of its outputs (fsdp_io's checks), and its bytes are not the run's memory. */
+static cJSON *peak_cache_read(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char buf[1 << 16];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    return n < sizeof buf - 1 ? cJSON_ParseWithLength(buf, n) : NULL;
+}
+
+/* The cached best for key (0 when none, or the file is absent or not the cache's JSON: a warning). */
+static double peak_cache_get(const char *path, const char *key, int *runs, FILE *warn) {
+    *runs = 0;
+    if (access(path, F_OK) != 0) return 0;
+    cJSON *j = peak_cache_read(path);
+    const cJSON *e = cJSON_GetObjectItemCaseSensitive(j, key);
+    const cJSON *g = cJSON_GetObjectItemCaseSensitive(e, "gflops"),
+                *k = cJSON_GetObjectItemCaseSensitive(e, "runs");
+    double v = 0;
+    if (!cJSON_IsObject(j)) {
+        if (warn)
+            fprintf(warn, "  warning: --peak-cache %s is not a JSON object: ignored (and rewritten)\n", path);
+    } else if (e &&
+               !(cJSON_IsNumber(g) && g->valuedouble > 0 && g->valuedouble < 1e12 && cJSON_IsNumber(k))) {
+        if (warn)
+            fprintf(warn, "  warning: --peak-cache %s: the entry for this CPU is malformed: ignored\n", path);
+    } else if (e) {
+        v = g->valuedouble;
+        *runs = k->valueint;
+    }
+    cJSON_Delete(j);
+    return v;
+}
+
+/* Records gflops (the best so far) and runs for key, keeping the other entries; a failure is a warning
+ * (the cache only steadies MFU). */
+static void peak_cache_put(const char *path, const char *key, double gflops, int runs, FILE *warn) {
+    char *dir = fsdp_strdupf("%s", path), *tmp = fsdp_strdupf("%s.tmp.%ld", path, (long)getpid());
+    cJSON *j = peak_cache_read(path);
+    if (!cJSON_IsObject(j)) {
+        cJSON_Delete(j);
+        j = cJSON_CreateObject();
+    }
+    cJSON *e = cJSON_CreateObject();
+    char *out = NULL;
+    if (j && e && cJSON_AddNumberToObject(e, "gflops", gflops) && cJSON_AddNumberToObject(e, "runs", runs)) {
+        cJSON_DeleteItemFromObjectCaseSensitive(j, key);
+        if (cJSON_AddItemToObject(j, key, e)) e = NULL, out = cJSON_Print(j);
+    }
+    cJSON_Delete(e);
+    char *slash = dir ? strrchr(dir, '/') : NULL;
+    if (out && slash && slash != dir) { /* its folder, and the one above it (~/.cache) */
+        *slash = '\0';
+        char *up = strrchr(dir, '/');
+        if (up && up != dir) {
+            *up = '\0';
+            (void)mkdir(dir, 0755);
+            *up = '/';
+        }
+        (void)mkdir(dir, 0755);
+    }
+    /* a temporary beside it, renamed over it: a reader never sees half a file */
+    FILE *f = out && tmp ? fopen(tmp, "wb") : NULL;
+    int ok = f && fwrite(out, 1, strlen(out), f) == strlen(out);
+    if (f && fclose(f) != 0) ok = 0;
+    if (ok && rename(tmp, path) != 0) ok = 0;
+    if (!ok && warn)
+        fprintf(warn, "  warning: --peak-cache %s not updated: %s\n", path,
+                out ? strerror(errno) : "no memory");
+    if (!ok && tmp) unlink(tmp);
+    free(out);
+    free(tmp);
+    free(dir);
+    cJSON_Delete(j);
+}
+
 /* MFU's denominator, the outlier guard's window and the straggler's buffer. The peak: every rank
  * times a few square GEMMs on its GEMM path and threads at once (ranks sharing a host contend as they
  * will in the steps), or takes --peak-gflops; the sum over ranks is MFU's peak, recorded in the
@@ -139,22 +249,40 @@ fsdp_status fsdp_train_setup_perf(train_run *r) {
     fsdp_gemm_peak_result pk = {0};
     fsdp_status s = FSDP_OK;
     const char *source = c->peak_gflops > 0 ? "--peak-gflops" : c->peak_gflops < 0 ? "off" : "measured";
+    char *cache = c->peak_gflops == 0 ? peak_cache_path(c) : NULL, key[320] = "";
+    double cached = 0;
+    int runs = 0, used_cache = 0;
     if (c->peak_gflops == 0) {
         s = fsdp_comm_barrier(r->comm);
         if (s == FSDP_OK)
             s = fsdp_gemm_peak(c->precision == FSDP_PRECISION_MIXED ? FSDP_BF16 : FSDP_F32, 0.25, &pk);
         r->peak_rank_gflops = pk.gflops;
+        if (s == FSDP_OK && cache) {
+            peak_cache_key(r, key, sizeof key);
+            cached = peak_cache_get(cache, key, &runs, r->rank == 0 ? r->o : NULL);
+            used_cache = cached > pk.gflops;
+            if (used_cache) r->peak_rank_gflops = cached;
+            if (r->rank == 0)
+                peak_cache_put(cache, key, used_cache ? cached : pk.gflops, runs + 1, r->o ? r->o : stderr);
+        }
     } else if (c->peak_gflops > 0) {
         r->peak_rank_gflops = c->peak_gflops;
     }
-    FSDP_TRY(fsdp_comm_agree(r->comm, s, "measuring the GEMM peak"));
-    float mine = (float)r->peak_rank_gflops, sum = mine, lo = mine, neg = -mine;
+    s = fsdp_comm_agree(r->comm, s, "measuring the GEMM peak");
+    if (s != FSDP_OK) {
+        free(cache);
+        return s;
+    }
+    float mine = (float)r->peak_rank_gflops, sum = mine, lo = mine, neg = -mine,
+          cache_used = (float)used_cache;
     if (r->world > 1) {
         fsdp_comm_set_label(r->comm, "train / GEMM peak: sum and minimum over ranks");
         FSDP_TRY(fsdp_comm_all_reduce(r->comm, &mine, &sum, 1, FSDP_F32, FSDP_SUM));
         FSDP_TRY(fsdp_comm_all_reduce(r->comm, &neg, &neg, 1, FSDP_F32, FSDP_MAX));
+        FSDP_TRY(fsdp_comm_all_reduce(r->comm, &cache_used, &cache_used, 1, FSDP_F32, FSDP_MAX));
         lo = -neg;
     }
+    if (cache_used > 0) source = "cache";
     r->peak_total_gflops = sum;
     cJSON *pj = cJSON_CreateObject();
     if (!pj || !cJSON_AddItemToObject(r->cj, "gemm-peak", pj) ||
@@ -165,16 +293,28 @@ fsdp_status fsdp_train_setup_perf(train_run *r) {
         !cJSON_AddNumberToObject(pj, "total-gflops", sum) ||
         !cJSON_AddNumberToObject(pj, "gemm-size", pk.size) || !cJSON_AddNumberToObject(pj, "reps", pk.reps) ||
         !cJSON_AddNumberToObject(pj, "seconds", pk.total_s) ||
-        !cJSON_AddNumberToObject(pj, "flops-per-token", r->flops_per_token))
+        !cJSON_AddNumberToObject(pj, "probe-rank0-gflops", pk.gflops) ||
+        !cJSON_AddStringToObject(pj, "cache", cache ? cache : "off") ||
+        !cJSON_AddNumberToObject(pj, "flops-per-token", r->flops_per_token)) {
+        free(cache);
         return FSDP_ERR(FSDP_ENOMEM, "no memory for the config record");
+    }
     if (r->o) {
-        if (c->peak_gflops == 0)
+        if (c->peak_gflops == 0 && used_cache)
+            fprintf(
+                r->o,
+                "  GEMM peak (MFU's denominator): %.1f GFLOP/s on rank 0, the best of %d run%s on this CPU "
+                "(--peak-cache %s; this run's probe: %.1f, best of %d %d^3 GEMMs on the %s path, %.2f s), "
+                "%.1f GFLOP/s over %d rank%s (slowest rank %.1f)\n",
+                r->peak_rank_gflops, runs, runs == 1 ? "" : "s", cache, pk.gflops, pk.reps, pk.size,
+                r->gemm_path, pk.total_s, sum, r->world, r->world == 1 ? "" : "s", lo);
+        else if (c->peak_gflops == 0)
             fprintf(
                 r->o,
                 "  GEMM peak (MFU's denominator): %.1f GFLOP/s on rank 0 (best of %d %d^3 GEMMs on the %s "
-                "path, %.2f s), %.1f GFLOP/s over %d rank%s (slowest rank %.1f)\n",
-                r->peak_rank_gflops, pk.reps, pk.size, r->gemm_path, pk.total_s, sum, r->world,
-                r->world == 1 ? "" : "s", lo);
+                "path, %.2f s; --peak-cache %s), %.1f GFLOP/s over %d rank%s (slowest rank %.1f)\n",
+                r->peak_rank_gflops, pk.reps, pk.size, r->gemm_path, pk.total_s, cache ? cache : "off", sum,
+                r->world, r->world == 1 ? "" : "s", lo);
         else if (c->peak_gflops > 0)
             fprintf(r->o, "  GEMM peak (MFU's denominator): --peak-gflops %g per rank, %.1f over %d rank%s\n",
                     c->peak_gflops, sum, r->world, r->world == 1 ? "" : "s");
@@ -183,6 +323,7 @@ fsdp_status fsdp_train_setup_perf(train_run *r) {
         fprintf(r->o, "  model FLOPs per token (forward + backward, %s): %.4g\n",
                 fsdp_model_get_config(r->rm.model)->family->name, r->flops_per_token);
     }
+    free(cache);
     return FSDP_OK;
 }
 
