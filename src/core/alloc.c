@@ -254,6 +254,100 @@ void fsdp_mem_free(void *p) {
     free(base);
 }
 
+/* ---------------------------------------------------------------- device memory: a side table */
+
+/* A device's pointer cannot carry the header above (the host may not even address it), so a device row
+ * (core/device.h) counts its blocks here: the same categories, peaks and timeline, keyed by pointer in an
+ * open-addressing table (linear probing, tombstones, grown at half full). Guarded by mem_lock. */
+#define TRK_EMPTY 0
+#define TRK_GONE  1
+typedef struct {
+    uintptr_t key; /* the pointer; TRK_EMPTY or TRK_GONE */
+    size_t bytes;
+    uint32_t cat;
+} trk_slot;
+static trk_slot *trk;
+static size_t trk_cap, trk_used; /* slots; slots not empty (live and tombstones) */
+
+static size_t trk_hash(uintptr_t k) { return (size_t)((k >> 6) * 0x9E3779B97F4A7C15ull); }
+
+/* The slot of key, or of its insertion (the first tombstone on the way, else the empty slot). */
+static trk_slot *trk_find(uintptr_t key, int for_insert) {
+    trk_slot *tomb = NULL;
+    for (size_t i = trk_hash(key) & (trk_cap - 1);; i = (i + 1) & (trk_cap - 1)) {
+        trk_slot *t = &trk[i];
+        if (t->key == key) return t;
+        if (t->key == TRK_GONE && tomb == NULL) tomb = t;
+        if (t->key == TRK_EMPTY) return for_insert ? (tomb ? tomb : t) : NULL;
+    }
+}
+
+static int trk_grow(void) {
+    size_t cap = trk_cap ? 2 * trk_cap : 256;
+    trk_slot *old = trk, *nt = calloc(cap, sizeof *nt);
+    if (nt == NULL) return 0;
+    size_t old_cap = trk_cap;
+    trk = nt;
+    trk_cap = cap;
+    trk_used = 0;
+    for (size_t i = 0; i < old_cap; i++)
+        if (old[i].key > TRK_GONE) {
+            *trk_find(old[i].key, 1) = old[i];
+            trk_used++;
+        }
+    free(old);
+    return 1;
+}
+
+fsdp_status fsdp_mem_track(const void *p, size_t bytes, fsdp_mem_cat cat) {
+    if ((uintptr_t)p <= TRK_GONE || (unsigned)cat >= FSDP_MEM_NCAT)
+        return FSDP_ERR(FSDP_EINVAL, "need a device pointer and a category in [0, %d) (got %p, %d)",
+                        FSDP_MEM_NCAT, p, (int)cat);
+    pthread_mutex_lock(&mem_lock);
+    fsdp_status st = FSDP_OK;
+    if (2 * (trk_used + 1) > trk_cap && !trk_grow())
+        st = FSDP_ERR(FSDP_ENOMEM, "no memory for the device memory table (%zu entries)", trk_cap);
+    trk_slot *t = st == FSDP_OK ? trk_find((uintptr_t)p, 1) : NULL;
+    if (t && t->key == (uintptr_t)p)
+        st = FSDP_ERR(FSDP_EINVAL, "%p is already counted (%zu bytes of %s): freed twice or never untracked",
+                      p, t->bytes, cat_names[t->cat]);
+    else if (t) {
+        if (t->key == TRK_EMPTY) trk_used++;
+        *t = (trk_slot){(uintptr_t)p, bytes, (uint32_t)cat};
+        mem_cur[cat] += bytes;
+        if (mem_cur[cat] > mem_peak[cat]) mem_peak[cat] = mem_cur[cat];
+        mem_total_cur += bytes;
+        if (mem_total_cur > mem_total_peak) mem_total_peak = mem_total_cur;
+        timeline_record_locked(cat, (int64_t)bytes);
+    }
+    pthread_mutex_unlock(&mem_lock);
+    return st;
+}
+
+int fsdp_mem_tracked(const void *p, size_t *bytes, fsdp_mem_cat *cat) {
+    pthread_mutex_lock(&mem_lock);
+    trk_slot *t = trk_cap && (uintptr_t)p > TRK_GONE ? trk_find((uintptr_t)p, 0) : NULL;
+    if (t && bytes) *bytes = t->bytes;
+    if (t && cat) *cat = (fsdp_mem_cat)t->cat;
+    pthread_mutex_unlock(&mem_lock);
+    return t != NULL;
+}
+
+int fsdp_mem_untrack(const void *p, size_t *bytes) {
+    pthread_mutex_lock(&mem_lock);
+    trk_slot *t = trk_cap && (uintptr_t)p > TRK_GONE ? trk_find((uintptr_t)p, 0) : NULL;
+    if (t) {
+        FSDP_INVARIANT(mem_cur[t->cat] >= t->bytes && mem_total_cur >= t->bytes);
+        mem_cur[t->cat] -= t->bytes;
+        mem_total_cur -= t->bytes;
+        timeline_record_locked((fsdp_mem_cat)t->cat, -(int64_t)t->bytes);
+        if (bytes) *bytes = t->bytes;
+        t->key = TRK_GONE;
+    }
+    pthread_mutex_unlock(&mem_lock);
+    return t != NULL;
+}
+
 /* The shared heap's freed pages count as kept blocks too (core_heap_cached: an upper bound). The
  * peak is the sum of the two peaks, an upper bound of the peak of the sum. */
 size_t fsdp_mem_cached(void) {

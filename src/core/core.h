@@ -99,6 +99,15 @@ size_t core_heap_live(void);
 void core_heap_cached(size_t *cur, size_t *peak);
 void core_heap_trim(void);
 
+/* Device memory in the tracked accounting (alloc.c): a device row (core/device.h) whose pointers cannot
+ * carry the allocator's header counts each block here, under the same categories, peaks and timeline.
+ * fsdp_mem_track: FSDP_EINVAL for a pointer already counted or a bad category. fsdp_mem_tracked: 1 and
+ * its bytes and category when p is counted. fsdp_mem_untrack: 1 (and its bytes) when p was counted,
+ * now not; 0 for a pointer never counted. */
+fsdp_status fsdp_mem_track(const void *p, size_t bytes, fsdp_mem_cat cat);
+int fsdp_mem_tracked(const void *p, size_t *bytes, fsdp_mem_cat *cat);
+int fsdp_mem_untrack(const void *p, size_t *bytes);
+
 /* The library's FSDP_* environment knobs (env.c; docs/ENV.md): one table and one parser. A set value
  * that does not parse or lies outside its range is FSDP_EINVAL naming the variable, what it takes and
  * its default; unset or empty is the default (and *out = def). fsdp_env_check validates every set one

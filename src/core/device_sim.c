@@ -8,12 +8,12 @@
  * done. So work on different streams interleaves in any order the recorded dependencies allow, and
  * work the host forgot to wait for has not happened yet when the host looks.
  *
- * Memory is the tracked allocator's (the same categories). A block is filled with NaN when it is
- * allocated and again when its free runs: a kernel that reads a buffer whose free was not ordered
- * after it, or a reduction that reads main_grad before the GEMM wrote it, reads NaN. 0x7FC07FC0 is a
- * quiet NaN read as fp32 and two quiet NaNs read as bf16. A freed block is given back to the
- * allocator at the next device synchronisation (run_free), so the simulated device's memory figures
- * count it until then: its peaks are not the CPU's.
+ * Memory is counted by the tracked allocator's side table (the same categories; fsdp_mem_track), from
+ * the allocation to when its free runs. A block is filled with NaN when it is allocated and again when
+ * its free runs: a kernel that reads a buffer whose free was not ordered after it, or a reduction that
+ * reads main_grad before the GEMM wrote it, reads NaN. 0x7FC07FC0 is a quiet NaN read as fp32 and two
+ * quiet NaNs read as bf16. A freed block is given back to the C library at the next device
+ * synchronisation (run_free).
  *
  * Single-threaded: the engine calls a device from one thread (the tests' ranks are processes). */
 #include "core/device.h"
@@ -49,16 +49,23 @@ struct fsdp_event {
 typedef struct {
     void *p;
     size_t bytes;
-} sim_block;
+} sim_freed;
+
+/* Back to where sim_alloc took it from. */
+static void give_back(void *p, size_t bytes) {
+    size_t total = (bytes + 63) / 64 * 64;
+    if (core_heap_offset(p, total))
+        (void)core_heap_free(p, total);
+    else
+        free(p);
+}
 
 typedef struct {
     uint64_t rng;
     uint64_t seq;
     fsdp_stream_t **streams; /* every live stream; [0] is the default (NULL) stream */
     int n_streams, cap_streams;
-    sim_block *blocks; /* live allocations: a device pointer carries no header */
-    int n_blocks, cap_blocks;
-    void *quarantine[QUARANTINE_MAX]; /* freed blocks not yet given back (run_free) */
+    sim_freed quarantine[QUARANTINE_MAX]; /* freed blocks not yet given back (run_free) */
     int n_quarantine;
     int eager;   /* of 8 calls, how many run queued items (1..4, from the seed) */
     int running; /* an item is running: no scheduling from inside it */
@@ -273,35 +280,31 @@ static fsdp_status sim_sync(fsdp_device_t *d) {
 
 /* ---------------------------------------------------------------- memory */
 
-static sim_block *find_block(sim_dev *S, const void *p) {
-    for (int i = S->n_blocks - 1; i >= 0; i--)
-        if (S->blocks[i].p == p) return &S->blocks[i];
-    return NULL;
-}
+/* Blocks come from the C library (or the host-shared heap), page-aligned like a device allocator's,
+ * and are counted in the tracked accounting's side table (fsdp_mem_track), as a GPU row's must be: a
+ * device pointer carries no header. */
+static size_t round_up(size_t bytes) { return (bytes + 63) / 64 * 64; }
 
 static fsdp_status sim_alloc(fsdp_device_t *d, void **out, size_t bytes, fsdp_mem_cat cat, unsigned flags,
                              fsdp_stream_t *s) {
     sim_dev *S = d->impl;
     tick(S);
     *out = NULL;
-    if (S->n_blocks == S->cap_blocks) {
-        int cap = S->cap_blocks ? 2 * S->cap_blocks : 64;
-        sim_block *nb = realloc(S->blocks, (size_t)cap * sizeof *nb);
-        if (nb == NULL) return FSDP_ERR(FSDP_ENOMEM, "simulated device: block table");
-        S->blocks = nb;
-        S->cap_blocks = cap;
+    if (bytes == 0) return FSDP_OK;
+    void *p = (flags & FSDP_ALLOC_SHARED) ? core_heap_alloc(round_up(bytes)) : NULL;
+    if (p == NULL) p = aligned_alloc(64, round_up(bytes));
+    if (p == NULL)
+        return FSDP_ERR(FSDP_ENOMEM, "simulated device: cannot allocate %zu bytes for category %s", bytes,
+                        fsdp_mem_cat_name(cat));
+    fsdp_status st = fsdp_mem_track(p, bytes, cat);
+    if (st != FSDP_OK) {
+        give_back(p, bytes);
+        return st;
     }
-    void *p;
-    FSDP_TRY((flags & FSDP_ALLOC_SHARED) ? fsdp_mem_alloc_shared(&p, bytes, cat)
-                                         : fsdp_mem_alloc(&p, bytes, cat));
-    if (p == NULL) return FSDP_OK; /* bytes == 0 */
     if (flags & FSDP_ALLOC_ZERO)
         memset(p, 0, bytes);
     else
         poison(p, bytes);
-    sim_block *b = find_block(S, p); /* a block given up to a communicator and freed there */
-    if (b == NULL) b = &S->blocks[S->n_blocks++];
-    *b = (sim_block){p, bytes};
     *out = p;
     return FSDP_OK;
 }
@@ -310,27 +313,28 @@ static fsdp_status sim_alloc(fsdp_device_t *d, void **out, size_t bytes, fsdp_me
 static void release(sim_dev *S, int keep) {
     int n = S->n_quarantine - keep;
     for (int i = 0; i < n; i++)
-        fsdp_mem_free(S->quarantine[i]);
+        give_back(S->quarantine[i].p, S->quarantine[i].bytes);
     memmove(S->quarantine, S->quarantine + n, (size_t)keep * sizeof *S->quarantine);
     S->n_quarantine = keep;
 }
 
-/* The free runs: the block is poisoned and quarantined, not given back yet, so that a kernel the
- * program failed to order before the free reads NaN (what the test is for) rather than memory the
- * host allocator reused (undefined behaviour; AddressSanitizer stops the run). The quarantine is
- * given back at every device synchronisation (nothing queued can still read it) and, oldest half
- * first, when it holds QUARANTINE_MAX blocks. */
+/* The free runs: the block leaves the accounting (as a stream-ordered free does on a GPU) and is
+ * poisoned and quarantined, not given back yet, so that a kernel the program failed to order before the
+ * free reads NaN (what the test is for) rather than memory the C library reused (undefined behaviour;
+ * AddressSanitizer stops the run). The quarantine is given back at every device synchronisation (nothing
+ * queued can still read it) and, oldest half first, when it holds QUARANTINE_MAX blocks. */
 static void run_free(void *ctx, void *arg) {
     sim_dev *S = ctx;
     void *p;
     memcpy(&p, arg, sizeof p);
-    sim_block *b = find_block(S, p);
-    if (b != NULL) {
-        poison(p, b->bytes);
-        *b = S->blocks[--S->n_blocks];
+    size_t bytes = 0;
+    if (!fsdp_mem_untrack(p, &bytes)) {
+        fprintf(stderr, "simulated device: %p freed but not allocated here (or freed twice)\n", p);
+        FSDP_INVARIANT(0);
     }
+    poison(p, bytes);
     if (S->n_quarantine == QUARANTINE_MAX) release(S, QUARANTINE_MAX / 2);
-    S->quarantine[S->n_quarantine++] = p;
+    S->quarantine[S->n_quarantine++] = (sim_freed){p, bytes};
 }
 
 static void sim_free(fsdp_device_t *d, void *p, fsdp_stream_t *s) {
@@ -528,7 +532,6 @@ void fsdp_device_sim_destroy(fsdp_device_t *d) {
     release(S, 0);
     free(S->streams[0]);
     free(S->streams);
-    free(S->blocks);
     free(S);
     free(d);
 }

@@ -66,3 +66,13 @@ void shard_drop(fsdp_comm_t *c, fsdp_status st, void *buf) {
     else
         fsdp_mem_free(buf);
 }
+
+void shard_drop_device(fsdp_engine_t *e, fsdp_comm_t *c, fsdp_status st, void *buf) {
+    if (e->dev == fsdp_device_cpu()) { /* the tracked allocator's block */
+        shard_drop(c, st, buf);
+        return;
+    }
+    /* Another device's block: freed through it; after a timeout it is left to the end of the process
+     * (the communicator frees only what the tracked allocator made, and it is broken from then on). */
+    if (st != FSDP_ETIMEOUT) e->dev->free(e->dev, buf, e->compute);
+}

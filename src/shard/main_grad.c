@@ -217,8 +217,8 @@ fsdp_status shard_reduce_start(fsdp_unit_t *u) {
 static fsdp_status give_up_buffers(fsdp_unit_t *u, fsdp_comm_t *c, fsdp_status st) {
     for (int t = 0; t < u->n_tensors; t++)
         u->tensors[t].grad_view = NULL;
-    shard_drop(c, st, u->wire);
-    shard_drop(c, st, u->main_grad);
+    shard_drop_device(u->eng, c, st, u->wire);
+    shard_drop_device(u->eng, c, st, u->main_grad);
     u->wire = NULL;
     u->main_grad = NULL;
     clear_bits(u);

@@ -223,6 +223,8 @@ void shard_set_label(fsdp_unit_t *u, const char *phase);
 /* Gives up a buffer after its collective on c failed: adopted by c after a timeout (the collective
  * may still write it), else freed. c must be the communicator the collective ran on. */
 void shard_drop(fsdp_comm_t *c, fsdp_status st, void *buf);
+/* The same for a block of the engine's device (main_grad, the wire, the gathered parameters). */
+void shard_drop_device(fsdp_engine_t *e, fsdp_comm_t *c, fsdp_status st, void *buf);
 
 /* unit.c */
 /* life_drain on the engine's units (every call that reads or writes shards starts with it);

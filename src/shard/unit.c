@@ -536,7 +536,7 @@ static fsdp_status op_unshard_wait(void *ctx, int i) {
         fsdp_trace_unit_end(u->name, "all-gather");
         u->gather = NULL;
         if (st != FSDP_OK) {
-            shard_drop(e->shard_comm, st, u->full); /* the gather's communicator */
+            shard_drop_device(e, e->shard_comm, st, u->full); /* the gather's communicator */
             u->full = NULL;
             return st;
         }

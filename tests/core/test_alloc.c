@@ -394,7 +394,61 @@ static void test_shared_heap(void) {
     check_all_zero();
 }
 
+/* Device memory's side table (fsdp_mem_track): counted like the header allocator's blocks (categories,
+ * peaks, the timeline), refused twice, many pointers at once (the table grows and keeps tombstones), and
+ * gone from the counts once untracked. Fake device pointers: the table never dereferences them. */
+static void test_track(void) {
+    check_all_zero();
+    fsdp_mem_reset_peaks();
+    fsdp_mem_timeline_enable(1);
+    char base[1];
+    const void *p = base;
+    CHECK_OK(fsdp_mem_track(p, 1000, FSDP_MEM_MAIN_GRAD));
+    CHECK(fsdp_mem_current(FSDP_MEM_MAIN_GRAD) == 1000 && fsdp_mem_total_current() == 1000);
+    size_t b = 0;
+    fsdp_mem_cat c = FSDP_MEM_NCAT;
+    CHECK(fsdp_mem_tracked(p, &b, &c) == 1 && b == 1000 && c == FSDP_MEM_MAIN_GRAD);
+    CHECK_ERR(fsdp_mem_track(p, 8, FSDP_MEM_COMM), FSDP_EINVAL, "already counted (1000 bytes of main_grad)");
+    CHECK_ERR(fsdp_mem_track((void *)16, 8, FSDP_MEM_NCAT), FSDP_EINVAL, "category");
+    CHECK_ERR(fsdp_mem_track(NULL, 8, FSDP_MEM_COMM), FSDP_EINVAL, "device pointer");
+    CHECK(fsdp_mem_current(FSDP_MEM_COMM) == 0);
+    /* many at once, every third one gone again: counts exact, lookups right */
+    enum { N = 5000 };
+    size_t want = 1000;
+    for (int i = 1; i <= N; i++) {
+        CHECK_OK(
+            fsdp_mem_track((const void *)(uintptr_t)(4096 * (uintptr_t)i), (size_t)i, FSDP_MEM_PARAM_FULL));
+        want += (size_t)i;
+    }
+    size_t peak_total = fsdp_mem_total_peak();
+    CHECK(peak_total == want);
+    for (int i = 3; i <= N; i += 3) {
+        size_t got = 0;
+        CHECK(fsdp_mem_untrack((const void *)(uintptr_t)(4096 * (uintptr_t)i), &got) == 1 &&
+              got == (size_t)i);
+        want -= (size_t)i;
+    }
+    CHECK(fsdp_mem_total_current() == want);
+    int bad = 0;
+    for (int i = 1; i <= N; i++)
+        bad += fsdp_mem_tracked((const void *)(uintptr_t)(4096 * (uintptr_t)i), &b, NULL) != (i % 3 != 0) ||
+               (i % 3 != 0 && b != (size_t)i);
+    CHECKF(bad == 0, "%d lookups wrong after growth and tombstones", bad);
+    CHECK(fsdp_mem_untrack((const void *)(uintptr_t)(4096 * 3), &b) == 0); /* already gone */
+    for (int i = 1; i <= N; i++)
+        if (i % 3) CHECK(fsdp_mem_untrack((const void *)(uintptr_t)(4096 * (uintptr_t)i), NULL) == 1);
+    CHECK(fsdp_mem_untrack(p, NULL) == 1);
+    check_all_zero();
+    CHECK(fsdp_mem_peak(FSDP_MEM_MAIN_GRAD) == 1000 && fsdp_mem_total_peak() == peak_total);
+    fsdp_mem_event ev[4];
+    size_t n = fsdp_mem_timeline(ev, 4);
+    CHECK(n >= 2 && ev[0].cat == FSDP_MEM_MAIN_GRAD && ev[0].delta == 1000 && ev[1].delta == 1);
+    fsdp_mem_timeline_enable(0);
+    fsdp_mem_reset_peaks();
+}
+
 int main(void) {
+    test_track();
     test_shared_heap();
     test_cache();
     test_names();

@@ -90,6 +90,7 @@ static void k_backward(void *arg) {
 /* Runs the configuration on a device (NULL: the CPU) with a planted fault; the results into r. */
 static void run(fsdp_comm_t *comm, const cfg_t *c, fsdp_device_t *dev, int fault, int early_loss,
                 result_t *r) {
+    const size_t mem_before = fsdp_mem_total_current();
     memset(r, 0, sizeof *r);
     fsdp_engine_config ec = fsdp_engine_config_default();
     ec.strategy = c->strategy;
@@ -165,6 +166,9 @@ static void run(fsdp_comm_t *comm, const cfg_t *c, fsdp_device_t *dev, int fault
     CHECK_OK(d->sync(d));
     d->event_destroy(d, ev);
     fsdp_engine_free(e);
+    /* every block of the device came back to the accounting (the side table on the simulated device) */
+    CHECKF(fsdp_mem_total_current() == mem_before, "%s on %s: %zu bytes still counted after the engine went",
+           c->name, d->name, fsdp_mem_total_current() - mem_before);
 }
 
 static int same(const result_t *a, const result_t *b) { return memcmp(a, b, sizeof *a) == 0; }
