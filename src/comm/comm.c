@@ -4,6 +4,7 @@
  * Every collective, blocking ones too, runs as a request that is polled until done, so a collective
  * that never completes (a rank died, skipped or mis-ordered one) ends in FSDP_ETIMEOUT, not a hang. */
 #include "comm/comm_mpi.h"
+#include "comm/comm_plan.h"
 #include "comm/comm_self.h"
 #include "comm/comm_shm.h"
 #include "comm/comm_watch.h"
@@ -451,9 +452,11 @@ static void advance(fsdp_comm_t *c, const comm_transport *tp, const fsdp_comm_re
                 q->deferred = 0;
             }
             if (s == FSDP_OK) s = tp->progress(q, &d);
-            if (s != FSDP_OK) {
+            if (s != FSDP_OK) { /* named by the request's own label, as a timeout is */
                 q->failed = s;
-                snprintf(q->errmsg, sizeof q->errmsg, "%s", fsdp_last_error());
+                snprintf(q->errmsg, sizeof q->errmsg, "%s (label \"%s\", %zu x %s) on %s: %s",
+                         comm_coll_name(q->coll), q->label, q->count, fsdp_dtype_name(q->t), tp->name,
+                         fsdp_last_error());
             } else if (d) {
                 q->done = 1;
             } else if (!tp->posted_all(q)) {
@@ -707,4 +710,21 @@ fsdp_status fsdp_comm_ireduce_scatter(fsdp_comm_t *c, const void *send, void *re
         return FSDP_ERR(FSDP_EINVAL, "reduce-scatter: req is NULL; pass the address of a request");
     *req = NULL;
     return start(c, COLL_REDUCE_SCATTER, send, recv, count, t, op, 0, req);
+}
+
+/* The row that would carry a collective over w ranks (as start_req picks it: shared memory when it is
+ * on and there are peers, else the backend's row), asked for its staging. */
+size_t comm_plan_staging_bytes(fsdp_comm_backend be, int shm, comm_plan_coll coll, int w, size_t count,
+                               fsdp_dtype t) {
+    const comm_transport *tp = shm && w > 1          ? &comm_transport_shm
+                               : be == FSDP_COMM_MPI ? &comm_transport_mpi
+                                                     : &comm_transport_self;
+    if (tp->staging_bytes == NULL) return 0;
+    return tp->staging_bytes(coll == COMM_PLAN_ALL_REDUCE ? COLL_ALL_REDUCE : COLL_REDUCE_SCATTER, w, count,
+                             t);
+}
+
+unsigned comm_caps(const fsdp_comm_t *c) {
+    if (c == NULL) return 0;
+    return c->shm_on && c->size > 1 ? comm_transport_shm.caps : c->be->caps;
 }

@@ -9,6 +9,7 @@
 #define FSDP_COMM_IMPL_H
 
 #include "core/core.h"
+#include "comm/comm_plan.h"
 
 #include <mpi.h>
 #include <pthread.h>
@@ -134,7 +135,7 @@ struct fsdp_comm_req {
     void *adopted[2];          /* buffers of a timed-out call, freed once the call completes */
     int is_stale;              /* timed out: on c->stale, off the in-flight list */
     fsdp_status failed;        /* an MPI failure seen by fsdp_comm_progress, reported by test/wait */
-    char errmsg[256];          /* its message */
+    char errmsg[512];          /* its message, named by the label */
     struct fsdp_comm_req *next_stale;
     struct fsdp_comm_req *next_inflight;
 };
@@ -145,6 +146,11 @@ struct fsdp_comm_req {
  * or mpi; shm is set up by mpi); NULL entries do nothing. */
 struct comm_transport {
     const char *name;
+    unsigned caps; /* COMM_CAP_* (comm_plan.h) */
+    /* Bytes of category comm it holds for one collective of count elements per rank block (dtype t)
+     * over w ranks, from the start to the completion: what the memory plan counts (shard/plan.c asks
+     * through comm_plan_staging_bytes). NULL: none. */
+    size_t (*staging_bytes)(comm_coll coll, int w, size_t count, fsdp_dtype t);
     fsdp_status (*init)(fsdp_comm_t *c, int *argc, char ***argv);
     /* c: fresh, backend/timeout/shm settings copied from parent; fills in the rest */
     fsdp_status (*split)(fsdp_comm_t *parent, int color, int key, fsdp_comm_t *c);

@@ -460,8 +460,22 @@ static fsdp_status mpi_progress_watched(fsdp_comm_req_t *r, int *done) {
     return s;
 }
 
+/* The staging this row allocates (category comm) for a collective, held from its start to its
+ * completion: a reduce-scatter is an all-to-all into w * count elements (both dtypes, comm_mpi_start);
+ * an all-reduce an all-to-all of its first (largest) chunk, len <= INT_MAX - w elements, into w blocks
+ * of ceil(len / w) (post_ar_chunk). All-gathers and broadcasts move in place. */
+static size_t mpi_staging_bytes(comm_coll coll, int w, size_t count, fsdp_dtype t) {
+    size_t es = fsdp_dtype_size(t), ww = (size_t)w;
+    if (coll == COLL_REDUCE_SCATTER) return ww * count * es;
+    if (coll != COLL_ALL_REDUCE) return 0;
+    size_t cap = (size_t)INT_MAX - ww, len = count < cap ? count : cap;
+    return ww * ((len + ww - 1) / ww) * es;
+}
+
 const comm_transport comm_transport_mpi = {
     .name = "mpi",
+    .caps = COMM_CAP_ACCUMULATE | COMM_CAP_HOST_POLL,
+    .staging_bytes = mpi_staging_bytes,
     .init = comm_mpi_init,
     .split = comm_mpi_split,
     .stop = mpi_stop,

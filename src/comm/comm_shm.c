@@ -478,6 +478,7 @@ static int shm_posted_all(const fsdp_comm_req_t *r) {
 
 const comm_transport comm_transport_shm = {
     .name = "shm",
+    .caps = COMM_CAP_ACCUMULATE | COMM_CAP_HOST_POLL, /* no staging: ranks read each other's buffers */
     .takes = comm_shm_eligible,
     .start = shm_start,
     .progress = comm_shm_progress,

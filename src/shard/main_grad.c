@@ -3,6 +3,7 @@
  * drives first-touch overwrite/accumulate and the zero-fill before reduction, the reduction into the
  * fp32 sharded gradient (the one place averaging happens), and the step / micro-batch structure. */
 #include "shard/shard.h"
+#include "comm/comm_plan.h"
 
 #include <string.h>
 
@@ -149,8 +150,11 @@ static float shard_grad_scale(const fsdp_engine_t *e) {
 
 /* The host hands main_grad to a host-polled transport: it waits for the compute stream first (the
  * weight-gradient GEMMs and the zero-fill above are queued there). */
-static fsdp_status compute_done(fsdp_engine_t *e) {
+static fsdp_status compute_done(fsdp_engine_t *e, fsdp_comm_t *c) {
     if (e->fault == SHARD_FAULT_REDUCE_EARLY) return FSDP_OK;
+    if (!(comm_caps(c) & COMM_CAP_HOST_POLL)) /* no row orders a collective on a stream yet */
+        return FSDP_ERR(FSDP_EUNSUPPORTED, "transport %s: no host-polled path and no stream-ordered one",
+                        fsdp_comm_backend_name(c));
     e->dev->record(e->dev, e->ev_compute, e->compute);
     return e->dev->event_sync(e->dev, e->ev_compute);
 }
@@ -170,19 +174,19 @@ fsdp_status shard_reduce_start(fsdp_unit_t *u) {
     fsdp_status st;
     u->reduce_acc = 0;
     if (e->cfg.reduce_dtype == FSDP_F32 && !no_shard && e->rep_comm == NULL &&
-        fsdp_comm_size(e->shard_comm) > 1) {
+        fsdp_comm_size(e->shard_comm) > 1 && (comm_caps(e->shard_comm) & COMM_CAP_ACCUMULATE)) {
         /* steps 2-4 in one pass: the reduction adds its scaled sum straight into the gradient shard
          * (the same bits as reducing into main_grad and adding it afterwards, without writing the
          * reduced block back and reading it again). Alone in its group, a rank has nothing to reduce:
          * step 4's loop below then runs on every OpenMP thread instead of in the communicator. */
-        FSDP_TRY(compute_done(e));
+        FSDP_TRY(compute_done(e, e->shard_comm));
         shard_set_label(u, "reduce-scatter grads");
         u->reduce_acc = 1;
         return fsdp_comm_ireduce_scatter_acc(e->shard_comm, mg, u->grad, u->shard_len, shard_grad_scale(e),
                                              &u->reduce);
     }
     if (e->cfg.reduce_dtype == FSDP_F32) {
-        FSDP_TRY(compute_done(e));
+        FSDP_TRY(compute_done(e, no_shard ? e->comm : e->shard_comm));
         shard_set_label(u, no_shard ? "all-reduce grads" : "reduce-scatter grads");
         st = no_shard ? fsdp_comm_iall_reduce(e->comm, mg, mg, u->padded, FSDP_F32, FSDP_SUM, &u->reduce)
                       : fsdp_comm_ireduce_scatter(e->shard_comm, mg, mg + u->shard_off, u->shard_len,
@@ -197,7 +201,7 @@ fsdp_status shard_reduce_start(fsdp_unit_t *u) {
         FSDP_PROF_SCOPE(FSDP_PROF_CAST);
         d->f32_to_bf16(d, e->compute, u->wire, mg, u->padded);
     }
-    st = compute_done(e);
+    st = compute_done(e, no_shard ? e->comm : e->shard_comm);
     if (st == FSDP_OK) {
         shard_set_label(u, no_shard ? "all-reduce grads (bf16)" : "reduce-scatter grads (bf16)");
         st = no_shard ? fsdp_comm_iall_reduce(e->comm, u->wire, u->wire, u->padded, FSDP_BF16, FSDP_SUM,
@@ -254,7 +258,7 @@ fsdp_status shard_reduce_finish(fsdp_unit_t *u) {
         u->wire = NULL;
     }
     if (e->rep_comm != NULL) { /* HYBRID: the groups' sums of this shard, added across groups in fp32 */
-        if ((st = compute_done(e)) != FSDP_OK) return give_up_buffers(u, e->rep_comm, st);
+        if ((st = compute_done(e, e->rep_comm)) != FSDP_OK) return give_up_buffers(u, e->rep_comm, st);
         shard_set_label(u, "all-reduce grads across groups");
         fsdp_trace_unit_begin(u->name, "all-reduce");
         st = fsdp_comm_all_reduce(e->rep_comm, mg, mg, n_out, FSDP_F32, FSDP_SUM);

@@ -4,6 +4,7 @@
  * backends perform them; plus the table printer and the JSON report (the measured peaks they compare
  * with come from src/comm/comm_peaks.c). */
 #include "shard/shard.h"
+#include "comm/comm_plan.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -99,24 +100,14 @@ typedef struct {
     int replica_shm; /* HYBRID: the across-group all-reduce runs on shared memory */
 } sim;
 
-/* Staging the MPI backend allocates (category comm) for the gradient reduction of one unit, from the
- * reduction's start to its wait (none when the shared-memory transport runs it: ranks of one host
- * reduce straight from their buffers); comm_mpi.c, both dtypes: reduce-scatter as an all-to-all into
- * world*count elements; all-reduce as an all-to-all into world*ceil(len/world) elements of the first
- * (largest) chunk, len <= INT_MAX - world. The self backend copies nothing. */
-/* comm_mpi.c's all-reduce: an all-to-all of the first (largest) chunk, len <= INT_MAX - w elements,
- * into w blocks of ceil(len / w). */
-static size_t a2a_allreduce_stage(size_t w, size_t n, size_t es) {
-    size_t cap = (size_t)INT_MAX - w, len = n < cap ? n : cap;
-    return w * ((len + w - 1) / w) * es;
-}
-
+/* Staging (category comm) of the gradient reduction of one unit, from its start to its wait, as the
+ * row that will carry it states it (comm_plan.h): MPI's all-to-all staging, none on shared memory
+ * (ranks of one host reduce straight from their buffers) or alone. */
 static size_t sim_stage_bytes(const sim *s, const sim_unit *u) {
-    size_t w = (size_t)(s->strategy == FSDP_HYBRID_SHARD ? s->world / s->ngrp : s->world);
-    if (s->backend != FSDP_COMM_MPI || (s->shm && w > 1)) return 0;
-    size_t es = fsdp_dtype_size(s->reduce);
-    if (s->strategy == FSDP_NO_SHARD) return a2a_allreduce_stage(w, u->padded, es);
-    return w * u->shard_len * es;
+    int w = s->strategy == FSDP_HYBRID_SHARD ? s->world / s->ngrp : s->world;
+    if (s->strategy == FSDP_NO_SHARD)
+        return comm_plan_staging_bytes(s->backend, s->shm, COMM_PLAN_ALL_REDUCE, w, u->padded, s->reduce);
+    return comm_plan_staging_bytes(s->backend, s->shm, COMM_PLAN_REDUCE_SCATTER, w, u->shard_len, s->reduce);
 }
 
 /* The lifecycle's operations, counting bytes in the order unit.c / main_grad.c / the comm backend
@@ -150,11 +141,11 @@ static fsdp_status sim_reduce_start(void *ctx, int i) {
     sim_add(&s->mem, FSDP_MEM_COMM, s->u[i].stage_bytes);
     return FSDP_OK;
 }
-/* HYBRID: the across-group all-reduce of the fp32 shard (after the group's reduce-scatter), with the
- * MPI all-to-all's staging unless it runs on shared memory. */
+/* HYBRID: the across-group all-reduce of the fp32 shard (after the group's reduce-scatter). */
 static size_t sim_replica_stage(const sim *s, const sim_unit *u) {
-    if (s->ngrp < 2 || s->replica_shm || s->backend != FSDP_COMM_MPI) return 0;
-    return a2a_allreduce_stage((size_t)s->ngrp, u->shard_len, sizeof(float));
+    if (s->ngrp < 2) return 0;
+    return comm_plan_staging_bytes(s->backend, s->replica_shm, COMM_PLAN_ALL_REDUCE, s->ngrp, u->shard_len,
+                                   FSDP_F32);
 }
 
 static fsdp_status sim_reduce_finish(void *ctx, int i) {

@@ -2,6 +2,7 @@
  * world-size-independent initialisation, the unshard/reshard lifecycle with its state machine, and
  * gathering/loading full tensors for export, checkpoints and tests. main_grad lives in main_grad.c. */
 #include "shard/shard.h"
+#include "comm/comm_plan.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -512,7 +513,11 @@ static fsdp_status op_unshard_start(void *ctx, int i, int prefetch) {
     d->record(d, e->ev_side, e->side);
     u->gather = NULL;
     if (e->cfg.strategy != FSDP_NO_SHARD) {
-        fsdp_status st = d->event_sync(d, e->ev_side);
+        fsdp_status st =
+            (comm_caps(e->shard_comm) & COMM_CAP_HOST_POLL)
+                ? d->event_sync(d, e->ev_side)
+                : FSDP_ERR(FSDP_EUNSUPPORTED, "transport %s: no host-polled path and no stream-ordered one",
+                           fsdp_comm_backend_name(e->shard_comm));
         if (st == FSDP_OK) {
             shard_set_label(u, prefetch ? "all-gather params (prefetch)" : "all-gather params");
             st = fsdp_comm_iall_gather(e->shard_comm, slot, u->full, u->shard_len, dt, &u->gather);
