@@ -207,7 +207,7 @@ void fsdp_cpu_f32_add(float *dst, const float *src, size_t n) {
         dst[i] += src[i];
 }
 
-__attribute__((FSDP_NOCONTRACT)) void fsdp_cpu_axpy(float *y, const float *x, size_t n, float a) {
+void fsdp_cpu_axpy(float *y, const float *x, size_t n, float a) {
 #pragma omp parallel for schedule(static) if (n > DEV_OMP_MIN)
     for (size_t i = 0; i < n; i++)
         y[i] += x[i] * a;
