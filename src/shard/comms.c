@@ -3,6 +3,7 @@
  * all-reduce), both split and freed here. Every call that labels, progresses or gives up a buffer on
  * "the engine's communicators" goes through this file, so none of them can be forgotten. */
 #include "shard/shard.h"
+#include "comm/comm_plan.h"
 
 fsdp_status shard_comms_init(fsdp_engine_t *e, fsdp_comm_t *world) {
     e->comm = world;
@@ -75,4 +76,12 @@ void shard_drop_device(fsdp_engine_t *e, fsdp_comm_t *c, fsdp_status st, void *b
     /* Another device's block: freed through it; after a timeout it is left to the end of the process
      * (the communicator frees only what the tracked allocator made, and it is broken from then on). */
     if (st != FSDP_ETIMEOUT) e->dev->free(e->dev, buf, e->compute);
+}
+
+fsdp_status shard_handoff(fsdp_engine_t *e, fsdp_comm_t *c, fsdp_event_t *ev, fsdp_stream_t *s) {
+    if (!(comm_caps(c) & COMM_CAP_HOST_POLL)) /* no row orders a collective on a stream yet */
+        return FSDP_ERR(FSDP_EUNSUPPORTED, "transport %s: no host-polled path and no stream-ordered one",
+                        fsdp_comm_backend_name(c));
+    e->dev->record(e->dev, ev, s);
+    return e->dev->event_sync(e->dev, ev);
 }

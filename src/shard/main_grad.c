@@ -152,11 +152,7 @@ static float shard_grad_scale(const fsdp_engine_t *e) {
  * weight-gradient GEMMs and the zero-fill above are queued there). */
 static fsdp_status compute_done(fsdp_engine_t *e, fsdp_comm_t *c) {
     if (e->fault == SHARD_FAULT_REDUCE_EARLY) return FSDP_OK;
-    if (!(comm_caps(c) & COMM_CAP_HOST_POLL)) /* no row orders a collective on a stream yet */
-        return FSDP_ERR(FSDP_EUNSUPPORTED, "transport %s: no host-polled path and no stream-ordered one",
-                        fsdp_comm_backend_name(c));
-    e->dev->record(e->dev, e->ev_compute, e->compute);
-    return e->dev->event_sync(e->dev, e->ev_compute);
+    return shard_handoff(e, c, e->ev_compute, e->compute);
 }
 
 fsdp_status shard_reduce_start(fsdp_unit_t *u) {

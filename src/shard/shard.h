@@ -225,6 +225,9 @@ void shard_set_label(fsdp_unit_t *u, const char *phase);
 void shard_drop(fsdp_comm_t *c, fsdp_status st, void *buf);
 /* The same for a block of the engine's device (main_grad, the wire, the gathered parameters). */
 void shard_drop_device(fsdp_engine_t *e, fsdp_comm_t *c, fsdp_status st, void *buf);
+/* Before a buffer written by work queued on stream s goes to a collective on c: the row carrying c polls
+ * from the host (comm_caps), so the host waits for s (an event ev recorded there) first. */
+fsdp_status shard_handoff(fsdp_engine_t *e, fsdp_comm_t *c, fsdp_event_t *ev, fsdp_stream_t *s);
 
 /* unit.c */
 /* life_drain on the engine's units (every call that reads or writes shards starts with it);

@@ -2,7 +2,6 @@
  * world-size-independent initialisation, the unshard/reshard lifecycle with its state machine, and
  * gathering/loading full tensors for export, checkpoints and tests. main_grad lives in main_grad.c. */
 #include "shard/shard.h"
-#include "comm/comm_plan.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -510,25 +509,21 @@ static fsdp_status op_unshard_start(void *ctx, int i, int prefetch) {
         d->f32_to_bf16(d, e->side, (fsdp_bf16 *)slot, u->master, u->shard_len);
     } else
         d->copy(d, slot, u->master, u->shard_len * sizeof(float), e->side);
-    d->record(d, e->ev_side, e->side);
     u->gather = NULL;
-    if (e->cfg.strategy != FSDP_NO_SHARD) {
-        fsdp_status st =
-            (comm_caps(e->shard_comm) & COMM_CAP_HOST_POLL)
-                ? d->event_sync(d, e->ev_side)
-                : FSDP_ERR(FSDP_EUNSUPPORTED, "transport %s: no host-polled path and no stream-ordered one",
-                           fsdp_comm_backend_name(e->shard_comm));
-        if (st == FSDP_OK) {
-            shard_set_label(u, prefetch ? "all-gather params (prefetch)" : "all-gather params");
-            st = fsdp_comm_iall_gather(e->shard_comm, slot, u->full, u->shard_len, dt, &u->gather);
-        }
-        if (st != FSDP_OK) { /* refused before anything was posted */
-            d->free(d, u->full, e->side);
-            u->full = NULL;
-            return st;
-        }
+    if (e->cfg.strategy == FSDP_NO_SHARD) { /* the cast is the unshard: compute waits for it (unshard_wait) */
+        d->record(d, e->ev_side, e->side);
+        return FSDP_OK;
     }
-    return FSDP_OK;
+    fsdp_status st = shard_handoff(e, e->shard_comm, e->ev_side, e->side);
+    if (st == FSDP_OK) {
+        shard_set_label(u, prefetch ? "all-gather params (prefetch)" : "all-gather params");
+        st = fsdp_comm_iall_gather(e->shard_comm, slot, u->full, u->shard_len, dt, &u->gather);
+    }
+    if (st != FSDP_OK) { /* refused before anything was posted */
+        d->free(d, u->full, e->side);
+        u->full = NULL;
+    }
+    return st;
 }
 
 /* The exposed part of the all-gather: the trace span covers only the wait. */
