@@ -353,6 +353,11 @@ typedef struct {
      * runs: NULL (default) the CPU. Library-internal devices so far: the CPU and the simulated device
      * of the tests (src/core/device.h, docs/DESIGN.md "Devices"). */
     fsdp_device_t *device;
+    /* 1 (default): the caller's kernels run on the host at the call (fsdp.c's models): on an asynchronous
+     * device the engine then lets the compute stream catch up before it hands out parameter and
+     * main_grad views and after a grad_from_* copy. 0: the caller queues its kernels on the engine's
+     * compute stream itself (a device backend's models; the simulated device's tests). */
+    int host_kernels;
 } fsdp_engine_config;
 
 typedef struct {
@@ -482,8 +487,9 @@ fsdp_status fsdp_unit_main_grad(fsdp_unit_t *u, int t, float **view, int *accumu
  * upcast-add; one pass, no temporary. */
 fsdp_status fsdp_unit_grad_from_bf16(fsdp_unit_t *u, int t, const fsdp_bf16 *g);
 /* Same for an fp32 gradient: copy on first touch, else add. Both are queued on the engine's compute
- * stream (the CPU runs them at once): on an asynchronous device g is read when the stream gets there,
- * so it must stay unchanged until the engine next synchronises (clip_grad_norm, a drain of the step). */
+ * stream (the CPU runs them at once): on an asynchronous device without host_kernels g is read when
+ * the stream gets there, so it must stay unchanged until the engine next synchronises (clip_grad_norm);
+ * with host_kernels the call returns once it was read. */
 fsdp_status fsdp_unit_grad_from_f32(fsdp_unit_t *u, int t, const float *g);
 /* Whether tensor t was written since main_grad was allocated (tests, diagnostics). */
 int fsdp_unit_grad_touched(const fsdp_unit_t *u, int t);

@@ -85,3 +85,9 @@ fsdp_status shard_handoff(fsdp_engine_t *e, fsdp_comm_t *c, fsdp_event_t *ev, fs
     e->dev->record(e->dev, ev, s);
     return e->dev->event_sync(e->dev, ev);
 }
+
+fsdp_status shard_host_catch_up(fsdp_engine_t *e) {
+    if (!e->cfg.host_kernels || !(e->dev->caps & FSDP_DEV_ASYNC)) return FSDP_OK;
+    e->dev->record(e->dev, e->ev_compute, e->compute);
+    return e->dev->event_sync(e->dev, e->ev_compute);
+}

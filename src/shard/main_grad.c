@@ -82,6 +82,7 @@ static fsdp_status get_view(fsdp_unit_t *u, int t, float **view, int *accumulate
             "%s: unit '%s' tensor '%s': main_grad is only available between pre_backward and "
             "post_backward (EAGER: from pre_forward); the unit is in state %s",
             call, u->name, u->tensors[t].name, shard_state_name(u->life.state));
+    FSDP_TRY(shard_host_catch_up(u->eng)); /* a host kernel writes it next */
     int k = u->tensors[t].alias_of >= 0 ? u->tensors[t].alias_of : t;
     *accumulate = bit_get(u->touched, k);
     bit_set(u->touched, k);
@@ -103,7 +104,7 @@ fsdp_status fsdp_unit_grad_from_bf16(fsdp_unit_t *u, int t, const fsdp_bf16 *g) 
     FSDP_TRY(get_view(u, t, &dst, &acc, "fsdp_unit_grad_from_bf16"));
     FSDP_PROF_SCOPE(FSDP_PROF_CAST);
     u->eng->dev->bf16_to_f32(u->eng->dev, u->eng->compute, dst, g, u->tensors[t].numel, acc);
-    return FSDP_OK;
+    return shard_host_catch_up(u->eng); /* the caller's g is free again */
 }
 
 fsdp_status fsdp_unit_grad_from_f32(fsdp_unit_t *u, int t, const float *g) {
@@ -117,7 +118,7 @@ fsdp_status fsdp_unit_grad_from_f32(fsdp_unit_t *u, int t, const float *g) {
         d->f32_add(d, u->eng->compute, dst, g, n);
     else
         d->copy(d, dst, g, n * sizeof(float), u->eng->compute);
-    return FSDP_OK;
+    return shard_host_catch_up(u->eng); /* the caller's g is free again */
 }
 
 int fsdp_unit_grad_touched(const fsdp_unit_t *u, int t) {

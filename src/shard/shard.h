@@ -176,6 +176,10 @@ enum {
     SHARD_FAULT_FREE_EARLY,   /* reshard frees the gathered buffer on the side stream, no wait */
 };
 void shard_plant_fault(fsdp_engine_t *e, int fault);
+/* With host kernels (fsdp_engine_config.host_kernels) on an asynchronous device: the host waits until
+ * the compute stream ran everything queued so far (a host kernel reads or writes a view next); else
+ * nothing. */
+fsdp_status shard_host_catch_up(fsdp_engine_t *e);
 /* The engine's compute stream: where the model queues the kernels that read parameters and write
  * main_grad (NULL on the CPU). */
 fsdp_stream_t *shard_compute_stream(const fsdp_engine_t *e);

@@ -32,6 +32,7 @@ fsdp_engine_config fsdp_engine_config_default(void) {
     c.seed = 1234;
     c.align = 16;
     c.max_inflight = 2;
+    c.host_kernels = 1;
     return c;
 }
 
@@ -60,6 +61,7 @@ static void engine_streams_free(fsdp_engine_t *e) {
 }
 
 void shard_plant_fault(fsdp_engine_t *e, int fault) { e->fault = fault; }
+
 fsdp_stream_t *shard_compute_stream(const fsdp_engine_t *e) { return e->compute; }
 
 fsdp_status shard_device_sync(fsdp_engine_t *e) {
@@ -679,6 +681,7 @@ fsdp_status fsdp_unit_param(fsdp_unit_t *u, int t, void **view) {
             "fsdp_unit_param: unit '%s' tensor '%s': parameters are sharded (state %s); call "
             "pre_forward or pre_backward first",
             u->name, u->tensors[t].name, shard_state_name(u->life.state));
+    FSDP_TRY(shard_host_catch_up(u->eng)); /* a host kernel reads it next */
     *view = u->tensors[t].param_view;
     return FSDP_OK;
 }

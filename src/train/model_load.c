@@ -3,6 +3,7 @@
  * training loop, sampling and export; calls neither of them. */
 #define _GNU_SOURCE
 #include "train/model_load.h"
+#include "core/device.h"
 
 #include "core/core.h"
 #include "data/data.h"
@@ -41,8 +42,28 @@ fsdp_status fsdp_train_model_config(const fsdp_train_config *cfg, fsdp_model_con
 void fsdp_train_model_free(run_model *rm) {
     fsdp_model_free(rm->model);
     fsdp_engine_free(rm->eng);
+    fsdp_device_sim_destroy(rm->dev);
     rm->model = NULL;
     rm->eng = NULL;
+    rm->dev = NULL;
+}
+
+/* FSDP_TEST_DEVICE=sim:SEED | sim-nohost:SEED: the simulated device (tests/train/sim_train.sh). */
+static fsdp_status test_device(fsdp_comm_t *comm, fsdp_device_t **out) {
+    *out = NULL;
+    const char *v = getenv("FSDP_TEST_DEVICE");
+    if (v == NULL || v[0] == '\0') return FSDP_OK;
+    unsigned flags = 0;
+    const char *seed = NULL;
+    if (strncmp(v, "sim:", 4) == 0)
+        seed = v + 4;
+    else if (strncmp(v, "sim-nohost:", 11) == 0)
+        seed = v + 11, flags = FSDP_SIM_NO_HOST_ACCESS;
+    char *end = NULL;
+    unsigned long long s = seed ? strtoull(seed, &end, 10) : 0;
+    if (seed == NULL || end == seed || *end != '\0')
+        return fsdp_set_error(FSDP_EINVAL, "FSDP_TEST_DEVICE=\"%s\": want sim:SEED or sim-nohost:SEED", v);
+    return fsdp_device_sim_create((uint64_t)s + (uint64_t)fsdp_comm_rank(comm), flags, out);
 }
 
 /* The engine and model settings of cfg: one place, used by the run and by its memory plan. */
@@ -62,7 +83,13 @@ fsdp_engine_config fsdp_train_engine_config(const fsdp_train_config *cfg) {
 fsdp_status fsdp_train_model_build(const fsdp_train_config *cfg, fsdp_comm_t *comm, run_model *rm) {
     memset(rm, 0, sizeof *rm);
     fsdp_engine_config ec = fsdp_train_engine_config(cfg);
-    FSDP_TRY(fsdp_engine_init(&rm->eng, comm, &ec));
+    FSDP_TRY(test_device(comm, &rm->dev));
+    ec.device = rm->dev;
+    fsdp_status es = fsdp_engine_init(&rm->eng, comm, &ec);
+    if (es != FSDP_OK) {
+        fsdp_train_model_free(rm);
+        return es;
+    }
     fsdp_model_config mc;
     fsdp_status s = fsdp_train_model_config(cfg, &mc);
     if (s == FSDP_OK) s = fsdp_model_init(&rm->model, rm->eng, &mc);

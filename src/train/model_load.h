@@ -12,13 +12,16 @@
 typedef struct {
     fsdp_engine_t *eng;
     fsdp_model_t *model;
+    fsdp_device_t *dev; /* FSDP_TEST_DEVICE's simulated device (the tests'), or NULL: the CPU */
 } run_model;
 
 /* Frees the model, then its engine; leaves rm zeroed. */
 void fsdp_train_model_free(run_model *rm);
 /* The engine settings of cfg: one place, used by the run and by its memory plan. */
 fsdp_engine_config fsdp_train_engine_config(const fsdp_train_config *cfg);
-/* The engine on comm and the model of cfg (fsdp_train_model_config); nothing left on failure. */
+/* The engine on comm and the model of cfg (fsdp_train_model_config); nothing left on failure. The
+ * harness variable FSDP_TEST_DEVICE=sim:SEED (or sim-nohost:SEED) puts the engine on the simulated
+ * device (src/core/device.h; seed + the rank), for tests that train end to end on it. */
 fsdp_status fsdp_train_model_build(const fsdp_train_config *cfg, fsdp_comm_t *comm, run_model *rm);
 /* The model a checkpoint (dir: step or checkpoint folder) was saved from, built with the settings of its
  * manifest (into *c) and loaded; *st its train state. */

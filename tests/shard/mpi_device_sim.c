@@ -100,6 +100,7 @@ static void run(fsdp_comm_t *comm, const cfg_t *c, fsdp_device_t *dev, int fault
     ec.accum = c->accum;
     ec.shard_group = c->strategy == FSDP_HYBRID_SHARD ? 2 : 0;
     ec.device = dev;
+    ec.host_kernels = 0; /* this test queues its kernels on the compute stream */
     fsdp_engine_t *e = NULL;
     CHECK_OK(fsdp_engine_init(&e, comm, &ec));
     if (e == NULL) return;
