@@ -32,6 +32,8 @@ static const fsdp_env_var VARS[] = {
      "the mixed-precision GEMM maths when the program leaves it on auto (--mixed-compute)"},
     {"FSDP_TEST_NONFINITE", FSDP_ENV_TEXT, 0, 0, NULL, "unset",
      "test fault: <step>:loss or <step>:norm, that training step's global loss or grad norm reads NaN"},
+    {"FSDP_TEST_DEVICE", FSDP_ENV_TEXT, 0, 0, NULL, "unset",
+     "test device: sim:SEED or sim-nohost:SEED, fsdp-train's engine on the simulated device (device.h)"},
     {"FSDP_TEST_SKIP_COLLECTIVE", FSDP_ENV_TEXT, 0, 0, NULL, "unset",
      "test fault: <rank>:<n>[:stall|:hang] or <rank>:@TEXT[:stall], a rank skips a collective (comm.c)"},
     {"FSDP_STRICT_ENV", FSDP_ENV_BOOL, 0, 1, NULL, "0",

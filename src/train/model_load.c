@@ -51,7 +51,7 @@ void fsdp_train_model_free(run_model *rm) {
 /* FSDP_TEST_DEVICE=sim:SEED | sim-nohost:SEED: the simulated device (tests/train/sim_train.sh). */
 static fsdp_status test_device(fsdp_comm_t *comm, fsdp_device_t **out) {
     *out = NULL;
-    const char *v = getenv("FSDP_TEST_DEVICE");
+    const char *v = fsdp_env_value("FSDP_TEST_DEVICE");
     if (v == NULL || v[0] == '\0') return FSDP_OK;
     unsigned flags = 0;
     const char *seed = NULL;
