@@ -141,6 +141,22 @@ static void timeline_record_locked(fsdp_mem_cat cat, int64_t delta) {
     tl_ev[tl_n++] = (fsdp_mem_event){.t_s = fsdp_time_s() - tl_t0, .cat = cat, .delta = delta};
 }
 
+/* A block enters or leaves the counts: its category's and the total, their peaks, the timeline. Both
+ * kinds of block (the header allocator's and the device side table's) go through these. mem_lock held. */
+static void count_in_locked(fsdp_mem_cat cat, size_t bytes) {
+    mem_cur[cat] += bytes;
+    if (mem_cur[cat] > mem_peak[cat]) mem_peak[cat] = mem_cur[cat];
+    mem_total_cur += bytes;
+    if (mem_total_cur > mem_total_peak) mem_total_peak = mem_total_cur;
+    timeline_record_locked(cat, (int64_t)bytes);
+}
+static void count_out_locked(fsdp_mem_cat cat, size_t bytes) {
+    FSDP_INVARIANT(mem_cur[cat] >= bytes && mem_total_cur >= bytes);
+    mem_cur[cat] -= bytes;
+    mem_total_cur -= bytes;
+    timeline_record_locked(cat, -(int64_t)bytes);
+}
+
 /* A block's whole size: the header's alignment unit plus the request rounded up to whole units. The
  * allocation and the free (the reuse park, the shared heap's extent) must agree on it. */
 static size_t block_bytes(size_t bytes) {
@@ -190,11 +206,7 @@ static fsdp_status mem_alloc_impl(void **out, size_t bytes, fsdp_mem_cat cat, in
     h->shared = (uint32_t)shared;
 
     pthread_mutex_lock(&mem_lock);
-    mem_cur[cat] += bytes;
-    if (mem_cur[cat] > mem_peak[cat]) mem_peak[cat] = mem_cur[cat];
-    mem_total_cur += bytes;
-    if (mem_total_cur > mem_total_peak) mem_total_peak = mem_total_cur;
-    timeline_record_locked(cat, (int64_t)bytes);
+    count_in_locked(cat, bytes);
     pthread_mutex_unlock(&mem_lock);
 
     *out = base + FSDP_MEM_ALIGN;
@@ -237,10 +249,7 @@ void fsdp_mem_free(void *p) {
 #endif
 
     pthread_mutex_lock(&mem_lock);
-    FSDP_INVARIANT(mem_cur[cat] >= bytes && mem_total_cur >= bytes);
-    mem_cur[cat] -= bytes;
-    mem_total_cur -= bytes;
-    timeline_record_locked(cat, -(int64_t)bytes);
+    count_out_locked(cat, bytes);
     pthread_mutex_unlock(&mem_lock);
     size_t total = block_bytes(bytes);
     if (h->shared) {
@@ -314,11 +323,7 @@ fsdp_status fsdp_mem_track(const void *p, size_t bytes, fsdp_mem_cat cat) {
     else if (t) {
         if (t->key == TRK_EMPTY) trk_used++;
         *t = (trk_slot){(uintptr_t)p, bytes, (uint32_t)cat};
-        mem_cur[cat] += bytes;
-        if (mem_cur[cat] > mem_peak[cat]) mem_peak[cat] = mem_cur[cat];
-        mem_total_cur += bytes;
-        if (mem_total_cur > mem_total_peak) mem_total_peak = mem_total_cur;
-        timeline_record_locked(cat, (int64_t)bytes);
+        count_in_locked(cat, bytes);
     }
     pthread_mutex_unlock(&mem_lock);
     return st;
@@ -337,10 +342,7 @@ int fsdp_mem_untrack(const void *p, size_t *bytes) {
     pthread_mutex_lock(&mem_lock);
     trk_slot *t = trk_cap && (uintptr_t)p > TRK_GONE ? trk_find((uintptr_t)p, 0) : NULL;
     if (t) {
-        FSDP_INVARIANT(mem_cur[t->cat] >= t->bytes && mem_total_cur >= t->bytes);
-        mem_cur[t->cat] -= t->bytes;
-        mem_total_cur -= t->bytes;
-        timeline_record_locked((fsdp_mem_cat)t->cat, -(int64_t)t->bytes);
+        count_out_locked((fsdp_mem_cat)t->cat, t->bytes);
         if (bytes) *bytes = t->bytes;
         t->key = TRK_GONE;
     }
