@@ -323,6 +323,15 @@ typedef struct {
      * no space: it shares its target's view, main_grad slice and shard. */
     const char *alias_of;
     int no_decay; /* AdamW skips weight decay for this tensor (biases, norm weights) */
+    /* 1: frozen. The tensor takes part in forward and backward (input gradients flow through it) but
+     * has no gradient, no fp32 master and no AdamW moments: it is kept as one shard in the compute dtype
+     * (category master), gathered with the unit, never reduced, never updated. A unit lays out its
+     * trainable tensors first (the trainable region: master, gradient, moments, main_grad, the
+     * reduce-scatter) and its frozen ones after them (the frozen region), each padded to a multiple of
+     * the world and sharded; a unit with nothing trainable allocates no main_grad and reduces nothing.
+     * fsdp_unit_main_grad gives a frozen tensor a NULL view (the kernel skips its weight gradient). An
+     * alias follows its target (its own flag is ignored). */
+    int frozen;
 } fsdp_tensor_spec;
 
 typedef struct fsdp_device fsdp_device_t; /* the device seam (src/core/device.h) */
@@ -401,6 +410,7 @@ typedef struct {
     size_t offset; /* element offset in the unit's flat buffer (an alias: its target's) */
     int alias_of;  /* index of the target tensor, or -1 */
     int no_decay;
+    int frozen; /* 1: in the frozen region (offset >= fsdp_unit_padded_numel); an alias: its target's */
 } fsdp_tensor_info;
 
 const char *fsdp_unit_name(const fsdp_unit_t *u);
@@ -408,8 +418,14 @@ int fsdp_unit_index(const fsdp_unit_t *u);
 int fsdp_unit_num_tensors(const fsdp_unit_t *u);
 int fsdp_unit_find(const fsdp_unit_t *u, const char *name); /* -1 if absent */
 fsdp_status fsdp_unit_tensor_info(const fsdp_unit_t *u, int t, fsdp_tensor_info *out);
-size_t fsdp_unit_numel(const fsdp_unit_t *u); /* unpadded sum of non-alias tensors incl. alignment gaps */
-size_t fsdp_unit_padded_numel(const fsdp_unit_t *u); /* flat buffer length, multiple of world */
+/* The trainable region (the whole flat buffer when nothing is frozen): its unpadded length (non-alias
+ * trainable tensors incl. alignment gaps), and its length padded to a multiple of world, which the
+ * master, gradient and moment shards, main_grad and the reduce-scatter cover. */
+size_t fsdp_unit_numel(const fsdp_unit_t *u);
+size_t fsdp_unit_padded_numel(const fsdp_unit_t *u);
+/* The frozen region's padded length (a multiple of world; 0 when nothing is frozen). It follows the
+ * trainable region in the unsharded buffer: flat elements [padded_numel, padded_numel + this). */
+size_t fsdp_unit_frozen_padded_numel(const fsdp_unit_t *u);
 
 /* This rank's shard: fp32 master weights, fp32 sharded gradient, AdamW moments, all with the same
  * offsets; [offset, offset+numel) of the flat buffer. Under NO_SHARD the "shard" is everything.
@@ -419,6 +435,11 @@ typedef struct {
     float *master, *grad, *adam_m, *adam_v;
     size_t offset, numel;
     int replica, replicas;
+    /* The frozen region's shard: flat elements [frozen_offset, frozen_offset + frozen_numel) (absolute,
+     * so frozen_offset >= the trainable region's padded length), held in the compute dtype at frozen
+     * (NULL where the host may not address it, or frozen_numel == 0). */
+    void *frozen;
+    size_t frozen_offset, frozen_numel;
 } fsdp_shard_view;
 fsdp_status fsdp_unit_shard(fsdp_unit_t *u, fsdp_shard_view *out);
 /* The same view where the host may address the engine's device memory (the CPU: the same as
@@ -430,7 +451,9 @@ typedef enum {
     FSDP_SHARD_MASTER = 0,
     FSDP_SHARD_ADAM_M,
     FSDP_SHARD_ADAM_V,
-    FSDP_SHARD_GRAD
+    FSDP_SHARD_GRAD,
+    FSDP_SHARD_FROZEN /* the frozen region's shard (frozen_offset..): converted from and to fp32 (a
+                         bf16 region rounds a write to nearest even, and reads back exactly) */
 } fsdp_shard_array;
 /* Copies flat elements [offset, offset + count) of this rank's shard of one array (inside the view's
  * [offset, offset + numel)) to host memory dst, or from host memory src into it, through the engine's
@@ -481,7 +504,9 @@ fsdp_status fsdp_unit_param(fsdp_unit_t *u, int t, void **view);
  * *accumulate == 1: add into it (GEMM beta = 1).
  * Marks the tensor written. An alias resolves to its target (so a tied weight's second use
  * accumulates). Allowed between pre_backward and post_backward (and, under EAGER, from pre_forward);
- * elsewhere FSDP_ESTATE, never a stale pointer. */
+ * elsewhere FSDP_ESTATE, never a stale pointer. A frozen tensor (fsdp_tensor_spec.frozen): *view NULL
+ * and *accumulate 0, FSDP_OK (in the same window): the caller skips that weight gradient; the
+ * grad_from_* calls below do nothing for it. */
 fsdp_status fsdp_unit_main_grad(fsdp_unit_t *u, int t, float **view, int *accumulate);
 /* A low-precision gradient from a non-fused op, whole tensor: upcast-copy on first touch, else
  * upcast-add; one pass, no temporary. */
@@ -600,8 +625,10 @@ typedef struct {
     fsdp_mem_peaks predicted; /* per rank; every rank gets the same (shards are equal) */
     fsdp_mem_peaks no_shard;  /* the same run as plain data parallel (strategy NO_SHARD) */
     size_t n_params;          /* psi: parameter elements (aliases once; no alignment gaps or padding) */
+    size_t n_frozen;          /* of them frozen (fsdp_tensor_spec.frozen) */
     size_t padded_params;     /* sum of the flat buffers' lengths, elements */
-    size_t zero_ref_bytes;    /* ZeRO-3 model states per rank, (2 + 2 + 12) * psi / world, rounded up */
+    size_t zero_ref_bytes;    /* ZeRO-3 model states per rank, ((2 + 2 + 12) * psi_trainable + 2 *
+                                 psi_frozen) / world, rounded up */
     int n_units;
 } fsdp_plan;
 

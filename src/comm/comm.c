@@ -375,6 +375,7 @@ static fsdp_status start_req(fsdp_comm_req_t *tmp, fsdp_comm_req_t **out) {
     r->t0 = fsdp_time_s();
     snprintf(r->label, sizeof r->label, "%s", c->label);
     comm_lock(c);
+    c->coll_elems[k] += k == COLL_REDUCE_SCATTER ? (uint64_t)count * (uint64_t)c->size : (uint64_t)count;
     if (count == 0 && k != COLL_BARRIER) {
         r->done = 1;
     } else if (c->backend == FSDP_COMM_SELF) {

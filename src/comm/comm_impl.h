@@ -46,6 +46,8 @@ struct fsdp_comm {
     int broken;                     /* a collective timed out: later collectives are refused */
     struct comm_fault *fault;       /* test faults: shared with every communicator split from this one */
     uint64_t progress_calls;        /* fsdp_comm_progress calls (tests count them per communicator) */
+    uint64_t coll_elems[5];         /* per comm_coll: elements of the collectives started (count; a
+                                       reduce-scatter's: count x size, its send buffer), for tests */
     int stuck_exit;                 /* fsdp_comm_config.stuck_exit */
     int stuck_watch;                /* this communicator holds a reference on the stuck watchdog */
     size_t int_limit;               /* largest count handed to MPI as an int (INT_MAX; tests lower it) */

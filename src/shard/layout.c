@@ -1,8 +1,9 @@
 /* layout.c — one unit's tensor specs, validated and laid out flat: the one function that
  * fsdp_engine_add_unit and the memory plan both call, so they accept the same specs with the same
- * messages and compute the same offsets (non-alias tensors in declaration order, each at a multiple
- * of align; an alias takes its target's offset; the total padded to a multiple of world; the gaps
- * recorded, so the zero-fill before a reduction never has to look at the buffer). */
+ * messages and compute the same offsets (non-alias trainable tensors in declaration order, each at a
+ * multiple of align, padded to a multiple of world: the trainable region; then the frozen tensors the
+ * same way: the frozen region; an alias takes its target's offset and region; the trainable region's
+ * gaps recorded, so the zero-fill before a reduction never has to look at the buffer). */
 #include "shard/shard.h"
 
 #include <math.h>
@@ -98,41 +99,58 @@ static fsdp_status resolve_alias(const char *un, const fsdp_tensor_spec *specs, 
     return FSDP_OK;
 }
 
+/* Lays out the non-alias tensors of one region (frozen 0 or 1) from *cur on; the gaps go to gaps. */
+static fsdp_status lay_region(const char *un, const fsdp_tensor_spec *specs, int n, size_t align, int frozen,
+                              layout_tensor *lt, shard_gap *gaps, int *ng, size_t *cur, size_t *params) {
+    for (int t = 0; t < n; t++) {
+        if (lt[t].alias_of >= 0 || lt[t].frozen != frozen) continue;
+        size_t off = round_up(*cur, align);
+        if (off < *cur || off + lt[t].numel < off)
+            return FSDP_ERR(FSDP_EINVAL, "unit '%s': flat size overflows", un);
+        if (off > *cur && gaps) gaps[(*ng)++] = (shard_gap){*cur, off - *cur};
+        lt[t].offset = off;
+        *cur = off + lt[t].numel;
+        *params += lt[t].numel;
+    }
+    return FSDP_OK;
+}
+
 fsdp_status shard_layout(const char *unit, const fsdp_tensor_spec *specs, int n, size_t align, int world,
                          const layout_others *others, layout_tensor *lt, shard_gap *gaps, int *n_gaps,
-                         size_t *numel, size_t *padded, size_t *psi) {
+                         layout_sizes *sz) {
     const char *un = unit ? unit : "";
     if (specs == NULL || n < 1)
         return FSDP_ERR(FSDP_EINVAL, "unit '%s': needs tensor specs and n >= 1 (got %d)", un, n);
     if (align == 0 || align > 4096)
         return FSDP_ERR(FSDP_EINVAL, "align must be 1..4096 elements (got %zu); 16 suits AVX-512", align);
     if (world < 1) return FSDP_ERR(FSDP_EINVAL, "world must be >= 1 (got %d)", world);
-    size_t cur = 0, params = 0;
-    int ng = 0;
     for (int t = 0; t < n; t++) {
         lt[t].alias_of = -1;
         lt[t].offset = 0;
+        lt[t].frozen = specs[t].frozen != 0;
         FSDP_TRY(check_spec(un, specs, t, &lt[t].numel));
         if (specs[t].alias_of != NULL) {
             FSDP_TRY(resolve_alias(un, specs, t, lt, others, &lt[t].alias_of));
-            continue;
+            lt[t].frozen = lt[lt[t].alias_of].frozen;
         }
-        size_t off = round_up(cur, align);
-        if (off < cur || off + lt[t].numel < off)
-            return FSDP_ERR(FSDP_EINVAL, "unit '%s': flat size overflows", un);
-        if (off > cur && gaps) gaps[ng++] = (shard_gap){cur, off - cur};
-        lt[t].offset = off;
-        cur = off + lt[t].numel;
-        params += lt[t].numel;
     }
+    layout_sizes z = {0};
+    int ng = 0;
+    size_t cur = 0;
+    FSDP_TRY(lay_region(un, specs, n, align, 0, lt, gaps, &ng, &cur, &z.psi));
+    z.numel = cur;
+    z.padded = round_up(cur, (size_t)world);
+    if (z.padded < cur) return FSDP_ERR(FSDP_EINVAL, "unit '%s': flat size overflows", un);
+    if (z.padded > cur && gaps) gaps[ng++] = (shard_gap){cur, z.padded - cur};
+    cur = z.padded;
+    FSDP_TRY(lay_region(un, specs, n, align, 1, lt, NULL, NULL, &cur, &z.fpsi));
+    z.fnumel = cur - z.padded;
+    z.fpad = round_up(z.fnumel, (size_t)world);
+    if (z.fpad < z.fnumel || z.padded + z.fpad < z.padded)
+        return FSDP_ERR(FSDP_EINVAL, "unit '%s': flat size overflows", un);
     for (int t = 0; t < n; t++)
         if (lt[t].alias_of >= 0) lt[t].offset = lt[lt[t].alias_of].offset;
-    size_t pad = round_up(cur, (size_t)world);
-    if (pad < cur) return FSDP_ERR(FSDP_EINVAL, "unit '%s': flat size overflows", un);
-    if (pad > cur && gaps) gaps[ng++] = (shard_gap){cur, pad - cur};
     if (n_gaps) *n_gaps = ng;
-    if (numel) *numel = cur;
-    if (padded) *padded = pad;
-    if (psi) *psi = params;
+    if (sz) *sz = z;
     return FSDP_OK;
 }

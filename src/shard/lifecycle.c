@@ -168,6 +168,7 @@ static fsdp_status finish_pending(life_sched *s) {
 }
 
 static fsdp_status mg_alloc(life_sched *s, life_unit *u) {
+    if (u->no_grad) return FSDP_OK;               /* nothing trainable: no buffer */
     if (u->reducing) FSDP_TRY(finish_pending(s)); /* its buffer is still on the wire */
     if (u->mg) return FSDP_OK;
     FSDP_TRY(s->ops->mg_alloc(s->ctx, u->index));
@@ -226,7 +227,7 @@ fsdp_status life_pre_backward(life_sched *s, life_unit *u) {
 }
 
 fsdp_status life_post_backward(life_sched *s, life_unit *u) {
-    int reduces = !(s->accum == FSDP_ACCUM_NO_SYNC && s->micro != s->n_micro - 1);
+    int reduces = !u->no_grad && !(s->accum == FSDP_ACCUM_NO_SYNC && s->micro != s->n_micro - 1);
     if (reduces) {
         FSDP_TRY(finish_pending(s)); /* the previous unit's, which ran during this backward */
         FSDP_TRY(s->ops->reduce_start(s->ctx, u->index));

@@ -46,8 +46,8 @@ fsdp_status shard_main_grad_alloc(fsdp_unit_t *u) {
     if (st != FSDP_OK) return FSDP_WRAP(st, "unit '%s': main_grad of %zu fp32 elements", u->name, u->padded);
     if (!(e->dev->caps & FSDP_DEV_ASYNC)) poison(u->main_grad, u->padded); /* the device poisons its own */
     clear_bits(u);
-    for (int t = 0; t < u->n_tensors; t++)
-        u->tensors[t].grad_view = u->main_grad + u->tensors[t].offset;
+    for (int t = 0; t < u->n_tensors; t++) /* a frozen tensor has none (its offset lies past main_grad) */
+        u->tensors[t].grad_view = u->tensors[t].frozen ? NULL : u->main_grad + u->tensors[t].offset;
     return FSDP_OK;
 }
 
@@ -64,8 +64,8 @@ void shard_main_grad_release(fsdp_unit_t *u) {
 
 /* The window in which views may be handed out: between pre_backward and post_backward, and under EAGER
  * also from pre_forward (the buffer exists from then). Checked in every build, not only debug. */
-static int in_window(const fsdp_unit_t *u) {
-    if (u->main_grad == NULL) return 0;
+static int in_window(const fsdp_unit_t *u, int frozen) {
+    if (u->main_grad == NULL && !(frozen && u->life.no_grad)) return 0;
     if (u->life.state == UNIT_BACKWARD || u->life.state == UNIT_RECOMPUTE) return 1;
     return u->eng->cfg.main_grad == FSDP_MAIN_GRAD_EAGER &&
            (u->life.state == UNIT_FORWARD || u->life.state == UNIT_FORWARD_DONE);
@@ -76,12 +76,18 @@ static fsdp_status get_view(fsdp_unit_t *u, int t, float **view, int *accumulate
     if (t < 0 || t >= u->n_tensors)
         return fsdp_set_error(FSDP_EINVAL, "%s: unit '%s': tensor index %d outside 0..%d", call, u->name, t,
                               u->n_tensors - 1);
-    if (!in_window(u))
+    const int frozen = u->tensors[t].frozen;
+    if (!in_window(u, frozen))
         return fsdp_set_error(
             FSDP_ESTATE,
             "%s: unit '%s' tensor '%s': main_grad is only available between pre_backward and "
             "post_backward (EAGER: from pre_forward); the unit is in state %s",
             call, u->name, u->tensors[t].name, shard_state_name(u->life.state));
+    if (frozen) { /* no gradient: the caller skips it */
+        *view = NULL;
+        *accumulate = 0;
+        return FSDP_OK;
+    }
     FSDP_TRY(shard_host_catch_up(u->eng)); /* a host kernel writes it next */
     int k = u->tensors[t].alias_of >= 0 ? u->tensors[t].alias_of : t;
     *accumulate = bit_get(u->touched, k);
@@ -102,6 +108,7 @@ fsdp_status fsdp_unit_grad_from_bf16(fsdp_unit_t *u, int t, const fsdp_bf16 *g) 
     float *dst;
     int acc;
     FSDP_TRY(get_view(u, t, &dst, &acc, "fsdp_unit_grad_from_bf16"));
+    if (dst == NULL) return FSDP_OK; /* frozen */
     FSDP_PROF_SCOPE(FSDP_PROF_CAST);
     u->eng->dev->bf16_to_f32(u->eng->dev, u->eng->compute, dst, g, u->tensors[t].numel, acc);
     return shard_host_catch_up(u->eng); /* the caller's g is free again */
@@ -112,6 +119,7 @@ fsdp_status fsdp_unit_grad_from_f32(fsdp_unit_t *u, int t, const float *g) {
     float *dst;
     int acc;
     FSDP_TRY(get_view(u, t, &dst, &acc, "fsdp_unit_grad_from_f32"));
+    if (dst == NULL) return FSDP_OK; /* frozen */
     fsdp_device_t *d = u->eng->dev;
     size_t n = u->tensors[t].numel;
     if (acc)
@@ -122,7 +130,7 @@ fsdp_status fsdp_unit_grad_from_f32(fsdp_unit_t *u, int t, const float *g) {
 }
 
 int fsdp_unit_grad_touched(const fsdp_unit_t *u, int t) {
-    if (u == NULL || t < 0 || t >= u->n_tensors || u->main_grad == NULL) return 0;
+    if (u == NULL || t < 0 || t >= u->n_tensors || u->main_grad == NULL || u->tensors[t].frozen) return 0;
     int k = u->tensors[t].alias_of >= 0 ? u->tensors[t].alias_of : t;
     return bit_get(u->touched, k);
 }
@@ -162,7 +170,7 @@ fsdp_status shard_reduce_start(fsdp_unit_t *u) {
     FSDP_INVARIANT(u->main_grad != NULL && u->reduce == NULL);
     float *mg = u->main_grad;
     for (int t = 0; t < u->n_tensors; t++)
-        if (u->tensors[t].alias_of < 0 && !bit_get(u->touched, t))
+        if (u->tensors[t].alias_of < 0 && !u->tensors[t].frozen && !bit_get(u->touched, t))
             d->memset0(d, mg + u->tensors[t].offset, u->tensors[t].numel * sizeof(float), e->compute);
     for (int g = 0; g < u->n_gaps; g++)
         d->memset0(d, mg + u->gaps[g].offset, u->gaps[g].len * sizeof(float), e->compute);

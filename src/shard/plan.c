@@ -36,9 +36,9 @@ static const char *plan_unit_with_tensor(void *ctx, const char *tensor) {
 }
 
 /* Unit ui of units[0..ui] laid out exactly as fsdp_engine_add_unit would (layout.c, the same
- * validation and messages). *psi: non-alias elements. */
-static fsdp_status plan_layout(const fsdp_plan_unit *units, int ui, size_t align, int world, size_t *numel,
-                               size_t *padded, size_t *psi) {
+ * validation and messages). */
+static fsdp_status plan_layout(const fsdp_plan_unit *units, int ui, size_t align, int world,
+                               layout_sizes *sz) {
     const fsdp_plan_unit *u = &units[ui];
     if (u->specs == NULL || u->n_specs < 1)
         return FSDP_ERR(FSDP_EINVAL, "unit %d ('%s'): needs specs and n_specs >= 1 (got %d)", ui,
@@ -47,8 +47,7 @@ static fsdp_status plan_layout(const fsdp_plan_unit *units, int ui, size_t align
     if (lt == NULL) return FSDP_ERR(FSDP_ENOMEM, "plan: tensor table of %d", u->n_specs);
     plan_before before = {units, ui};
     layout_others others = {&before, plan_unit_named, plan_unit_with_tensor};
-    fsdp_status st = shard_layout(u->name, u->specs, u->n_specs, align, world, &others, lt, NULL, NULL, numel,
-                                  padded, psi);
+    fsdp_status st = shard_layout(u->name, u->specs, u->n_specs, align, world, &others, lt, NULL, NULL, sz);
     free(lt);
     return st;
 }
@@ -57,7 +56,11 @@ fsdp_status fsdp_plan_unit_layout(const fsdp_plan_unit *u, size_t align, int wor
                                   size_t *padded) {
     if (u == NULL) return FSDP_ERR(FSDP_EINVAL, "unit must not be NULL");
     if (world < 1) return FSDP_ERR(FSDP_EINVAL, "world must be >= 1 (got %d)", world);
-    return plan_layout(u, 0, align, world, numel, padded, NULL);
+    layout_sizes sz;
+    FSDP_TRY(plan_layout(u, 0, align, world, &sz));
+    if (numel) *numel = sz.numel;
+    if (padded) *padded = sz.padded;
+    return FSDP_OK;
 }
 
 /* ---------------------------------------------------------------- replaying one step */
@@ -83,7 +86,8 @@ static void sim_sub(sim_mem *m, fsdp_mem_cat c, size_t bytes) {
 /* One unit as the engine holds it: its lifecycle state (lifecycle.c) and its sizes. */
 typedef struct {
     life_unit life;
-    size_t padded, shard_len; /* elements */
+    size_t padded, shard_len; /* elements: the trainable region */
+    size_t fshard_len;        /* elements: the frozen region's shard (compute dtype) */
     size_t full_bytes;        /* param_full buffer while unsharded */
     size_t stage_bytes;       /* comm staging of its reduction */
 } sim_unit;
@@ -195,8 +199,8 @@ static fsdp_status sim_steps(life_sched *ls, int n, fsdp_plan_schedule sched, in
     return FSDP_OK;
 }
 
-/* Predicts the peaks of one configuration. layouts: padded elements per unit (computed for cfg->world). */
-static fsdp_status plan_run(const fsdp_plan_unit *units, const size_t *padded, int n,
+/* Predicts the peaks of one configuration. sizes: per unit (computed for cfg->world). */
+static fsdp_status plan_run(const fsdp_plan_unit *units, const layout_sizes *sizes, int n,
                             const fsdp_plan_config *cfg, fsdp_strategy strategy, fsdp_mem_peaks *out) {
     sim s;
     memset(&s, 0, sizeof s);
@@ -218,25 +222,31 @@ static fsdp_status plan_run(const fsdp_plan_unit *units, const size_t *padded, i
     size_t esz = fsdp_dtype_size(cfg->engine.compute_dtype);
     for (int i = 0; i < n; i++) {
         sim_unit *u = &s.u[i];
-        u->padded = padded[i];
+        u->padded = sizes[i].padded;
         if (strategy == FSDP_NO_SHARD) {
             u->shard_len = u->padded;
+            u->fshard_len = sizes[i].fpad;
         } else {
             size_t off; /* equal on every rank; HYBRID: over the shard group */
-            fsdp_shard_range(u->padded, 0, strategy == FSDP_HYBRID_SHARD ? group : cfg->world, &off,
-                             &u->shard_len);
+            int w = strategy == FSDP_HYBRID_SHARD ? group : cfg->world;
+            fsdp_shard_range(u->padded, 0, w, &off, &u->shard_len);
+            fsdp_shard_range(sizes[i].fpad, 0, w, &off, &u->fshard_len);
         }
-        u->full_bytes = units[i].param_full_bytes ? units[i].param_full_bytes : u->padded * esz;
+        u->full_bytes =
+            units[i].param_full_bytes ? units[i].param_full_bytes : (u->padded + sizes[i].fpad) * esz;
         u->stage_bytes = sim_stage_bytes(&s, u);
         int raf = units[i].cfg ? units[i].cfg->reshard_after_forward : -1;
         u->life.index = i;
+        u->life.no_grad = u->padded == 0;
         u->life.reshard_after_forward =
             raf >= 0 ? raf : strategy == FSDP_FULL_SHARD || strategy == FSDP_HYBRID_SHARD;
         lives[i] = &u->life;
-        /* fsdp_engine_add_unit: master, grad_shard, then the two AdamW moments, kept for good. */
+        /* fsdp_engine_add_unit: master, grad_shard, the two AdamW moments, then the frozen shard (in the
+         * compute dtype, category master), kept for good. */
         sim_add(&s.mem, FSDP_MEM_MASTER, u->shard_len * sizeof(float));
         sim_add(&s.mem, FSDP_MEM_GRAD_SHARD, u->shard_len * sizeof(float));
         sim_add(&s.mem, FSDP_MEM_OPTIM, 2 * u->shard_len * sizeof(float));
+        sim_add(&s.mem, FSDP_MEM_MASTER, u->fshard_len * esz);
     }
     /* The model's activations and the program's other buffers: held across the step. */
     sim_add(&s.mem, FSDP_MEM_ACTIVATION, cfg->activation_bytes);
@@ -315,10 +325,10 @@ fsdp_status fsdp_plan_compute(const fsdp_plan_unit *units, int n_units, const fs
         return FSDP_ERR(FSDP_EINVAL, "the self backend has world 1 (got world %d); use FSDP_COMM_MPI",
                         c.world);
 
-    size_t *padded = calloc((size_t)n_units, sizeof *padded);
-    if (padded == NULL) return FSDP_ERR(FSDP_ENOMEM, "plan: table of %d units", n_units);
+    layout_sizes *sizes = calloc((size_t)n_units, sizeof *sizes);
+    if (sizes == NULL) return FSDP_ERR(FSDP_ENOMEM, "plan: table of %d units", n_units);
     fsdp_status st = FSDP_OK;
-    size_t psi = 0, padded_sum = 0;
+    size_t psi = 0, fpsi = 0, padded_sum = 0;
     for (int i = 0; i < n_units; i++) {
         const fsdp_plan_unit *u = &units[i];
         if (u->cfg != NULL && (u->cfg->version != 1 || u->cfg->reshard_after_forward < -1 ||
@@ -328,20 +338,22 @@ fsdp_status fsdp_plan_compute(const fsdp_plan_unit *units, int n_units, const fs
                           u->name ? u->name : "", u->cfg->version, u->cfg->reshard_after_forward);
             goto done;
         }
-        size_t p = 0;
-        if ((st = plan_layout(units, i, ec->align, c.world, NULL, &padded[i], &p)) != FSDP_OK) goto done;
-        psi += p;
-        padded_sum += padded[i];
+        if ((st = plan_layout(units, i, ec->align, c.world, &sizes[i])) != FSDP_OK) goto done;
+        psi += sizes[i].psi;
+        fpsi += sizes[i].fpsi;
+        padded_sum += sizes[i].padded + sizes[i].fpad;
     }
-    if ((st = plan_run(units, padded, n_units, &c, ec->strategy, &out->predicted)) != FSDP_OK) goto done;
-    if ((st = plan_run(units, padded, n_units, &c, FSDP_NO_SHARD, &out->no_shard)) != FSDP_OK) goto done;
+    if ((st = plan_run(units, sizes, n_units, &c, ec->strategy, &out->predicted)) != FSDP_OK) goto done;
+    if ((st = plan_run(units, sizes, n_units, &c, FSDP_NO_SHARD, &out->no_shard)) != FSDP_OK) goto done;
     out->cfg = c;
-    out->n_params = psi;
+    out->n_params = psi + fpsi;
+    out->n_frozen = fpsi;
     out->padded_params = padded_sum;
-    out->zero_ref_bytes = (16 * psi + (size_t)c.world - 1) / (size_t)c.world;
+    out->zero_ref_bytes =
+        (16 * psi + fsdp_dtype_size(ec->compute_dtype) * fpsi + (size_t)c.world - 1) / (size_t)c.world;
     out->n_units = n_units;
 done:
-    free(padded);
+    free(sizes);
     return st;
 }
 
@@ -390,12 +402,21 @@ fsdp_status fsdp_plan_print(FILE *f, const fsdp_plan *p, const fsdp_mem_peaks *m
     }
     size_t states = p->predicted.peak[FSDP_MEM_MASTER] + p->predicted.peak[FSDP_MEM_OPTIM] +
                     p->predicted.peak[FSDP_MEM_GRAD_SHARD];
-    fprintf(
-        f,
-        "ZeRO-3 model states (2+2+12)*psi/N = %zu B (%.2f MiB); this plan's master+optim+grad_shard = %zu B "
-        "(%.2f MiB, %.3fx)\n",
-        p->zero_ref_bytes, mib(p->zero_ref_bytes), states, mib(states),
-        p->zero_ref_bytes ? (double)states / (double)p->zero_ref_bytes : 0.0);
+    if (p->n_frozen)
+        fprintf(
+            f,
+            "ZeRO-3 model states ((2+2+12)*psi_trainable + %zu*psi_frozen)/N = %zu B (%.2f MiB; %zu of %zu "
+            "parameters frozen); this plan's master+optim+grad_shard = %zu B (%.2f MiB, %.3fx)\n",
+            fsdp_dtype_size(p->cfg.engine.compute_dtype), p->zero_ref_bytes, mib(p->zero_ref_bytes),
+            p->n_frozen, p->n_params, states, mib(states),
+            p->zero_ref_bytes ? (double)states / (double)p->zero_ref_bytes : 0.0);
+    else
+        fprintf(
+            f,
+            "ZeRO-3 model states (2+2+12)*psi/N = %zu B (%.2f MiB); this plan's master+optim+grad_shard = "
+            "%zu B (%.2f MiB, %.3fx)\n",
+            p->zero_ref_bytes, mib(p->zero_ref_bytes), states, mib(states),
+            p->zero_ref_bytes ? (double)states / (double)p->zero_ref_bytes : 0.0);
     fprintf(f, "plain data parallel (NO_SHARD) would need %zu B (%.2f MiB) per rank, %.2fx this plan\n",
             p->no_shard.total, mib(p->no_shard.total),
             p->predicted.total ? (double)p->no_shard.total / (double)p->predicted.total : 0.0);
@@ -425,11 +446,12 @@ fsdp_status fsdp_plan_write_json(const char *path, const fsdp_plan *p, const fsd
     json_peaks(f, "no_shard", &p->no_shard);
     fprintf(
         f,
-        "  \"zero_ref_bytes\": %zu,\n  \"n_params\": %zu,\n  \"padded_params\": %zu,\n  \"n_units\": %d,\n"
+        "  \"zero_ref_bytes\": %zu,\n  \"n_params\": %zu,\n  \"n_frozen\": %zu,\n  \"padded_params\": %zu,\n"
+        "  \"n_units\": %d,\n"
         "  \"world\": %d,\n  \"strategy\": \"%s\",\n  \"compute_dtype\": \"%s\",\n  \"reduce_dtype\": "
         "\"%s\",\n"
         "  \"main_grad\": \"%s\",\n  \"accum\": \"%s\",\n  \"n_micro\": %d,\n  \"backend\": \"%s\"\n}\n",
-        p->zero_ref_bytes, p->n_params, p->padded_params, p->n_units, c->world,
+        p->zero_ref_bytes, p->n_params, p->n_frozen, p->padded_params, p->n_units, c->world,
         strategy_name(c->engine.strategy), fsdp_dtype_name(c->engine.compute_dtype),
         fsdp_dtype_name(c->engine.reduce_dtype),
         c->engine.main_grad == FSDP_MAIN_GRAD_EAGER ? "EAGER" : "LAZY",

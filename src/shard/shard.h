@@ -42,6 +42,7 @@ typedef struct {
     int mg;                    /* main_grad allocated */
     int reducing;              /* reduction started, not finished */
     int reshard_after_forward; /* resolved from the unit config and the strategy */
+    int no_grad;               /* nothing trainable: no main_grad, no reduction */
 } life_unit;
 
 /* What the lifecycle does to one unit's buffers. Engine: allocate, communicate, free; plan: count. */
@@ -100,6 +101,7 @@ typedef struct {
     size_t offset; /* element offset in the flat buffer; an alias: its target's */
     int alias_of;  /* target index (always a non-alias tensor), or -1 */
     int no_decay;
+    int frozen; /* in the frozen region (an alias: its target's) */
     fsdp_init_kind init;
     float std;
     void *param_view; /* into u->full (compute dtype) while unsharded, else NULL */
@@ -130,8 +132,15 @@ struct fsdp_unit {
     float *grad;            /* category grad_shard */
     float *adam_m, *adam_v; /* category optim */
 
-    void *full;              /* (padded) compute dtype, category param_full; NULL when sharded */
-    fsdp_comm_req_t *gather; /* the all-gather into full while life.res is GATHERING */
+    /* The frozen region [padded, padded + fpad) of the flat buffer: this rank's shard of it, elements
+     * [padded + fshard_off, + fshard_len) (NO_SHARD: all of it), in the compute dtype (category
+     * master); NULL when nothing is frozen. */
+    size_t fpad, fshard_off, fshard_len;
+    void *frozen;
+
+    void *full; /* (padded + fpad) compute dtype, category param_full; NULL when sharded */
+    fsdp_comm_req_t *gather, *gather_f; /* the all-gathers of the two regions into full while life.res is
+                                           GATHERING */
 
     float *main_grad;        /* (padded) fp32, category main_grad; NULL when not allocated */
     uint64_t *touched;       /* bitmask over tensors (non-alias indices), ceil(n/64) words */
@@ -192,7 +201,16 @@ typedef struct {
     size_t numel;  /* elements */
     size_t offset; /* in the flat buffer; an alias: its target's */
     int alias_of;  /* target index (a non-alias tensor), or -1 */
+    int frozen;    /* in the frozen region (an alias: its target's) */
 } layout_tensor;
+
+/* One unit's flat sizes: the trainable region [0, padded) (tensors end at numel; psi elements of
+ * them), then the frozen region [padded, padded + fpad) (its tensors end at padded + fnumel; fpsi
+ * elements). padded and fpad are multiples of world. */
+typedef struct {
+    size_t numel, padded, psi;
+    size_t fnumel, fpad, fpsi;
+} layout_sizes;
 
 /* What layout needs to know of the units before this one (ties across units are refused, naming
  * both). Either callback may be NULL. */
@@ -202,11 +220,12 @@ typedef struct {
     const char *(*unit_with_tensor)(void *ctx, const char *tensor);     /* a unit holding it, or NULL */
 } layout_others;
 
-/* lt: (n) out; gaps: (n + 1) out or NULL. numel: end of the last non-alias tensor; padded: numel
- * rounded up to a multiple of world; psi: non-alias elements. */
+/* lt: (n) out; gaps: (n + 1) out or NULL: the trainable region's gaps (what main_grad's zero-fill
+ * covers; the frozen region's are zero from initialisation). Trainable non-alias tensors in declaration
+ * order from 0, then the frozen ones in declaration order from the padded trainable length. */
 fsdp_status shard_layout(const char *unit, const fsdp_tensor_spec *specs, int n, size_t align, int world,
                          const layout_others *others, layout_tensor *lt, shard_gap *gaps, int *n_gaps,
-                         size_t *numel, size_t *padded, size_t *psi);
+                         layout_sizes *sz);
 
 /* main_grad.c */
 fsdp_status shard_main_grad_alloc(fsdp_unit_t *u); /* no-op if already allocated */

@@ -122,6 +122,7 @@ static void unit_free(fsdp_unit_t *u) {
     shard_main_grad_release(u);
     d->free(d, u->wire, u->eng->compute);
     d->free(d, u->full, u->eng->compute);
+    d->free(d, u->frozen, u->eng->compute);
     d->free(d, u->adam_v, u->eng->compute);
     d->free(d, u->adam_m, u->eng->compute);
     d->free(d, u->grad, u->eng->compute);
@@ -187,8 +188,12 @@ static fsdp_status unit_read_specs(fsdp_engine_t *e, fsdp_unit_t *u, const fsdp_
         return FSDP_ERR(FSDP_ENOMEM, "unit '%s' tensor tables", u->name);
     }
     layout_others others = {e, engine_unit_named, engine_unit_with_tensor};
-    fsdp_status st = shard_layout(u->name, specs, n, e->cfg.align, e->world, &others, lt, u->gaps, &u->n_gaps,
-                                  &u->numel, &u->padded, NULL);
+    layout_sizes sz;
+    fsdp_status st =
+        shard_layout(u->name, specs, n, e->cfg.align, e->world, &others, lt, u->gaps, &u->n_gaps, &sz);
+    u->numel = sz.numel;
+    u->padded = sz.padded;
+    u->fpad = sz.fpad;
     for (int t = 0; st == FSDP_OK && t < n; t++) {
         const fsdp_tensor_spec *s = &specs[t];
         shard_tensor *ts = &u->tensors[t];
@@ -204,6 +209,7 @@ static fsdp_status unit_read_specs(fsdp_engine_t *e, fsdp_unit_t *u, const fsdp_
         ts->offset = lt[t].offset;
         ts->alias_of = lt[t].alias_of;
         ts->no_decay = s->no_decay ? 1 : 0;
+        ts->frozen = lt[t].frozen;
         ts->init = s->init;
         ts->std = s->std;
     }
@@ -212,9 +218,13 @@ static fsdp_status unit_read_specs(fsdp_engine_t *e, fsdp_unit_t *u, const fsdp_
     if (e->cfg.strategy == FSDP_NO_SHARD) {
         u->shard_off = 0;
         u->shard_len = u->padded;
-    } else { /* padded is a multiple of world, so of the shard group too */
+        u->fshard_off = 0;
+        u->fshard_len = u->fpad;
+    } else { /* padded and fpad are multiples of world, so of the shard group too */
         fsdp_shard_range(u->padded, e->srank, e->sworld, &u->shard_off, &u->shard_len);
+        fsdp_shard_range(u->fpad, e->srank, e->sworld, &u->fshard_off, &u->fshard_len);
     }
+    u->life.no_grad = u->padded == 0;
     return FSDP_OK;
 }
 
@@ -284,6 +294,10 @@ fsdp_status fsdp_engine_add_unit(fsdp_engine_t *e, const char *name, const fsdp_
         goto fail;
     if ((st = d->alloc(d, (void **)&u->adam_v, bytes, FSDP_MEM_OPTIM, FSDP_ALLOC_ZERO, e->compute)) !=
         FSDP_OK)
+        goto fail;
+    /* the frozen shard: zero (gaps and padding stay so) until init_params or a load */
+    if ((st = d->alloc(d, &u->frozen, u->fshard_len * fsdp_dtype_size(e->cfg.compute_dtype), FSDP_MEM_MASTER,
+                       FSDP_ALLOC_ZERO, e->compute)) != FSDP_OK)
         goto fail;
 
     e->units[e->n_units] = u;
@@ -363,28 +377,39 @@ static void init_range(const fsdp_engine_t *e, const fsdp_unit_t *u, size_t c0, 
     }
 }
 
-/* Where the host may address the device's memory the values are written in place; elsewhere through a
- * host chunk and the device's copy. */
+/* Flat elements [lo, lo + len) of one of the unit's shards through a host chunk and
+ * fsdp_unit_shard_write (a device whose memory the host cannot address; the frozen region anywhere). */
+static fsdp_status init_staged(fsdp_unit_t *u, fsdp_shard_array which, size_t lo, size_t len, float *stage) {
+    fsdp_status st = FSDP_OK;
+    for (size_t c0 = lo; c0 < lo + len && st == FSDP_OK; c0 += STAGE_CHUNK) {
+        size_t c1 = lo + len - c0 < STAGE_CHUNK ? lo + len : c0 + STAGE_CHUNK;
+        init_range(u->eng, u, c0, c1, stage);
+        st = fsdp_unit_shard_write(u, which, c0, c1 - c0, stage);
+    }
+    return st;
+}
+
+/* Where the host may address the device's memory the master values are written in place; elsewhere,
+ * and for the frozen region (held in the compute dtype), through a host chunk and the device's copy. */
 fsdp_status fsdp_engine_init_params(fsdp_engine_t *e) {
     if (e == NULL) return FSDP_ERR(FSDP_EINVAL, "engine must not be NULL");
-    if (e->dev->caps & FSDP_DEV_HOST_MEMORY) {
+    int in_place = (e->dev->caps & FSDP_DEV_HOST_MEMORY) != 0;
+    if (in_place) {
         FSDP_TRY(host_access(e, "fsdp_engine_init_params"));
         for (int i = 0; i < e->n_units; i++)
             init_range(e, e->units[i], e->units[i]->shard_off,
                        e->units[i]->shard_off + e->units[i]->shard_len, e->units[i]->master);
-        return FSDP_OK;
     }
-    float *stage = malloc(STAGE_CHUNK * sizeof(float));
-    if (stage == NULL) return FSDP_ERR(FSDP_ENOMEM, "init staging chunk of %zu elements", STAGE_CHUNK);
+    float *stage = NULL;
     fsdp_status st = FSDP_OK;
     for (int i = 0; i < e->n_units && st == FSDP_OK; i++) {
         fsdp_unit_t *u = e->units[i];
-        for (size_t c0 = u->shard_off; c0 < u->shard_off + u->shard_len && st == FSDP_OK; c0 += STAGE_CHUNK) {
-            size_t c1 = u->shard_off + u->shard_len - c0 < STAGE_CHUNK ? u->shard_off + u->shard_len
-                                                                       : c0 + STAGE_CHUNK;
-            init_range(e, u, c0, c1, stage);
-            st = fsdp_unit_shard_write(u, FSDP_SHARD_MASTER, c0, c1 - c0, stage);
-        }
+        if ((in_place || u->shard_len == 0) && u->fshard_len == 0) continue;
+        if (stage == NULL && (stage = malloc(STAGE_CHUNK * sizeof(float))) == NULL)
+            return FSDP_ERR(FSDP_ENOMEM, "init staging chunk of %zu elements", STAGE_CHUNK);
+        if (!in_place) st = init_staged(u, FSDP_SHARD_MASTER, u->shard_off, u->shard_len, stage);
+        if (st == FSDP_OK)
+            st = init_staged(u, FSDP_SHARD_FROZEN, u->padded + u->fshard_off, u->fshard_len, stage);
     }
     free(stage);
     return st;
@@ -397,6 +422,7 @@ int fsdp_unit_index(const fsdp_unit_t *u) { return u ? u->index : -1; }
 int fsdp_unit_num_tensors(const fsdp_unit_t *u) { return u ? u->n_tensors : 0; }
 size_t fsdp_unit_numel(const fsdp_unit_t *u) { return u ? u->numel : 0; }
 size_t fsdp_unit_padded_numel(const fsdp_unit_t *u) { return u ? u->padded : 0; }
+size_t fsdp_unit_frozen_padded_numel(const fsdp_unit_t *u) { return u ? u->fpad : 0; }
 
 int fsdp_unit_find(const fsdp_unit_t *u, const char *name) {
     if (u == NULL || name == NULL) return -1;
@@ -418,6 +444,7 @@ fsdp_status fsdp_unit_tensor_info(const fsdp_unit_t *u, int t, fsdp_tensor_info 
     out->offset = ts->offset;
     out->alias_of = ts->alias_of;
     out->no_decay = ts->no_decay;
+    out->frozen = ts->frozen;
     return FSDP_OK;
 }
 
@@ -427,6 +454,8 @@ static void shard_ranges(const fsdp_unit_t *u, fsdp_shard_view *out) {
     const fsdp_engine_t *e = u->eng;
     out->replica = e->cfg.strategy == FSDP_NO_SHARD ? e->rank : e->grp;
     out->replicas = e->cfg.strategy == FSDP_NO_SHARD ? e->world : e->ngrp;
+    out->frozen_offset = u->padded + u->fshard_off;
+    out->frozen_numel = u->fshard_len;
 }
 
 fsdp_status fsdp_unit_shard_info(fsdp_unit_t *u, fsdp_shard_view *out) {
@@ -443,23 +472,53 @@ static float *shard_array(fsdp_unit_t *u, fsdp_shard_array which) {
     case FSDP_SHARD_ADAM_M: return u->adam_m;
     case FSDP_SHARD_ADAM_V: return u->adam_v;
     case FSDP_SHARD_GRAD: return u->grad;
+    case FSDP_SHARD_FROZEN: break; /* compute dtype: frozen_copy */
     }
     return NULL;
+}
+
+/* The frozen shard in the compute dtype: a bf16 region goes through a host chunk of bf16 converted
+ * on the host (round to nearest even on the way in, exact on the way out); an f32 one is copied. */
+static fsdp_status frozen_copy(fsdp_unit_t *u, size_t at, size_t count, float *dst, const float *src) {
+    fsdp_engine_t *e = u->eng;
+    fsdp_device_t *d = e->dev;
+    char *a = (char *)u->frozen + at * fsdp_dtype_size(e->cfg.compute_dtype);
+    if (e->cfg.compute_dtype == FSDP_F32) {
+        d->copy(d, dst ? (void *)dst : (void *)a, dst ? (const void *)a : (const void *)src,
+                count * sizeof(float), e->compute);
+        d->record(d, e->ev_compute, e->compute);
+        return d->event_sync(d, e->ev_compute);
+    }
+    fsdp_bf16 *tmp = malloc(count * sizeof *tmp);
+    if (tmp == NULL) return FSDP_ERR(FSDP_ENOMEM, "unit '%s': a bf16 chunk of %zu elements", u->name, count);
+    if (src) fsdp_f32_to_bf16_n(tmp, src, count);
+    d->copy(d, src ? (void *)a : (void *)tmp, src ? (const void *)tmp : (const void *)a,
+            count * sizeof(fsdp_bf16), e->compute);
+    d->record(d, e->ev_compute, e->compute);
+    fsdp_status st = d->event_sync(d, e->ev_compute);
+    if (st == FSDP_OK && dst) fsdp_bf16_to_f32_n(dst, tmp, count);
+    free(tmp);
+    return st;
 }
 
 static fsdp_status shard_copy(fsdp_unit_t *u, fsdp_shard_array which, size_t offset, size_t count, float *dst,
                               const float *src, const char *call) {
     if (u == NULL || (dst == NULL && src == NULL && count > 0))
         return fsdp_set_error(FSDP_EINVAL, "%s: unit and buffer must not be NULL", call);
-    float *a = shard_array(u, which);
-    if (a == NULL) return fsdp_set_error(FSDP_EINVAL, "%s: unknown shard array %d", call, (int)which);
-    if (offset < u->shard_off || count > u->shard_len || offset - u->shard_off > u->shard_len - count)
+    if ((unsigned)which > FSDP_SHARD_FROZEN)
+        return fsdp_set_error(FSDP_EINVAL, "%s: unknown shard array %d", call, (int)which);
+    int frozen = which == FSDP_SHARD_FROZEN;
+    float *a = frozen ? NULL : shard_array(u, which); /* NULL for an empty shard */
+    size_t lo = frozen ? u->padded + u->fshard_off : u->shard_off,
+           len = frozen ? u->fshard_len : u->shard_len;
+    if (offset < lo || count > len || offset - lo > len - count)
         return fsdp_set_error(
-            FSDP_EINVAL, "%s: unit '%s': elements [%zu, +%zu) are not inside this rank's shard [%zu, +%zu)",
-            call, u->name, offset, count, u->shard_off, u->shard_len);
+            FSDP_EINVAL, "%s: unit '%s': elements [%zu, +%zu) are not inside this rank's %sshard [%zu, +%zu)",
+            call, u->name, offset, count, frozen ? "frozen " : "", lo, len);
     fsdp_engine_t *e = u->eng;
     FSDP_TRY(shard_drain(e, dst != NULL)); /* a write changes the master: nothing stays prefetched */
     if (count == 0) return FSDP_OK;
+    if (frozen) return frozen_copy(u, offset - lo, count, dst, src);
     a += offset - u->shard_off;
     e->dev->copy(e->dev, dst ? (void *)dst : (void *)a, dst ? (const void *)a : (const void *)src,
                  count * sizeof(float), e->compute);
@@ -487,6 +546,7 @@ fsdp_status fsdp_unit_shard(fsdp_unit_t *u, fsdp_shard_view *out) {
     out->adam_m = u->adam_m;
     out->adam_v = u->adam_v;
     shard_ranges(u, out);
+    out->frozen = u->frozen;
     return FSDP_OK;
 }
 
@@ -502,8 +562,11 @@ static fsdp_status op_unshard_start(void *ctx, int i, int prefetch) {
     fsdp_device_t *d = e->dev;
     fsdp_dtype dt = e->cfg.compute_dtype;
     size_t esz = fsdp_dtype_size(dt);
-    FSDP_TRY(d->alloc(d, &u->full, u->padded * esz, FSDP_MEM_PARAM_FULL, FSDP_ALLOC_SHARED, e->side));
+    FSDP_TRY(
+        d->alloc(d, &u->full, (u->padded + u->fpad) * esz, FSDP_MEM_PARAM_FULL, FSDP_ALLOC_SHARED, e->side));
     char *slot = (char *)u->full + u->shard_off * esz;
+    char *fslot = (char *)u->full + (u->padded + u->fshard_off) * esz,
+         *fregion = (char *)u->full + u->padded * esz;
     d->record(d, e->ev_compute, e->compute);
     d->wait(d, e->side, e->ev_compute);
     if (dt == FSDP_BF16) {
@@ -511,7 +574,8 @@ static fsdp_status op_unshard_start(void *ctx, int i, int prefetch) {
         d->f32_to_bf16(d, e->side, (fsdp_bf16 *)slot, u->master, u->shard_len);
     } else
         d->copy(d, slot, u->master, u->shard_len * sizeof(float), e->side);
-    u->gather = NULL;
+    d->copy(d, fslot, u->frozen, u->fshard_len * esz, e->side); /* frozen: already in the compute dtype */
+    u->gather = u->gather_f = NULL;
     if (e->cfg.strategy == FSDP_NO_SHARD) { /* the cast is the unshard: compute waits for it (unshard_wait) */
         d->record(d, e->ev_side, e->side);
         return FSDP_OK;
@@ -520,6 +584,19 @@ static fsdp_status op_unshard_start(void *ctx, int i, int prefetch) {
     if (st == FSDP_OK) {
         shard_set_label(u, prefetch ? "all-gather params (prefetch)" : "all-gather params");
         st = fsdp_comm_iall_gather(e->shard_comm, slot, u->full, u->shard_len, dt, &u->gather);
+    }
+    if (st == FSDP_OK && u->fshard_len > 0) {
+        shard_set_label(u, prefetch ? "all-gather frozen params (prefetch)" : "all-gather frozen params");
+        st = fsdp_comm_iall_gather(e->shard_comm, fslot, fregion, u->fshard_len, dt, &u->gather_f);
+        if (st != FSDP_OK && u->gather != NULL) { /* the first one was posted: it must end first */
+            fsdp_status w = fsdp_comm_wait(u->gather);
+            u->gather = NULL;
+            if (w != FSDP_OK) {
+                shard_drop_device(e, e->shard_comm, w, u->full);
+                u->full = NULL;
+                return st;
+            }
+        }
     }
     if (st != FSDP_OK) { /* refused before anything was posted */
         d->free(d, u->full, e->side);
@@ -532,11 +609,13 @@ static fsdp_status op_unshard_start(void *ctx, int i, int prefetch) {
 static fsdp_status op_unshard_wait(void *ctx, int i) {
     fsdp_engine_t *e = ctx;
     fsdp_unit_t *u = e->units[i];
-    if (u->gather != NULL) {
+    if (u->gather != NULL || u->gather_f != NULL) {
         fsdp_trace_unit_begin(u->name, "all-gather");
-        fsdp_status st = fsdp_comm_wait(u->gather);
+        fsdp_status st = u->gather ? fsdp_comm_wait(u->gather) : FSDP_OK;
+        fsdp_status st_f = u->gather_f ? fsdp_comm_wait(u->gather_f) : FSDP_OK;
         fsdp_trace_unit_end(u->name, "all-gather");
-        u->gather = NULL;
+        u->gather = u->gather_f = NULL;
+        if (st == FSDP_OK) st = st_f;
         if (st != FSDP_OK) {
             shard_drop_device(e, e->shard_comm, st, u->full); /* the gather's communicator */
             u->full = NULL;
@@ -708,20 +787,23 @@ fsdp_status fsdp_unit_gather_tensor(fsdp_unit_t *u, int t, float *out, int root)
         return FSDP_ERR(FSDP_EINVAL, "unit '%s' tensor '%s': out must not be NULL on rank %d", u->name,
                         u->tensors[t].name, e->rank);
     const shard_tensor *ts = &u->tensors[t];
+    /* the tensor's region: [base, base + len), this rank's shard of it at base + off (fp32 copies) */
+    fsdp_shard_array which = ts->frozen ? FSDP_SHARD_FROZEN : FSDP_SHARD_MASTER;
+    size_t base = ts->frozen ? u->padded : 0, len = ts->frozen ? u->fpad : u->padded;
+    size_t off = ts->frozen ? u->fshard_off : u->shard_off, n = ts->frozen ? u->fshard_len : u->shard_len;
     if (e->cfg.strategy == FSDP_NO_SHARD)
-        return want ? fsdp_unit_shard_read(u, FSDP_SHARD_MASTER, ts->offset, ts->numel, out) : FSDP_OK;
-    /* All-gather the unit's fp32 flat master (transient, category other), then slice: bit-exact. */
+        return want ? fsdp_unit_shard_read(u, which, ts->offset, ts->numel, out) : FSDP_OK;
+    /* All-gather the region as fp32 (transient, category other), then slice: bit-exact. */
     float *flat;
-    FSDP_TRY(fsdp_mem_alloc((void **)&flat, u->padded * sizeof(float), FSDP_MEM_OTHER));
-    fsdp_status rs =
-        fsdp_unit_shard_read(u, FSDP_SHARD_MASTER, u->shard_off, u->shard_len, flat + u->shard_off);
+    FSDP_TRY(fsdp_mem_alloc((void **)&flat, len * sizeof(float), FSDP_MEM_OTHER));
+    fsdp_status rs = fsdp_unit_shard_read(u, which, base + off, n, flat + off);
     if (rs != FSDP_OK) {
         fsdp_mem_free(flat);
         return rs;
     }
     shard_set_label(u, "gather tensor");
-    fsdp_status st = fsdp_comm_all_gather(e->shard_comm, flat + u->shard_off, flat, u->shard_len, FSDP_F32);
-    if (st == FSDP_OK && want) memcpy(out, flat + ts->offset, ts->numel * sizeof(float));
+    fsdp_status st = fsdp_comm_all_gather(e->shard_comm, flat + off, flat, n, FSDP_F32);
+    if (st == FSDP_OK && want) memcpy(out, flat + (ts->offset - base), ts->numel * sizeof(float));
     shard_drop(e->shard_comm, st, flat);
     return st;
 }
@@ -750,11 +832,13 @@ fsdp_status fsdp_unit_load_tensor(fsdp_unit_t *u, int t, const float *full, int 
         }
         src = tmp;
     }
-    size_t lo = u->shard_off, hi = u->shard_off + u->shard_len;
+    size_t lo = ts->frozen ? u->padded + u->fshard_off : u->shard_off;
+    size_t hi = lo + (ts->frozen ? u->fshard_len : u->shard_len);
     size_t a = ts->offset > lo ? ts->offset : lo,
            b = ts->offset + ts->numel < hi ? ts->offset + ts->numel : hi;
-    fsdp_status st =
-        a < b ? fsdp_unit_shard_write(u, FSDP_SHARD_MASTER, a, b - a, src + (a - ts->offset)) : FSDP_OK;
+    fsdp_status st = a < b ? fsdp_unit_shard_write(u, ts->frozen ? FSDP_SHARD_FROZEN : FSDP_SHARD_MASTER, a,
+                                                   b - a, src + (a - ts->offset))
+                           : FSDP_OK;
     fsdp_mem_free(tmp);
     return st;
 }
