@@ -367,6 +367,10 @@ typedef struct {
      * main_grad views and after a grad_from_* copy. 0: the caller queues its kernels on the engine's
      * compute stream itself (a device backend's models; the simulated device's tests). */
     int host_kernels;
+    /* Tensors to freeze by name, as if their fsdp_tensor_spec.frozen were 1: comma-separated shell
+     * globs (fnmatch) over "unit.tensor" ("h*.qkv_w,root.*"); NULL or "" (default): none. Copied by
+     * fsdp_engine_init; the memory plan applies its engine config's the same way. */
+    const char *freeze;
 } fsdp_engine_config;
 
 typedef struct {

@@ -6,7 +6,9 @@
  * gaps recorded, so the zero-fill before a reduction never has to look at the buffer). */
 #include "shard/shard.h"
 
+#include <fnmatch.h>
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 void fsdp_shard_range(size_t padded_numel, int rank, int world, size_t *offset, size_t *len) {
@@ -115,9 +117,44 @@ static fsdp_status lay_region(const char *un, const fsdp_tensor_spec *specs, int
     return FSDP_OK;
 }
 
+#define FREEZE_GLOB_MAX 255
+
+fsdp_status shard_freeze_check(const char *freeze) {
+    if (freeze == NULL || freeze[0] == '\0') return FSDP_OK;
+    for (const char *p = freeze;;) {
+        size_t len = strcspn(p, ",");
+        if (len == 0)
+            return FSDP_ERR(FSDP_EINVAL,
+                            "freeze list \"%s\": an empty pattern (a leading, trailing or doubled comma); "
+                            "give comma-separated globs over unit.tensor names such as \"h*.qkv_w\"",
+                            freeze);
+        if (len > FREEZE_GLOB_MAX)
+            return FSDP_ERR(FSDP_EINVAL, "freeze list: a pattern of %zu characters (at most %d)", len,
+                            FREEZE_GLOB_MAX);
+        if (p[len] == '\0') return FSDP_OK;
+        p += len + 1;
+    }
+}
+
+int shard_freeze_match(const char *freeze, const char *unit, const char *tensor) {
+    if (freeze == NULL || freeze[0] == '\0') return 0;
+    char name[512], glob[FREEZE_GLOB_MAX + 1];
+    snprintf(name, sizeof name, "%s.%s", unit ? unit : "", tensor);
+    for (const char *p = freeze; *p;) {
+        size_t len = strcspn(p, ",");
+        if (len <= FREEZE_GLOB_MAX) {
+            memcpy(glob, p, len);
+            glob[len] = '\0';
+            if (fnmatch(glob, name, 0) == 0) return 1;
+        }
+        p += len + (p[len] == ',');
+    }
+    return 0;
+}
+
 fsdp_status shard_layout(const char *unit, const fsdp_tensor_spec *specs, int n, size_t align, int world,
-                         const layout_others *others, layout_tensor *lt, shard_gap *gaps, int *n_gaps,
-                         layout_sizes *sz) {
+                         const char *freeze, const layout_others *others, layout_tensor *lt, shard_gap *gaps,
+                         int *n_gaps, layout_sizes *sz) {
     const char *un = unit ? unit : "";
     if (specs == NULL || n < 1)
         return FSDP_ERR(FSDP_EINVAL, "unit '%s': needs tensor specs and n >= 1 (got %d)", un, n);
@@ -127,8 +164,8 @@ fsdp_status shard_layout(const char *unit, const fsdp_tensor_spec *specs, int n,
     for (int t = 0; t < n; t++) {
         lt[t].alias_of = -1;
         lt[t].offset = 0;
-        lt[t].frozen = specs[t].frozen != 0;
         FSDP_TRY(check_spec(un, specs, t, &lt[t].numel));
+        lt[t].frozen = specs[t].frozen != 0 || shard_freeze_match(freeze, un, specs[t].name);
         if (specs[t].alias_of != NULL) {
             FSDP_TRY(resolve_alias(un, specs, t, lt, others, &lt[t].alias_of));
             lt[t].frozen = lt[lt[t].alias_of].frozen;

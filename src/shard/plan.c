@@ -38,7 +38,7 @@ static const char *plan_unit_with_tensor(void *ctx, const char *tensor) {
 /* Unit ui of units[0..ui] laid out exactly as fsdp_engine_add_unit would (layout.c, the same
  * validation and messages). */
 static fsdp_status plan_layout(const fsdp_plan_unit *units, int ui, size_t align, int world,
-                               layout_sizes *sz) {
+                               const char *freeze, layout_sizes *sz) {
     const fsdp_plan_unit *u = &units[ui];
     if (u->specs == NULL || u->n_specs < 1)
         return FSDP_ERR(FSDP_EINVAL, "unit %d ('%s'): needs specs and n_specs >= 1 (got %d)", ui,
@@ -47,7 +47,8 @@ static fsdp_status plan_layout(const fsdp_plan_unit *units, int ui, size_t align
     if (lt == NULL) return FSDP_ERR(FSDP_ENOMEM, "plan: tensor table of %d", u->n_specs);
     plan_before before = {units, ui};
     layout_others others = {&before, plan_unit_named, plan_unit_with_tensor};
-    fsdp_status st = shard_layout(u->name, u->specs, u->n_specs, align, world, &others, lt, NULL, NULL, sz);
+    fsdp_status st =
+        shard_layout(u->name, u->specs, u->n_specs, align, world, freeze, &others, lt, NULL, NULL, sz);
     free(lt);
     return st;
 }
@@ -57,7 +58,7 @@ fsdp_status fsdp_plan_unit_layout(const fsdp_plan_unit *u, size_t align, int wor
     if (u == NULL) return FSDP_ERR(FSDP_EINVAL, "unit must not be NULL");
     if (world < 1) return FSDP_ERR(FSDP_EINVAL, "world must be >= 1 (got %d)", world);
     layout_sizes sz;
-    FSDP_TRY(plan_layout(u, 0, align, world, &sz));
+    FSDP_TRY(plan_layout(u, 0, align, world, NULL, &sz));
     if (numel) *numel = sz.numel;
     if (padded) *padded = sz.padded;
     return FSDP_OK;
@@ -325,6 +326,7 @@ fsdp_status fsdp_plan_compute(const fsdp_plan_unit *units, int n_units, const fs
         return FSDP_ERR(FSDP_EINVAL, "the self backend has world 1 (got world %d); use FSDP_COMM_MPI",
                         c.world);
 
+    FSDP_TRY(shard_freeze_check(ec->freeze));
     layout_sizes *sizes = calloc((size_t)n_units, sizeof *sizes);
     if (sizes == NULL) return FSDP_ERR(FSDP_ENOMEM, "plan: table of %d units", n_units);
     fsdp_status st = FSDP_OK;
@@ -338,7 +340,7 @@ fsdp_status fsdp_plan_compute(const fsdp_plan_unit *units, int n_units, const fs
                           u->name ? u->name : "", u->cfg->version, u->cfg->reshard_after_forward);
             goto done;
         }
-        if ((st = plan_layout(units, i, ec->align, c.world, &sizes[i])) != FSDP_OK) goto done;
+        if ((st = plan_layout(units, i, ec->align, c.world, ec->freeze, &sizes[i])) != FSDP_OK) goto done;
         psi += sizes[i].psi;
         fpsi += sizes[i].fpsi;
         padded_sum += sizes[i].padded + sizes[i].fpad;

@@ -220,12 +220,17 @@ typedef struct {
     const char *(*unit_with_tensor)(void *ctx, const char *tensor);     /* a unit holding it, or NULL */
 } layout_others;
 
-/* lt: (n) out; gaps: (n + 1) out or NULL: the trainable region's gaps (what main_grad's zero-fill
+/* freeze: fsdp_engine_config.freeze (tensors it names are frozen); lt: (n) out; gaps: (n + 1) out or
+ * NULL: the trainable region's gaps (what main_grad's zero-fill
  * covers; the frozen region's are zero from initialisation). Trainable non-alias tensors in declaration
  * order from 0, then the frozen ones in declaration order from the padded trainable length. */
 fsdp_status shard_layout(const char *unit, const fsdp_tensor_spec *specs, int n, size_t align, int world,
-                         const layout_others *others, layout_tensor *lt, shard_gap *gaps, int *n_gaps,
-                         layout_sizes *sz);
+                         const char *freeze, const layout_others *others, layout_tensor *lt, shard_gap *gaps,
+                         int *n_gaps, layout_sizes *sz);
+/* fsdp_engine_config.freeze: NULL, "", or comma-separated non-empty globs of at most 255 characters. */
+fsdp_status shard_freeze_check(const char *freeze);
+/* 1 if "unit.tensor" matches one of the globs in freeze (NULL: none). */
+int shard_freeze_match(const char *freeze, const char *unit, const char *tensor);
 
 /* main_grad.c */
 fsdp_status shard_main_grad_alloc(fsdp_unit_t *u); /* no-op if already allocated */

@@ -97,8 +97,15 @@ fsdp_status fsdp_engine_init(fsdp_engine_t **out, fsdp_comm_t *comm, const fsdp_
     if (c.align == 0 || c.align > 4096)
         return FSDP_ERR(FSDP_EINVAL, "align must be 1..4096 elements (got %zu); 16 suits AVX-512", c.align);
 
+    FSDP_TRY(shard_freeze_check(c.freeze));
+
     fsdp_engine_t *e = calloc(1, sizeof *e);
     if (e == NULL) return FSDP_ERR(FSDP_ENOMEM, "engine struct");
+    if (c.freeze && c.freeze[0] && (c.freeze = dup_str(c.freeze)) == NULL) {
+        free(e);
+        return FSDP_ERR(FSDP_ENOMEM, "engine freeze list");
+    }
+    if (c.freeze && !c.freeze[0]) c.freeze = NULL;
     e->cfg = c;
     e->n_micro = 1;
     e->dev = c.device ? c.device : fsdp_device_cpu();
@@ -106,6 +113,7 @@ fsdp_status fsdp_engine_init(fsdp_engine_t **out, fsdp_comm_t *comm, const fsdp_
     if (st == FSDP_OK) st = shard_comms_init(e, comm);
     if (st != FSDP_OK) {
         engine_streams_free(e);
+        free((char *)e->cfg.freeze);
         free(e);
         return st;
     }
@@ -146,6 +154,7 @@ void fsdp_engine_free(fsdp_engine_t *e) {
     shard_comms_free(e);
     free(e->lives);
     free(e->units);
+    free((char *)e->cfg.freeze);
     free(e);
 }
 
@@ -189,8 +198,8 @@ static fsdp_status unit_read_specs(fsdp_engine_t *e, fsdp_unit_t *u, const fsdp_
     }
     layout_others others = {e, engine_unit_named, engine_unit_with_tensor};
     layout_sizes sz;
-    fsdp_status st =
-        shard_layout(u->name, specs, n, e->cfg.align, e->world, &others, lt, u->gaps, &u->n_gaps, &sz);
+    fsdp_status st = shard_layout(u->name, specs, n, e->cfg.align, e->world, e->cfg.freeze, &others, lt,
+                                  u->gaps, &u->n_gaps, &sz);
     u->numel = sz.numel;
     u->padded = sz.padded;
     u->fpad = sz.fpad;

@@ -294,6 +294,57 @@ static void test_steps(fsdp_comm_t *comm, fsdp_strategy strat, fsdp_dtype cdt, i
     fsdp_engine_free(e);
 }
 
+/* fsdp_engine_config.freeze: globs over unit.tensor freeze what the spec flags froze above, with the
+ * same layout, in the engine and in the plan; malformed lists are refused. */
+static void test_freeze_globs(fsdp_comm_t *comm) {
+    fsdp_engine_config ec = fsdp_engine_config_default();
+    fsdp_engine_t *e = NULL, *g = NULL;
+    fsdp_unit_t *u[NU] = {0}, *gu[NU] = {0};
+    CHECK(build(comm, &ec, 0, &e, u));
+    char list[] = "A.f?,F.*"; /* the engine keeps its own copy */
+    ec.freeze = list;
+    CHECK(build(comm, &ec, 1, &g, gu)); /* spec flags cleared: the globs alone freeze */
+    list[0] = 'X';
+    for (int i = 0; i < NU && gu[NU - 1]; i++) {
+        CHECK(fsdp_unit_padded_numel(u[i]) == fsdp_unit_padded_numel(gu[i]) &&
+              fsdp_unit_frozen_padded_numel(u[i]) == fsdp_unit_frozen_padded_numel(gu[i]));
+        for (int t = 0; t < UNITS[i].n_specs; t++) {
+            fsdp_tensor_info a, b;
+            CHECK_OK(fsdp_unit_tensor_info(u[i], t, &a));
+            CHECK_OK(fsdp_unit_tensor_info(gu[i], t, &b));
+            CHECKF(a.frozen == b.frozen && a.offset == b.offset, "%s.%s: flag %d/%zu, glob %d/%zu",
+                   UNITS[i].name, a.name, a.frozen, a.offset, b.frozen, b.offset);
+        }
+    }
+    fsdp_engine_free(g);
+    fsdp_engine_free(e);
+    fsdp_plan_unit pu[NU];
+    fsdp_tensor_spec copies[NU][5];
+    for (int i = 0; i < NU; i++) {
+        pu[i] = UNITS[i];
+        memcpy(copies[i], UNITS[i].specs, (size_t)UNITS[i].n_specs * sizeof copies[i][0]);
+        for (int t = 0; t < UNITS[i].n_specs; t++)
+            copies[i][t].frozen = 0;
+        pu[i].specs = copies[i];
+    }
+    fsdp_plan_config pc = fsdp_plan_config_default();
+    pc.world = g_world;
+    pc.backend = g_world > 1 ? FSDP_COMM_MPI : FSDP_COMM_SELF;
+    fsdp_plan a, b;
+    CHECK_OK(fsdp_plan_compute(UNITS, NU, &pc, &a));
+    pc.engine.freeze = "A.f?,F.*";
+    CHECK_OK(fsdp_plan_compute(pu, NU, &pc, &b));
+    CHECK(a.n_frozen == b.n_frozen && a.n_frozen == 94 &&
+          memcmp(&a.predicted, &b.predicted, sizeof a.predicted) == 0);
+    const char *bad[] = {",", "A.w,", ",A.w", "A.w,,T.t"};
+    for (int k = 0; k < 4; k++) {
+        ec.freeze = bad[k];
+        CHECK_ERR(fsdp_engine_init(&e, comm, &ec), FSDP_EINVAL, "empty pattern");
+        pc.engine.freeze = bad[k];
+        CHECK_ERR(fsdp_plan_compute(pu, NU, &pc, &b), FSDP_EINVAL, "empty pattern");
+    }
+}
+
 int main(int argc, char **argv) {
     fsdp_comm_t *comm = test_comm_init(&argc, &argv), *self = NULL;
     if (comm == NULL) return 1;
@@ -311,6 +362,7 @@ int main(int argc, char **argv) {
         for (int d = 0; d < 2; d++)
             test_steps(comm, strats[s], d ? FSDP_BF16 : FSDP_F32, 2);
     test_steps(comm, FSDP_FULL_SHARD, FSDP_BF16, 0);
+    test_freeze_globs(comm);
     fsdp_comm_free(self);
     fsdp_comm_free(comm);
     return TEST_MAIN_END();

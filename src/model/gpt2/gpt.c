@@ -239,15 +239,16 @@ void gpt_units_free(gpt_units *u) {
 /* ---------------------------------------------------------------- the block table's hooks */
 
 /* main_grad views of tensors t0 and t1 that one kernel writes with one accumulate flag (LayerNorm
- * weight and bias); their flags always agree in this model because both are first touched together. */
+ * weight and bias); their flags always agree in this model because both are first touched together.
+ * A frozen one has a NULL view and no say (the kernel skips it). */
 static fsdp_status grad_pair(fsdp_unit_t *u, int t0, int t1, float **g0, float **g1, int *acc) {
     int a0, a1;
     FSDP_TRY(fsdp_unit_main_grad(u, t0, g0, &a0));
     FSDP_TRY(fsdp_unit_main_grad(u, t1, g1, &a1));
-    if (a0 != a1)
+    if (*g0 && *g1 && a0 != a1)
         return FSDP_ERR(FSDP_EINTERNAL, "unit '%s': tensors %d and %d disagree on first touch (%d vs %d)",
                         fsdp_unit_name(u), t0, t1, a0, a1);
-    *acc = a0;
+    *acc = *g0 ? a0 : a1;
     return FSDP_OK;
 }
 
