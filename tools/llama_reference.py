@@ -45,6 +45,7 @@ rope_low_freq_factor, rope_high_freq_factor]. "logits" is (B, T, V): the real vo
 Gradients of the padded embedding rows (V..Vp) are 0.
 """
 import argparse
+import fnmatch
 import json
 import math
 import os
@@ -59,7 +60,7 @@ DT_F32, DT_I32, DT_F64, DT_BF16 = 0, 1, 2, 3
 IGNORE = -100
 
 BASE = dict(L=2, C=64, NH=4, NKV=2, hd=16, I=96, V=300, Vp=320, T_max=64, tie=0, bias=0, qknorm=0,
-            eps=1e-5, theta=10000.0, scaling=None)
+            eps=1e-5, theta=10000.0, scaling=None, freeze="")
 VARIANTS = {
     "llama": dict(arch="LlamaForCausalLM", theta=500000.0,
                   scaling=dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
@@ -68,6 +69,13 @@ VARIANTS = {
     "qwen3": dict(arch="Qwen3ForCausalLM", qknorm=1, hd=24, tie=1, eps=1e-6, theta=1000000.0),
     "smollm": dict(arch="LlamaForCausalLM", C=48, NH=3, NKV=1, I=128, tie=1, theta=100000.0),
     "mistral": dict(arch="MistralForCausalLM", NKV=1),
+    # llama with frozen parameters (requires_grad=False), named as fsdp_engine_config.freeze names
+    # them (globs over the C model's unit.tensor): all of h0, the embedding, h1's fused q/k/v and every
+    # post-attention norm; the LM head, the final norm and the rest of h1 train.
+    "llama_frozen": dict(arch="LlamaForCausalLM", theta=500000.0,
+                         scaling=dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0,
+                                      high_freq_factor=4.0, original_max_position_embeddings=16),
+                         freeze="h0.*,root.embed_tokens,h1.qkv_w,h*.post_attn_layernorm"),
 }
 B, T, STEPS, SEED = 4, 32, 10, 1234
 OPT = dict(lr=1e-3, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1, grad_clip=1.0)
@@ -258,6 +266,35 @@ def hf_model(s, W, dtype):
     return m
 
 
+def c_name(s, hf):
+    """The C model's unit.tensor name that HF tensor hf is (part of): fused() below."""
+    if hf == "model.embed_tokens.weight":
+        return "root.embed_tokens"
+    if hf == "model.norm.weight":
+        return "root.norm"
+    if hf == "lm_head.weight":
+        return "root.lm_head"
+    parts = hf.split(".")
+    h, rest = f"h{parts[2]}.", ".".join(parts[3:])
+    table = {"input_layernorm.weight": "input_layernorm", "post_attention_layernorm.weight": "post_attn_layernorm",
+             "self_attn.o_proj.weight": "o_w", "mlp.down_proj.weight": "down_w",
+             "self_attn.q_norm.weight": "q_norm", "self_attn.k_norm.weight": "k_norm"}
+    if rest in table:
+        return h + table[rest]
+    if rest.startswith("self_attn.") and rest.endswith(".weight"):
+        return h + "qkv_w"
+    if rest.startswith("self_attn.") and rest.endswith(".bias"):
+        return h + "qkv_b"
+    if rest.startswith("mlp."):
+        return h + "gate_up_w"
+    raise ValueError(f"no C name for {hf}")
+
+
+def frozen(s, hf):
+    """Whether s.freeze (comma-separated fnmatch globs over the C names) freezes HF tensor hf."""
+    return any(fnmatch.fnmatchcase(c_name(s, hf), g) for g in s.freeze.split(",") if g)
+
+
 class Runner:
     """Forward (logits over the real vocabulary) and the trainable parameters by HF name, in dtype:
     transformers' model where it has the variant, RefLlama otherwise."""
@@ -269,6 +306,9 @@ class Runner:
             self.P = dict(self.m.named_parameters())  # the tied head appears once, as embed_tokens
         else:
             self.P = {n: w.to(dtype).clone().requires_grad_(True) for n, w in W.items()}
+        for n, p in self.P.items():  # frozen: no gradient, no AdamW update, not in the clipped norm
+            p.requires_grad_(not frozen(s, n))
+        self.train = {n: p for n, p in self.P.items() if p.requires_grad}  # what AdamW updates
 
     def logits(self, tokens):
         if self.m is not None:
@@ -283,7 +323,7 @@ def loss_of(logits, targets):
 def train(s, W, tokens, targets, dtype, use_ref=False):
     """(logits, loss, grads at the initial weights, loss per step, pre-clip norm per step)."""
     r = Runner(s, W, dtype, use_ref)
-    P = r.P
+    P = r.train
     decay = [p for n, p in P.items() if p.dim() > 1]
     nodecay = [p for n, p in P.items() if p.dim() == 1]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": OPT["weight_decay"]},
@@ -423,12 +463,17 @@ def cmd_fixture(a):
               f"{max(abs(x - y) / x for x, y in zip(losses, losses32)):.2e}")
         zero = torch.zeros(s.Vp - s.V, s.C, dtype=torch.float64)
         fw = fused(s, W, pad)
-        fg = fused(s, {n: g for n, g in grads.items()}, zero)
+        # gradients of the trainable tensors only (a frozen one has none: filled in to fuse, then dropped)
+        fg = fused(s, {n: grads[n] if n in grads else torch.zeros_like(W[n], dtype=torch.float64) for n in W},
+                   zero)
+        fg = {n: g for n, g in fg.items() if not any(fnmatch.fnmatchcase(n, p) for p in s.freeze.split(",") if p)}
         recs = [record("tokens", DT_I32, tokens), record("targets", DT_I32, targets)]
         recs += [record("w." + n, DT_BF16, t) for n, t in fw.items()]
         recs.append(record("logits", DT_F32, logits))
         recs.append(record("loss", DT_F64, torch.tensor([loss], dtype=torch.float64)))
         recs += [record("g." + n, DT_F32, t) for n, t in fg.items()]
+        if s.freeze:  # the C side freezes by the same globs (fsdp_engine_config.freeze)
+            recs.append(record("freeze", DT_I32, torch.tensor(list(s.freeze.encode()), dtype=torch.int32)))
         recs.append(record("losses", DT_F64, torch.tensor(losses, dtype=torch.float64)))
         recs.append(record("norms", DT_F64, torch.tensor(norms, dtype=torch.float64)))
         sc = s.scaling or {}

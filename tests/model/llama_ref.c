@@ -31,6 +31,7 @@ static const tolerances TOL_MIXED = {1.2e-2, 5e-5, 2.5e-2, 2.5e-2, 4e-2, 4e-3};
 static const tolerances TOL_F32C = {1e-5, 1e-5, 1e-5, 1e-5, 4.5e-2, 4e-3};
 
 static int verbose;
+static char fx_freeze[256]; /* the fixture's "freeze" record: fsdp_engine_config.freeze globs, or "" */
 
 static void gt_rows(int B, int rank, int world, int *b0, int *b1) {
     *b0 = (int)((long long)B * rank / world);
@@ -43,10 +44,12 @@ static fsdp_status gather_grad(fsdp_engine_t *e, fsdp_unit_t *u, float **out) {
     fsdp_status s = fsdp_unit_shard(u, &sv);
     if (s != FSDP_OK) return s;
     size_t padded = fsdp_unit_padded_numel(u);
-    float *full = malloc(padded * sizeof(float));
+    float *full = malloc((padded ? padded : 1) * sizeof(float));
     if (!full) return fsdp_set_error(FSDP_ENOMEM, "gather_grad: %zu floats", padded);
     fsdp_comm_t *c = fsdp_engine_comm(e);
-    if (fsdp_comm_size(c) == 1)
+    if (padded == 0) /* nothing trainable: no gradient */
+        ;
+    else if (fsdp_comm_size(c) == 1)
         memcpy(full, sv.grad, padded * sizeof(float));
     else if ((s = fsdp_comm_all_gather(c, sv.grad, full, sv.numel, FSDP_F32)) != FSDP_OK) {
         free(full);
@@ -105,6 +108,7 @@ static fsdp_status run(fsdp_comm_t *comm, const gpt_fixture *fx, const char *nam
 
     fsdp_engine_config ec = fsdp_engine_config_default();
     ec.compute_dtype = dt;
+    ec.freeze = fx_freeze; /* the fixture's frozen tensors (requires_grad=False in PyTorch), or NULL */
     CHECK_OK(s = fsdp_engine_init(&e, comm, &ec));
     if (s != FSDP_OK) goto done;
     CHECK_OK(s = fsdp_llama_family.init(&m, e, &mcfg));
@@ -120,6 +124,7 @@ static fsdp_status run(fsdp_comm_t *comm, const gpt_fixture *fx, const char *nam
     /* the engine averages over ranks: rank r's share of the mean over all counted targets */
     const float loss_scale = (float)world * (float)n_mine / (float)n_all;
     double worst_grad = 0, worst_step = 0;
+    int n_frozen = 0;
     for (int step = 0; step < fx->steps; step++) {
         float loss_local = 0;
         CHECK_OK(s = fsdp_engine_begin_step(e, 1));
@@ -163,6 +168,16 @@ static fsdp_status run(fsdp_comm_t *comm, const gpt_fixture *fx, const char *nam
                     if (ti.alias_of >= 0) continue;
                     char nm[64];
                     snprintf(nm, sizeof nm, "g.%s.%s", fsdp_unit_name(u), ti.name);
+                    const gpt_fixture_record *rec = NULL;
+                    for (int k = 0; k < fx->n_records; k++)
+                        if (!strcmp(fx->recs[k].name, nm)) rec = &fx->recs[k];
+                    /* frozen here exactly where PyTorch had no gradient (the fixture has none) */
+                    CHECKF(ti.frozen == (rec == NULL), "%s: %s frozen %d but the fixture %s a gradient", mode,
+                           nm, ti.frozen, rec ? "has" : "lacks");
+                    if (ti.frozen) {
+                        n_frozen++;
+                        continue;
+                    }
                     float *ref = malloc(ti.numel * sizeof(float));
                     CHECK(ref != NULL);
                     if (!ref) continue;
@@ -192,8 +207,10 @@ static fsdp_status run(fsdp_comm_t *comm, const gpt_fixture *fx, const char *nam
                    en);
     }
     if (rank == 0)
-        printf("%s, %d ranks: worst gradient rel err %.3g, worst step-loss rel err %.3g\n", mode, world,
-               worst_grad, worst_step);
+        printf("%s, %d ranks: worst gradient rel err %.3g, worst step-loss rel err %.3g%s\n", mode, world,
+               worst_grad, worst_step,
+               fx_freeze[0] ? " (frozen tensors as PyTorch's requires_grad=False)" : "");
+    if (fx_freeze[0]) CHECKF(n_frozen > 0, "%s: --freeze %s froze no tensor", mode, fx_freeze);
 done:
     fsdp_llama_family.free(m);
     fsdp_engine_free(e);
@@ -217,6 +234,14 @@ int main(int argc, char **argv) {
     gpt_fixture fx;
     fsdp_status s = gpt_fixture_load(argv[1], &fx);
     CHECK_OK(s);
+    for (int k = 0; s == FSDP_OK && k < fx.n_records; k++)
+        if (!strcmp(fx.recs[k].name, "freeze") && fx.recs[k].dtype == FX_I32 &&
+            fx.recs[k].numel < sizeof fx_freeze)
+            for (size_t i = 0; i < fx.recs[k].numel; i++) {
+                int32_t ch;
+                memcpy(&ch, (const char *)fx.recs[k].data + 4 * i, 4);
+                fx_freeze[i] = (char)ch;
+            }
     if (s == FSDP_OK) {
         CHECKF(fx.B >= fsdp_comm_size(comm), "world %d is larger than the fixture batch %d",
                fsdp_comm_size(comm), fx.B);
