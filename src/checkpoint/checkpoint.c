@@ -114,6 +114,12 @@ static cJSON *unit_json(const fsdp_ckpt_unit *u) {
     cJSON_AddStringToObject(j, "name", u->name);
     cJSON_AddNumberToObject(j, "numel", (double)u->numel);
     cJSON_AddNumberToObject(j, "padded_numel", (double)u->padded_numel);
+    if (u->frozen_numel) { /* only with frozen tensors: other manifests are as before */
+        char hex[20];
+        snprintf(hex, sizeof hex, "%016llx", (unsigned long long)u->frozen_digest);
+        cJSON_AddNumberToObject(j, "frozen_numel", (double)u->frozen_numel);
+        cJSON_AddStringToObject(j, "frozen_digest", hex);
+    }
     ts = cJSON_AddArrayToObject(j, "tensors");
     for (int t = 0; ts && t < u->n_tensors; t++) {
         const fsdp_ckpt_tensor *x = &u->tensors[t];
@@ -129,6 +135,7 @@ static cJSON *unit_json(const fsdp_ckpt_unit *u) {
             cJSON_AddStringToObject(tj, "alias_of", u->tensors[x->alias_of].name);
         else
             cJSON_AddNullToObject(tj, "alias_of");
+        if (x->frozen) cJSON_AddTrueToObject(tj, "frozen"); /* absent: trainable (manifests before it) */
         cJSON_AddItemToArray(ts, tj);
     }
     return j;

@@ -44,16 +44,23 @@ typedef struct {
     char *name;
     int ndim;
     int64_t shape[FSDP_MAX_DIMS];
-    size_t offset, numel; /* within the unit's flat buffer */
+    size_t offset, numel; /* within the unit's flat buffer; a frozen tensor's within the frozen region */
     int alias_of;         /* -1, or the index of the tensor it aliases */
+    int frozen;           /* 1: frozen (fsdp_tensor_spec.frozen): its values are not in the checkpoint */
 } fsdp_ckpt_tensor;
 
 typedef struct {
     char *name;
-    size_t numel;        /* unpadded flat length */
+    size_t numel;        /* unpadded flat length (of the trainable region: the shards hold it alone) */
     size_t padded_numel; /* flat length at the saving world size (a multiple of it) */
     int n_tensors;
     fsdp_ckpt_tensor *tensors;
+    /* The frozen region (0 when nothing is frozen): its unpadded length, and the digest of its values
+     * (ckpt_engine.c: the same on any world size and compute dtype) that a load checks the frozen
+     * values it was given against. A checkpoint holds only the trainable region; the frozen one comes
+     * from where the run started (an --init-from folder, a seed) and is restored before the load. */
+    size_t frozen_numel;
+    uint64_t frozen_digest;
 } fsdp_ckpt_unit;
 
 /* One rank's part of one unit: [offset, offset+numel) of the flat buffer, fp32. The arrays are host
@@ -153,13 +160,20 @@ fsdp_status fsdp_ckpt_prune(const char *ckpt_dir, int keep_last, int keep_every,
 
 /* ---- engine glue (ckpt_engine.c) */
 
-/* Collective: saves every unit's shard of eng (master, AdamW moments) with st. */
+/* Collective: saves every unit's shard of eng (master, AdamW moments) with st; a unit's frozen region
+ * is not saved, only its digest. */
 fsdp_status fsdp_ckpt_save(fsdp_engine_t *eng, const char *ckpt_dir, const struct cJSON *config,
                            const fsdp_ckpt_state *st, char **final_dir);
 /* Collective: loads step_dir into eng, re-slicing if the world size differs; sets the engine's step
  * count; *st gets the trainer state. Every unit and tensor must match the manifest (name, shape,
- * offset), else FSDP_EFORMAT naming manifest.json and the first difference. If any rank fails,
+ * offset, frozen or not), else FSDP_EFORMAT naming manifest.json and the first difference. Frozen
+ * tensors are not in the checkpoint: the caller restores them first (from the run's source), and
+ * their digest must equal the manifest's, else FSDP_EINVAL naming the unit. If any rank fails,
  * every rank returns an error. */
 fsdp_status fsdp_ckpt_load(fsdp_engine_t *eng, const char *step_dir, fsdp_ckpt_state *st);
+/* Collective: out[u] = the digest of unit u's frozen region (0 where none): a sum over its nonzero
+ * elements of a 20-bit hash of (index in the region, the value rounded to bf16), so the same values
+ * give the same digest on any world size, strategy and compute dtype. */
+fsdp_status fsdp_ckpt_frozen_digests(fsdp_engine_t *eng, uint64_t *out);
 
 #endif

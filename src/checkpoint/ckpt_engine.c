@@ -22,6 +22,7 @@ static fsdp_status describe(fsdp_engine_t *eng, fsdp_ckpt_unit **out, int *n_out
         units[u].numel = fsdp_unit_numel(U);
         units[u].padded_numel = fsdp_unit_padded_numel(U);
         units[u].n_tensors = fsdp_unit_num_tensors(U);
+        const size_t fbase = fsdp_unit_padded_numel(U); /* where the frozen region starts */
         units[u].tensors = calloc((size_t)units[u].n_tensors + 1, sizeof(fsdp_ckpt_tensor));
         if (!units[u].tensors) {
             for (int k = 0; k < u; k++)
@@ -42,14 +43,64 @@ static fsdp_status describe(fsdp_engine_t *eng, fsdp_ckpt_unit **out, int *n_out
             T->name = (char *)ti.name;
             T->ndim = ti.ndim;
             memcpy(T->shape, ti.shape, sizeof T->shape);
-            T->offset = ti.offset;
+            T->frozen = ti.frozen;
+            /* a frozen tensor's offset within the frozen region: the same on any world size */
+            T->offset = ti.frozen ? ti.offset - fbase : ti.offset;
             T->numel = ti.numel;
             T->alias_of = ti.alias_of;
+            if (ti.frozen && ti.alias_of < 0 && T->offset + T->numel > units[u].frozen_numel)
+                units[u].frozen_numel = T->offset + T->numel;
         }
     }
     *out = units;
     *n_out = n;
     return FSDP_OK;
+}
+
+/* A 20-bit hash of one frozen element: a splitmix64 finaliser over its index and bf16 bits. */
+static inline uint64_t elem_hash(uint64_t idx, uint16_t bits) {
+    uint64_t z = (idx << 16 | bits) + 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return (z ^ (z >> 31)) >> 44;
+}
+
+fsdp_status fsdp_ckpt_frozen_digests(fsdp_engine_t *eng, uint64_t *out) {
+    const int n = fsdp_engine_num_units(eng);
+    /* sums of 20-bit terms in int64: no wrap below 2^43 elements, and the same in any order of
+     * addition (so over ranks too) */
+    int64_t *sum = calloc((size_t)n + 1, sizeof *sum);
+    float *buf = malloc(4096 * sizeof *buf);
+    fsdp_status s = sum && buf ? FSDP_OK : FSDP_ERR(FSDP_ENOMEM, "no memory for the frozen digests");
+    for (int u = 0; u < n && s == FSDP_OK; u++) {
+        fsdp_unit_t *U = fsdp_engine_unit(eng, u);
+        fsdp_shard_view v;
+        s = fsdp_unit_shard_info(U, &v);
+        if (s != FSDP_OK || v.frozen_numel == 0) continue;
+        /* the ranks holding the same frozen shard (replicas) each hash one slice of it */
+        size_t off, len;
+        fsdp_shard_range(v.frozen_numel, v.replica, v.replicas, &off, &len);
+        off += v.frozen_offset;
+        const size_t base = fsdp_unit_padded_numel(U);
+        uint64_t acc = 0;
+        for (size_t x = 0; x < len && s == FSDP_OK; x += 4096) {
+            size_t k = len - x < 4096 ? len - x : 4096;
+            s = fsdp_unit_shard_read(U, FSDP_SHARD_FROZEN, off + x, k, buf);
+            for (size_t i = 0; s == FSDP_OK && i < k; i++) {
+                uint16_t b = fsdp_f32_to_bf16(buf[i]);
+                if (b != 0) acc += elem_hash(off + x + i - base, b);
+            }
+        }
+        sum[u] = (int64_t)acc;
+    }
+    s = fsdp_comm_agree(fsdp_engine_comm(eng), s, "hashing the frozen weights");
+    if (s == FSDP_OK && fsdp_comm_size(fsdp_engine_comm(eng)) > 1)
+        s = fsdp_comm_all_reduce(fsdp_engine_comm(eng), sum, sum, (size_t)n, FSDP_I64, FSDP_SUM);
+    for (int u = 0; u < n && s == FSDP_OK; u++)
+        out[u] = (uint64_t)sum[u];
+    free(buf);
+    free(sum);
+    return s;
 }
 
 static void free_desc(fsdp_ckpt_unit *units, int n) {
@@ -120,6 +171,13 @@ fsdp_status fsdp_ckpt_save(fsdp_engine_t *eng, const char *ckpt_dir, const struc
     }
     /* A failure above is local; agree before the collective save so no rank waits forever. */
     s = fsdp_comm_agree(comm, s, "describing the model for a checkpoint");
+    uint64_t *dig = s == FSDP_OK ? calloc((size_t)n + 1, sizeof *dig) : NULL;
+    if (s == FSDP_OK && !dig) s = FSDP_ERR(FSDP_ENOMEM, "no memory for %d digests", n);
+    s = fsdp_comm_agree(comm, s, "describing the model for a checkpoint");
+    if (s == FSDP_OK) s = fsdp_ckpt_frozen_digests(eng, dig);
+    for (int u = 0; s == FSDP_OK && u < n; u++)
+        units[u].frozen_digest = dig[u];
+    free(dig);
     if (s == FSDP_OK) s = fsdp_ckpt_save_parts(comm, ckpt_dir, config, n, units, parts, st, final_dir);
     free(parts);
     free_desc(units, n);
@@ -142,6 +200,16 @@ static fsdp_status compare(fsdp_ckpt_reader *r, const fsdp_ckpt_unit *mine, int 
                               fsdp_ckpt_num_units(r), n, hint);
     for (int u = 0; u < n; u++) {
         const fsdp_ckpt_unit *c = fsdp_ckpt_unit_desc(r, u), *m = &mine[u];
+        /* frozen or not first: another --freeze also moves the offsets and lengths checked below */
+        for (int t = 0; !strcmp(c->name, m->name) && c->n_tensors == m->n_tensors && t < m->n_tensors; t++)
+            if (c->tensors[t].frozen != m->tensors[t].frozen &&
+                !strcmp(c->tensors[t].name, m->tensors[t].name))
+                return fsdp_set_error(FSDP_EFORMAT,
+                                      "%s/manifest.json: tensor %s.%s is %s there and %s in this model: use "
+                                      "the --freeze the checkpoint was trained with",
+                                      dir, m->name, m->tensors[t].name,
+                                      c->tensors[t].frozen ? "frozen" : "trainable",
+                                      m->tensors[t].frozen ? "frozen" : "trainable");
         if (strcmp(c->name, m->name) || c->n_tensors != m->n_tensors || c->numel != m->numel)
             return fsdp_set_error(
                 FSDP_EFORMAT,
@@ -151,7 +219,7 @@ static fsdp_status compare(fsdp_ckpt_reader *r, const fsdp_ckpt_unit *mine, int 
         for (int t = 0; t < m->n_tensors; t++) {
             const fsdp_ckpt_tensor *a = &c->tensors[t], *b = &m->tensors[t];
             int same = !strcmp(a->name, b->name) && a->ndim == b->ndim && a->offset == b->offset &&
-                       a->alias_of == b->alias_of &&
+                       a->alias_of == b->alias_of && a->frozen == b->frozen &&
                        !memcmp(a->shape, b->shape, sizeof(int64_t) * (size_t)a->ndim);
             if (!same) {
                 char sa[96], sb[96];
@@ -183,6 +251,21 @@ fsdp_status fsdp_ckpt_load(fsdp_engine_t *eng, const char *step_dir, fsdp_ckpt_s
     }
     if (s == FSDP_OK) s = fsdp_ckpt_state_get(r, st);
     s = fsdp_comm_agree(comm, s, "loading the checkpoint");
+    /* the frozen weights the caller restored must be those the checkpoint was trained with */
+    uint64_t *dig = s == FSDP_OK ? calloc((size_t)n + 1, sizeof *dig) : NULL;
+    if (s == FSDP_OK && !dig) s = FSDP_ERR(FSDP_ENOMEM, "no memory for %d digests", n);
+    s = fsdp_comm_agree(comm, s, "loading the checkpoint");
+    if (s == FSDP_OK) s = fsdp_ckpt_frozen_digests(eng, dig);
+    for (int u = 0; s == FSDP_OK && u < n; u++)
+        if (dig[u] != fsdp_ckpt_unit_desc(r, u)->frozen_digest)
+            s = fsdp_set_error(FSDP_EINVAL,
+                               "%s: unit %s's frozen weights are not those the checkpoint was trained with "
+                               "(digest %016llx, the manifest's %016llx): a checkpoint holds only the "
+                               "trainable tensors; the frozen ones come from the run's --init-from folder "
+                               "(or --seed), which must be the one it started from",
+                               step_dir, units[u].name, (unsigned long long)dig[u],
+                               (unsigned long long)fsdp_ckpt_unit_desc(r, u)->frozen_digest);
+    free(dig);
     if (s == FSDP_OK) fsdp_engine_set_step_count(eng, st->step);
     fsdp_ckpt_close(r);
     free_desc(units, n);

@@ -93,6 +93,17 @@ static fsdp_status parse_units(fsdp_ckpt_reader *r, const cJSON *uj) {
             (uint64_t)padded % (uint64_t)r->world != 0)
             return fsdp_set_error(FSDP_EFORMAT,
                                   "%s: unit %d is malformed (name, numel, padded_numel, tensors)", mp, u);
+        const cJSON *fd = cJSON_GetObjectItemCaseSensitive(x, "frozen_digest");
+        double fnumel =
+            cJSON_GetObjectItemCaseSensitive(x, "frozen_numel") ? json_uint(x, "frozen_numel") : 0;
+        char *end = NULL;
+        unsigned long long dg = cJSON_IsString(fd) ? strtoull(fd->valuestring, &end, 16) : 0;
+        if (fnumel < 0 || (fnumel > 0) != (fd != NULL) ||
+            (fd && (!cJSON_IsString(fd) || strlen(fd->valuestring) != 16 || !end || *end)))
+            return fsdp_set_error(FSDP_EFORMAT, "%s: unit %d's frozen_numel / frozen_digest are malformed",
+                                  mp, u);
+        U->frozen_numel = (size_t)fnumel;
+        U->frozen_digest = (uint64_t)dg;
         U->name = fsdp_strdupf("%s", nm->valuestring);
         U->numel = (size_t)numel;
         U->padded_numel = (size_t)padded;
@@ -106,9 +117,12 @@ static fsdp_status parse_units(fsdp_ckpt_reader *r, const cJSON *uj) {
             const cJSON *tn = cJSON_GetObjectItemCaseSensitive(tj, "name");
             const cJSON *sh = cJSON_GetObjectItemCaseSensitive(tj, "shape");
             const cJSON *al = cJSON_GetObjectItemCaseSensitive(tj, "alias_of");
+            const cJSON *fz = cJSON_GetObjectItemCaseSensitive(tj, "frozen");
+            T->frozen = cJSON_IsTrue(fz);
             double off = json_uint(tj, "offset"), n = json_uint(tj, "numel");
             if (!cJSON_IsString(tn) || !cJSON_IsArray(sh) || cJSON_GetArraySize(sh) < 1 ||
-                cJSON_GetArraySize(sh) > FSDP_MAX_DIMS || off < 0 || n < 0 || off + n > numel)
+                cJSON_GetArraySize(sh) > FSDP_MAX_DIMS || off < 0 || n < 0 ||
+                off + n > (T->frozen ? fnumel : numel) || (fz && !cJSON_IsBool(fz)))
                 return fsdp_set_error(FSDP_EFORMAT, "%s: unit %s tensor %d is malformed", mp, U->name, t);
             T->name = fsdp_strdupf("%s", tn->valuestring);
             if (!T->name) return FSDP_ERR(FSDP_ENOMEM, "no memory for a name");
@@ -343,7 +357,7 @@ static fsdp_status nonfinite_error(const fsdp_ckpt_reader *r, int u, const char 
     const fsdp_ckpt_unit *U = &r->units[u];
     for (int t = 0; t < U->n_tensors; t++) {
         const fsdp_ckpt_tensor *T = &U->tensors[t];
-        if (T->alias_of < 0 && e >= T->offset && e - T->offset < T->numel)
+        if (T->alias_of < 0 && !T->frozen && e >= T->offset && e - T->offset < T->numel)
             return fsdp_set_error(FSDP_EFORMAT,
                                   "%s: tensor %s.%s element %zu of the %s is %s: non-finite values are "
                                   "refused; use an earlier checkpoint",

@@ -223,6 +223,11 @@ static const opt_def opts[] = {
     {"logits", OPT_STR, F(logits), 0, 0, NULL, C_EXPORT | C_SAMPLE,
      "write the fp32 model's logits on a fixed input to this file (export: as well; sample: instead of "
      "text)"},
+    {"freeze", OPT_STR, F(freeze), 0, 0, NULL, C_TRAIN,
+     "frozen parameters: comma-separated shell globs over unit.tensor names (units root, h0, h1, ...; "
+     "e.g. \"root.*,h*.qkv_w\"); a frozen tensor is used forward and backward but gets no gradient, "
+     "AdamW state or update and is held once in the compute dtype; every glob must match a tensor (the "
+     "error lists the names)"},
     {"init-from", OPT_STR, F(init_from), 0, 0, NULL, C_TRAIN | C_SAMPLE | C_EXPORT,
      "Hugging Face model folder (config.json, model.safetensors or its index) to start from; its "
      "config.json sets --model and the shape (--layers, --width, --heads, ..., --vocab, --max-seq-len)"},
@@ -832,6 +837,17 @@ fsdp_status fsdp_train_config_from_json(fsdp_train_config *cfg, const cJSON *j, 
         if (f[i].flag && f[i].identity && !required) FSDP_TRY(from_json_key(cfg, j, f[i].flag, 0, what));
     }
     FSDP_TRY(from_json_key(cfg, j, "hf-architecture", 0, what));
+    /* --freeze fixes the checkpoint's layout (its frozen tensors are not in it): a string kept for the
+     * life of the process, as a settings file's are */
+    const cJSON *fz = cJSON_GetObjectItemCaseSensitive(j, "freeze");
+    if (fz && !cJSON_IsNull(fz) && (!cJSON_IsString(fz) || !*fz->valuestring))
+        return fsdp_set_error(FSDP_EFORMAT, "%s: \"freeze\" is not a non-empty string or null", what);
+    cfg->freeze = NULL;
+    if (cJSON_IsString(fz)) {
+        char *copy = keep_bytes(strlen(fz->valuestring) + 1);
+        if (!copy) return FSDP_ERR(FSDP_ENOMEM, "no memory for a setting");
+        cfg->freeze = strcpy(copy, fz->valuestring);
+    }
     if (cfg->vocab < 2 || (cfg->head_dim == 0 && cfg->width % cfg->heads) || cfg->seq_len > cfg->max_seq_len)
         return fsdp_set_error(FSDP_EFORMAT,
                               "%s: inconsistent model shape (vocab %d, width %d, heads %d, "

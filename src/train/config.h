@@ -123,6 +123,7 @@ typedef struct {
                                sample: write them instead of generating */
 
     /* Hugging Face interop (train/hf.h, train/bpe.h) */
+    const char *freeze;    /* train: comma-separated globs over unit.tensor names to freeze (NULL: none) */
     const char *init_from; /* train, sample: a GPT-2 folder (config.json + safetensors) to start from */
     const char *tokenizer; /* prepare: a GPT-2 style tokenizer.json to encode the text with */
 } fsdp_train_config;

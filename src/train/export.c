@@ -2,7 +2,9 @@
  * --export-dtype) with its family's Hugging Face tensor names and layout (the family's tensor map,
  * fsdp_model_hf_map: GPT-2's Conv1D weights transposed to [in, out], embeddings cut to the real vocabulary,
  * fused tensors split, tied tensors stored once), plus the family's config.json beside it. Reads shard files
- * directly, so it needs no engine and no particular world size. */
+ * directly, so it needs no engine and no particular world size; a checkpoint of a run with frozen
+ * tensors (--freeze), which holds only the trainable ones, is loaded into a model of one process (fp32)
+ * that restores the frozen ones from where the run started, and they are read from it. */
 #include "train/train.h"
 #include "train/model_load.h"
 
@@ -436,11 +438,11 @@ static fsdp_status export_tokenizer(const fsdp_train_config *cfg, int vocab, cha
 /* safetensors: u64 little-endian header length, JSON header (space-padded to 8 bytes), then every
  * tensor's data (fp32, or bf16 rounded to nearest even) in ts order, read one unit's flat buffer at a
  * time (transposed where asked). */
-static fsdp_status export_write(fsdp_out *o, fsdp_ckpt_reader *r, const export_tensor *ts, int n,
-                                const char *hdr, fsdp_dtype dt) {
+static fsdp_status export_write(fsdp_out *o, fsdp_ckpt_reader *r, fsdp_engine_t *feng,
+                                const export_tensor *ts, int n, const char *hdr, fsdp_dtype dt) {
     const int fd = o->fd;
     const char *tmp = o->tmp;
-    float *flat = NULL, *buf = NULL;
+    float *flat = NULL, *buf = NULL, *fz = NULL;
     fsdp_bf16 *b16 = NULL;
     size_t hlen = strlen(hdr), padded = (hlen + 7) / 8 * 8;
     uint64_t hl = padded;
@@ -460,6 +462,16 @@ static fsdp_status export_write(fsdp_out *o, fsdp_ckpt_reader *r, const export_t
         const fsdp_ckpt_tensor *T = &U->tensors[ts[i].tensor];
         size_t rows = ts[i].rows, cols = T->ndim == 2 ? (size_t)T->shape[1] : 1;
         const float *src = flat + T->offset + ts[i].row0 * cols;
+        if (T->frozen) { /* not in the checkpoint: from the model that restored it */
+            fsdp_mem_free(fz);
+            fz = NULL;
+            s = feng ? fsdp_mem_alloc((void **)&fz, 4 * (T->numel ? T->numel : 1), FSDP_MEM_OTHER)
+                     : FSDP_ERR(FSDP_EINTERNAL, "frozen tensor %s.%s without a model", U->name, T->name);
+            if (s == FSDP_OK)
+                s = fsdp_unit_gather_tensor(fsdp_engine_unit(feng, ts[i].unit), ts[i].tensor, fz, 0);
+            if (s != FSDP_OK) break;
+            src = fz + ts[i].row0 * cols;
+        }
         if (ts[i].transpose) {
             fsdp_mem_free(buf);
             buf = NULL;
@@ -483,7 +495,25 @@ static fsdp_status export_write(fsdp_out *o, fsdp_ckpt_reader *r, const export_t
     }
     fsdp_mem_free(b16);
     fsdp_mem_free(buf);
+    fsdp_mem_free(fz);
     fsdp_mem_free(flat);
+    return s;
+}
+
+/* A checkpoint's model in fp32 on a world of one, its frozen tensors restored (fsdp_train_ckpt_load). */
+static fsdp_status frozen_model(const char *step_dir, fsdp_comm_t **comm, run_model *rm) {
+    fsdp_comm_config cc = fsdp_comm_config_default();
+    cc.backend = FSDP_COMM_SELF;
+    FSDP_TRY(fsdp_comm_init(comm, &cc, NULL, NULL));
+    fsdp_train_config c = fsdp_train_config_default();
+    fsdp_ckpt_state st;
+    fsdp_status s = fsdp_train_load_checkpoint_model(step_dir, *comm, &c, rm, &st);
+    if (s == FSDP_OK && c.precision != FSDP_PRECISION_FP32) { /* the frozen values as the source holds them */
+        fsdp_train_model_free(rm);
+        c.precision = FSDP_PRECISION_FP32;
+        s = fsdp_train_model_build(&c, *comm, rm);
+        if (s == FSDP_OK) s = fsdp_train_ckpt_load(rm, step_dir, &st);
+    }
     return s;
 }
 
@@ -523,7 +553,16 @@ static fsdp_status export_checkpoint(const fsdp_train_config *cfg, fsdp_dir_stag
                                           : fsdp_strdupf("%s", cfg->logits)))
         s = FSDP_ERR(FSDP_ENOMEM, "no memory for a path");
     if (s == FSDP_OK) s = fsdp_out_begin(&o, sout, "--out", 0);
-    if (s == FSDP_OK) s = export_write(&o, r, ts, n, hdr, dt);
+    /* frozen tensors (not in the checkpoint): a model of one process restores them */
+    int frozen = 0;
+    for (int u = 0; s == FSDP_OK && u < fsdp_ckpt_num_units(r); u++)
+        frozen |= fsdp_ckpt_unit_desc(r, u)->frozen_numel > 0;
+    fsdp_comm_t *fcomm = NULL;
+    run_model frm = {0};
+    if (s == FSDP_OK && frozen) s = frozen_model(step_dir, &fcomm, &frm);
+    if (s == FSDP_OK) s = export_write(&o, r, frm.eng, ts, n, hdr, dt);
+    fsdp_train_model_free(&frm);
+    fsdp_comm_free(fcomm);
     if (s == FSDP_OK) s = interrupted();
     if (s == FSDP_OK) s = fsdp_out_commit(&o);
     /* The run's tokenizer.json (and its Hugging Face companions) beside the model, so AutoTokenizer

@@ -320,11 +320,32 @@ static void fmt_shape(char *buf, size_t cap, int nd, const int64_t *sh) {
     if (u < cap) snprintf(buf + u, cap - u, "]");
 }
 
-/* Where a map entry lies in the engine: unit u, and elements [lo, hi) of its flat buffer. */
+/* Where a map entry lies in the engine: unit u, and elements [lo, hi) of its flat buffer; frozen: in
+ * the unit's frozen region (fsdp_tensor_spec.frozen), else in the trainable one. */
 typedef struct {
     fsdp_unit_t *u;
     size_t lo, hi;
+    int frozen;
 } entry_place;
+
+/* This rank's shard of the region p lies in: elements [*off, *off + *len) of the flat buffer, the
+ * array that holds them, and their fp32 host address (NULL: reached through copies; always for the
+ * frozen region, held in the compute dtype). */
+typedef struct {
+    size_t off, len;
+    fsdp_shard_array arr;
+    float *host;
+} shard_region;
+
+static fsdp_status region_of(fsdp_unit_t *u, int frozen, shard_region *r) {
+    fsdp_shard_view sv;
+    FSDP_TRY(fsdp_unit_shard_info(u, &sv));
+    if (frozen)
+        *r = (shard_region){sv.frozen_offset, sv.frozen_numel, FSDP_SHARD_FROZEN, NULL};
+    else
+        *r = (shard_region){sv.offset, sv.numel, FSDP_SHARD_MASTER, sv.master};
+    return FSDP_OK;
+}
 
 static fsdp_status place(fsdp_engine_t *eng, const fsdp_hf_tensor *e, entry_place *p) {
     p->u = NULL;
@@ -341,6 +362,7 @@ static fsdp_status place(fsdp_engine_t *eng, const fsdp_hf_tensor *e, entry_plac
                               e->tensor);
     p->lo = ti.offset + (size_t)e->row0 * (size_t)cols;
     p->hi = p->lo + (size_t)e->rows * (size_t)cols;
+    p->frozen = ti.frozen;
     return FSDP_OK;
 }
 
@@ -348,11 +370,10 @@ static fsdp_status place(fsdp_engine_t *eng, const fsdp_hf_tensor *e, entry_plac
 static fsdp_status load_entry(hf_src *h, fsdp_engine_t *eng, const fsdp_hf_tensor *e, fsdp_hf_stats *stats) {
     entry_place p;
     FSDP_TRY(place(eng, e, &p));
-    fsdp_shard_view sv;
-    FSDP_TRY(fsdp_unit_shard_info(p.u, &sv));
+    shard_region sv;
+    FSDP_TRY(region_of(p.u, p.frozen, &sv));
     stats->model_elems += p.hi - p.lo;
-    size_t lo = p.lo > sv.offset ? p.lo : sv.offset,
-           hi = p.hi < sv.offset + sv.numel ? p.hi : sv.offset + sv.numel;
+    size_t lo = p.lo > sv.off ? p.lo : sv.off, hi = p.hi < sv.off + sv.len ? p.hi : sv.off + sv.len;
     if (lo >= hi) return FSDP_OK; /* not on this rank */
     stats->read_elems += hi - lo;
     char full[160];
@@ -374,10 +395,10 @@ static fsdp_status load_entry(hf_src *h, fsdp_engine_t *eng, const fsdp_hf_tenso
         return fsdp_set_error(FSDP_EFORMAT, "%s: tensor \"%s\" has dtype %s: only F32, BF16 and F16 load",
                               st->path, full, t->dtype_name);
     const uint64_t rows = (uint64_t)e->rows, cols = e->cols ? (uint64_t)e->cols : 1;
-    if (sv.master) /* host memory: read in place */
-        return read_part(st, i, e->transpose, lo - p.lo, hi - p.lo, rows * cols,
-                         sv.master + (lo - sv.offset));
-    /* device memory: through a host chunk (elements past the file's, padding rows, are zero) */
+    if (sv.host) /* host memory: read in place */
+        return read_part(st, i, e->transpose, lo - p.lo, hi - p.lo, rows * cols, sv.host + (lo - sv.off));
+    /* device memory or the frozen region: through a host chunk (elements past the file's, padding
+     * rows, are zero) */
     size_t chunk = hi - lo < HF_STAGE ? hi - lo : HF_STAGE;
     float *stage = malloc(chunk * sizeof(float));
     if (!stage) return FSDP_ERR(FSDP_ENOMEM, "no memory for a staging chunk of %zu elements", chunk);
@@ -386,7 +407,7 @@ static fsdp_status load_entry(hf_src *h, fsdp_engine_t *eng, const fsdp_hf_tenso
         size_t n = hi - x < chunk ? hi - x : chunk;
         memset(stage, 0, n * sizeof(float));
         s = read_part(st, i, e->transpose, x - p.lo, x + n - p.lo, rows * cols, stage);
-        if (s == FSDP_OK) s = fsdp_unit_shard_write(p.u, FSDP_SHARD_MASTER, x, n, stage);
+        if (s == FSDP_OK) s = fsdp_unit_shard_write(p.u, sv.arr, x, n, stage);
     }
     free(stage);
     return s;
@@ -398,24 +419,26 @@ static fsdp_status check_tied(hf_src *h, fsdp_engine_t *eng, const fsdp_hf_tenso
     if (!src_present(h, e->hf_name)) return FSDP_OK;
     entry_place p;
     FSDP_TRY(place(eng, e, &p));
-    fsdp_shard_view sv;
-    FSDP_TRY(fsdp_unit_shard_info(p.u, &sv));
+    shard_region sv;
+    FSDP_TRY(region_of(p.u, p.frozen, &sv));
     int f, i;
     FSDP_TRY(src_find(h, e->hf_name, &f, &i));
     const fsdp_st_tensor *t = &h->st[f].t[i];
     if (t->ndim != 2 || t->shape[0] != e->rows || t->shape[1] != e->cols || t->dtype == FSDP_ST_OTHER)
         return fsdp_set_error(FSDP_EFORMAT, "%s: tensor \"%s\" does not match %s's shape and dtype",
                               h->st[f].path, e->hf_name, e->tensor);
-    size_t lo = p.lo > sv.offset ? p.lo : sv.offset,
-           hi = p.hi < sv.offset + sv.numel ? p.hi : sv.offset + sv.numel;
+    size_t lo = p.lo > sv.off ? p.lo : sv.off, hi = p.hi < sv.off + sv.len ? p.hi : sv.off + sv.len;
     float buf[1024], mine[1024];
     for (size_t x = lo; x < hi;) {
         size_t n = hi - x < 1024 ? hi - x : 1024;
         FSDP_TRY(fsdp_st_read_f32(&h->st[f], i, x - p.lo, n, buf));
-        if (sv.master)
-            memcpy(mine, sv.master + (x - sv.offset), n * sizeof(float));
+        if (sv.host)
+            memcpy(mine, sv.host + (x - sv.off), n * sizeof(float));
         else
-            FSDP_TRY(fsdp_unit_shard_read(p.u, FSDP_SHARD_MASTER, x, n, mine));
+            FSDP_TRY(fsdp_unit_shard_read(p.u, sv.arr, x, n, mine));
+        if (p.frozen && fsdp_engine_get_config(eng)->compute_dtype == FSDP_BF16)
+            for (size_t k = 0; k < n; k++) /* held in bf16: compare with what the model holds of it */
+                buf[k] = fsdp_bf16_to_f32(fsdp_f32_to_bf16(buf[k]));
         if (memcmp(buf, mine, n * sizeof(float)) != 0)
             return fsdp_set_error(
                 FSDP_EFORMAT,
@@ -528,14 +551,14 @@ fsdp_status fsdp_hf_load(fsdp_engine_t *eng, const char *dir, const fsdp_model_c
     if (s == FSDP_OK) s = fsdp_model_hf_map(mc, &map);
     if (s == FSDP_OK) s = src_check_names(&h, &map, mc);
     /* Alignment gaps and padding (e.g. the embedding's padded rows) are zero. */
-    for (int k = 0; k < fsdp_engine_num_units(eng) && s == FSDP_OK; k++) {
-        fsdp_shard_view sv;
-        s = fsdp_unit_shard_info(fsdp_engine_unit(eng, k), &sv);
-        if (s == FSDP_OK && sv.master) memset(sv.master, 0, sv.numel * sizeof(float));
+    for (int k = 0; k < 2 * fsdp_engine_num_units(eng) && s == FSDP_OK; k++) {
+        shard_region sv;
+        fsdp_unit_t *u = fsdp_engine_unit(eng, k / 2);
+        s = region_of(u, k % 2, &sv); /* the trainable region, then the frozen one */
+        if (s == FSDP_OK && sv.host) memset(sv.host, 0, sv.len * sizeof(float));
         static const float zeros[4096];
-        for (size_t x = 0; s == FSDP_OK && !sv.master && x < sv.numel; x += 4096)
-            s = fsdp_unit_shard_write(fsdp_engine_unit(eng, k), FSDP_SHARD_MASTER, sv.offset + x,
-                                      sv.numel - x < 4096 ? sv.numel - x : 4096, zeros);
+        for (size_t x = 0; s == FSDP_OK && !sv.host && x < sv.len; x += 4096)
+            s = fsdp_unit_shard_write(u, sv.arr, sv.off + x, sv.len - x < 4096 ? sv.len - x : 4096, zeros);
     }
     for (int k = 0; k < map.n && s == FSDP_OK; k++)
         if (!map.t[k].tied && !(map.t[k].optional && !src_present(&h, map.t[k].hf_name)))

@@ -14,6 +14,7 @@
 #include <cjson/cJSON.h>
 #include <limits.h>
 #include <stdlib.h>
+#include <fnmatch.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -77,7 +78,56 @@ fsdp_engine_config fsdp_train_engine_config(const fsdp_train_config *cfg) {
     ec.seed = (uint64_t)cfg->seed;
     ec.max_inflight = cfg->max_inflight;
     ec.shard_group = cfg->shard_group;
+    ec.freeze = cfg->freeze;
     return ec;
+}
+
+fsdp_status fsdp_train_freeze_report(fsdp_engine_t *eng, const char *freeze, size_t *n_frozen,
+                                     size_t *n_params) {
+    *n_frozen = *n_params = 0;
+    size_t listed = 0;
+    char names[1024] = "";
+    for (int u = 0; u < fsdp_engine_num_units(eng); u++) {
+        const fsdp_unit_t *U = fsdp_engine_unit(eng, u);
+        for (int t = 0; t < fsdp_unit_num_tensors(U); t++) {
+            fsdp_tensor_info ti;
+            FSDP_TRY(fsdp_unit_tensor_info(U, t, &ti));
+            if (ti.alias_of >= 0) continue;
+            *n_params += ti.numel;
+            if (ti.frozen) *n_frozen += ti.numel;
+            if (u < 2 || strncmp(fsdp_unit_name(U), "h", 1) != 0) /* the root's and the first block's */
+                listed += (size_t)snprintf(names + listed, listed < sizeof names ? sizeof names - listed : 0,
+                                           "%s%s.%s", listed ? " " : "", fsdp_unit_name(U), ti.name);
+        }
+    }
+    if (!freeze || !*freeze) return FSDP_OK;
+    /* every glob must name something: a misspelt one would silently train what the user froze */
+    const char *p = freeze;
+    while (*p) {
+        size_t n = strcspn(p, ",");
+        char glob[256];
+        snprintf(glob, sizeof glob, "%.*s", (int)(n < sizeof glob ? n : sizeof glob - 1), p);
+        int hit = 0;
+        for (int u = 0; u < fsdp_engine_num_units(eng) && !hit; u++) {
+            const fsdp_unit_t *U = fsdp_engine_unit(eng, u);
+            for (int t = 0; t < fsdp_unit_num_tensors(U) && !hit; t++) {
+                fsdp_tensor_info ti;
+                FSDP_TRY(fsdp_unit_tensor_info(U, t, &ti));
+                char full[192];
+                snprintf(full, sizeof full, "%s.%s", fsdp_unit_name(U), ti.name);
+                hit = fnmatch(glob, full, 0) == 0;
+            }
+        }
+        if (!hit)
+            return fsdp_set_error(
+                FSDP_EINVAL,
+                "--freeze: \"%s\" matches no tensor of this model; its names are unit.tensor "
+                "with units root and h0..h%d, e.g. %s",
+                glob, fsdp_engine_num_units(eng) - 2, names);
+        p += n;
+        if (*p == ',') p++;
+    }
+    return FSDP_OK;
 }
 
 fsdp_status fsdp_train_model_build(const fsdp_train_config *cfg, fsdp_comm_t *comm, run_model *rm) {
@@ -169,6 +219,44 @@ static fsdp_status build_for_load(fsdp_status s, fsdp_train_config *c, fsdp_comm
     return fsdp_comm_agree(comm, s, building);
 }
 
+fsdp_status fsdp_train_ckpt_load(run_model *rm, const char *step_dir, fsdp_ckpt_state *st) {
+    size_t n_frozen = 0, n_all = 0;
+    fsdp_status s = fsdp_train_freeze_report(rm->eng, NULL, &n_frozen, &n_all); /* local: no collective */
+    if (s != FSDP_OK || n_frozen == 0) return s == FSDP_OK ? fsdp_ckpt_load(rm->eng, step_dir, st) : s;
+    /* The frozen tensors are not in the checkpoint: first put back where the run started. */
+    fsdp_ckpt_reader *r = NULL;
+    char *from = NULL;
+    double seed = -1;
+    s = fsdp_ckpt_open(&r, step_dir);
+    if (s == FSDP_OK) {
+        const cJSON *i = cJSON_GetObjectItemCaseSensitive(fsdp_ckpt_config(r), "init-from");
+        const cJSON *sd = cJSON_GetObjectItemCaseSensitive(fsdp_ckpt_config(r), "seed");
+        if (cJSON_IsString(i) && !(from = strdup(i->valuestring))) s = FSDP_ERR(FSDP_ENOMEM, "no memory");
+        if (cJSON_IsNumber(sd)) seed = sd->valuedouble;
+        const uint64_t mine = fsdp_engine_get_config(rm->eng)->seed;
+        if (s == FSDP_OK && !from && seed != (double)mine)
+            s = fsdp_set_error(FSDP_EINVAL,
+                               "%s was trained with frozen tensors initialised by --seed %.0f, which a load "
+                               "initialises again (a checkpoint holds only the trainable tensors); this "
+                               "run's --seed is %llu: pass --seed %.0f",
+                               step_dir, seed, (unsigned long long)mine, seed);
+    }
+    fsdp_ckpt_close(r);
+    s = fsdp_comm_agree(fsdp_engine_comm(rm->eng), s, "reading where the frozen tensors come from");
+    if (s == FSDP_OK)
+        s = from ? fsdp_hf_load(rm->eng, from, fsdp_model_get_config(rm->model), NULL)
+                 : fsdp_engine_init_params(rm->eng);
+    if (s != FSDP_OK && from) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", fsdp_last_error());
+        s = fsdp_set_error(s, "%s: its frozen tensors come from --init-from %s, which did not load: %s",
+                           step_dir, from, why);
+    }
+    free(from);
+    if (s == FSDP_OK) s = fsdp_ckpt_load(rm->eng, step_dir, st);
+    return s;
+}
+
 fsdp_status fsdp_train_load_checkpoint_model(const char *dir, fsdp_comm_t *comm, fsdp_train_config *c,
                                              run_model *rm, fsdp_ckpt_state *st) {
     char *step_dir = NULL;
@@ -183,7 +271,7 @@ fsdp_status fsdp_train_load_checkpoint_model(const char *dir, fsdp_comm_t *comm,
     fsdp_ckpt_close(r);
     s = build_for_load(s, c, comm, rm, "reading the checkpoint's manifest",
                        "building the checkpoint's model");
-    if (s == FSDP_OK) s = fsdp_ckpt_load(rm->eng, step_dir, st);
+    if (s == FSDP_OK) s = fsdp_train_ckpt_load(rm, step_dir, st);
     free(step_dir);
     return s;
 }
@@ -242,7 +330,7 @@ fsdp_status fsdp_train_write_logits(const char *ckpt, const char *path) {
         fsdp_train_model_free(&rm);
         c.precision = FSDP_PRECISION_FP32;
         s = fsdp_train_model_build(&c, comm, &rm);
-        if (s == FSDP_OK) s = fsdp_ckpt_load(rm.eng, sd, &st);
+        if (s == FSDP_OK) s = fsdp_train_ckpt_load(&rm, sd, &st);
     }
     free(sd);
     if (s == FSDP_OK) s = fsdp_train_model_write_logits(&rm, &c, comm, path);

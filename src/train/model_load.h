@@ -19,12 +19,20 @@ typedef struct {
 void fsdp_train_model_free(run_model *rm);
 /* The engine settings of cfg: one place, used by the run and by its memory plan. */
 fsdp_engine_config fsdp_train_engine_config(const fsdp_train_config *cfg);
+/* The model's parameters, and of them the frozen ones (fsdp_engine_config.freeze); with freeze set,
+ * FSDP_EINVAL naming the first glob that matches no tensor, with the names a glob can match. */
+fsdp_status fsdp_train_freeze_report(fsdp_engine_t *eng, const char *freeze, size_t *n_frozen,
+                                     size_t *n_params);
 /* The engine on comm and the model of cfg (fsdp_train_model_config); nothing left on failure. The
  * harness variable FSDP_TEST_DEVICE=sim:SEED (or sim-nohost:SEED) puts the engine on the simulated
  * device (src/core/device.h; seed + the rank), for tests that train end to end on it. */
 fsdp_status fsdp_train_model_build(const fsdp_train_config *cfg, fsdp_comm_t *comm, run_model *rm);
 /* The model a checkpoint (dir: step or checkpoint folder) was saved from, built with the settings of its
  * manifest (into *c) and loaded; *st its train state. */
+/* Collective: loads step_dir into rm (fsdp_ckpt_load). A model with frozen tensors first gets them
+ * from where the checkpoint's run started, as its manifest records it: its --init-from folder, else
+ * --seed's initialisation (which must be this engine's); fsdp_ckpt_load then checks their digest. */
+fsdp_status fsdp_train_ckpt_load(run_model *rm, const char *step_dir, fsdp_ckpt_state *st);
 fsdp_status fsdp_train_load_checkpoint_model(const char *dir, fsdp_comm_t *comm, fsdp_train_config *c,
                                              run_model *rm, fsdp_ckpt_state *st);
 /* The model of a Hugging Face folder (fp32, the reference mode), loaded on comm; its shape into *c. */

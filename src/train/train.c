@@ -244,6 +244,8 @@ static fsdp_status run_setup(train_run *r) {
     if (s == FSDP_OK && c->pack == FSDP_PACK_DOC)
         s = fsdp_mem_alloc((void **)&r->doc, sizeof(int32_t) * bt, FSDP_MEM_ACTIVATION);
     if (s == FSDP_OK) s = fsdp_train_model_build(c, comm, &r->rm);
+    size_t n_frozen = 0, n_all = 0;
+    if (s == FSDP_OK) s = fsdp_train_freeze_report(r->rm.eng, c->freeze, &n_frozen, &n_all);
     /* The prediction the end-of-run report compares against (the same arithmetic as --plan). */
     if (s == FSDP_OK) s = fsdp_train_plan_compute(c, r->world, r->threads, r->have_val, r->rm.eng, &r->plan);
     FSDP_TRY(fsdp_comm_agree(comm, s, "building the model"));
@@ -253,6 +255,9 @@ static fsdp_status run_setup(train_run *r) {
                 gc->n_head);
         if (gc->n_kv_head && gc->n_kv_head != gc->n_head) fprintf(r->o, " (%d key/value)", gc->n_kv_head);
         fprintf(r->o, ", vocab %d, %zu parameters\n", gc->vocab_size, fsdp_model_num_params(gc));
+        if (n_frozen)
+            fprintf(r->o, "frozen (--freeze %s): %zu of %zu parameters; trainable: %zu (%.2f%%)\n", c->freeze,
+                    n_frozen, n_all, n_all - n_frozen, 100.0 * (double)(n_all - n_frozen) / (double)n_all);
     }
     FSDP_TRY(config_record(r));
     return fsdp_train_setup_perf(r);
@@ -295,7 +300,7 @@ static fsdp_status run_start(train_run *r, int *nothing) {
         s = fsdp_ckpt_resolve(c->checkpoint_dir, &step_dir);
         if (s == FSDP_OK) s = refuse_newer_committed(c->checkpoint_dir, step_dir);
         if (s == FSDP_OK) s = fsdp_train_check_resume_drift(r, step_dir);
-        if (s == FSDP_OK) s = fsdp_ckpt_load(r->rm.eng, step_dir, &r->st);
+        if (s == FSDP_OK) s = fsdp_train_ckpt_load(&r->rm, step_dir, &r->st);
         if (s == FSDP_OK) s = fsdp_train_carry_init_from(step_dir, r->cj);
         if (s == FSDP_OK) {
             fsdp_loader_state ls = {r->st.data_pos, r->st.data_epoch};

@@ -31,9 +31,9 @@ static float val(int u, size_t e, int k) {
 /* Two units: "a" with w (5,7) at 0, b (7) at 48, tied alias of w; "s" with x (2): smaller than any
  * world here, so most ranks hold only padding. */
 static fsdp_ckpt_tensor ta[3] = {
-    {"w", 2, {5, 7}, 0, 35, -1}, {"b", 1, {7}, 48, 7, -1}, {"tied", 2, {5, 7}, 0, 35, 0}};
-static fsdp_ckpt_tensor ts[1] = {{"x", 1, {2}, 0, 2, -1}};
-static fsdp_ckpt_unit units[2] = {{"a", 55, 0, 3, ta}, {"s", 2, 0, 1, ts}};
+    {"w", 2, {5, 7}, 0, 35, -1, 0}, {"b", 1, {7}, 48, 7, -1, 0}, {"tied", 2, {5, 7}, 0, 35, 0, 0}};
+static fsdp_ckpt_tensor ts[1] = {{"x", 1, {2}, 0, 2, -1, 0}};
+static fsdp_ckpt_unit units[2] = {{"a", 55, 0, 3, ta, 0, 0}, {"s", 2, 0, 1, ts, 0, 0}};
 
 static size_t round_up(size_t n, int w) { return (n + (size_t)w - 1) / (size_t)w * (size_t)w; }
 

@@ -19,9 +19,9 @@ static char fuzz_step_dir[512];
 /* Unit 0 "root": wte (5, 3) and its alias lm_head; unit 1 "block0": w (2, 2), b (2). Padded by 2 and
  * 3 elements. Values: element e of array k of unit u is u + 0.25 e - k. */
 static void fuzz_ckpt_make(void) {
-    static fsdp_ckpt_tensor t0[2] = {{"wte", 2, {5, 3}, 0, 15, -1}, {"lm_head", 2, {5, 3}, 0, 15, 0}};
-    static fsdp_ckpt_tensor t1[2] = {{"w", 2, {2, 2}, 0, 4, -1}, {"b", 1, {2}, 4, 2, -1}};
-    fsdp_ckpt_unit units[2] = {{"root", 15, 17, 2, t0}, {"block0", 6, 9, 2, t1}};
+    static fsdp_ckpt_tensor t0[2] = {{"wte", 2, {5, 3}, 0, 15, -1, 0}, {"lm_head", 2, {5, 3}, 0, 15, 0, 0}};
+    static fsdp_ckpt_tensor t1[2] = {{"w", 2, {2, 2}, 0, 4, -1, 0}, {"b", 1, {2}, 4, 2, -1, 0}};
+    fsdp_ckpt_unit units[2] = {{"root", 15, 17, 2, t0, 0, 0}, {"block0", 6, 9, 2, t1, 0, 0}};
     static float arr[2][3][17];
     fsdp_ckpt_part parts[2];
     for (int u = 0; u < 2; u++) {
