@@ -309,7 +309,8 @@ void fsdp_comm_adopt_buffer(fsdp_comm_t *c, void *buf);
  * is split into world equal contiguous shards; rank r owns [*offset, *offset + *len). */
 void fsdp_shard_range(size_t padded_numel, int rank, int world, size_t *offset, size_t *len);
 
-typedef enum { FSDP_INIT_ZEROS = 0, FSDP_INIT_ONES, FSDP_INIT_NORMAL } fsdp_init_kind;
+/* FSDP_INIT_UNIFORM: uniform on [-std, std) (LoRA's A, Kaiming-uniform as PEFT: std = 1/sqrt(fan_in)). */
+typedef enum { FSDP_INIT_ZEROS = 0, FSDP_INIT_ONES, FSDP_INIT_NORMAL, FSDP_INIT_UNIFORM } fsdp_init_kind;
 
 #define FSDP_MAX_DIMS 4
 typedef struct {
@@ -317,7 +318,7 @@ typedef struct {
     int ndim;         /* 1..FSDP_MAX_DIMS */
     int64_t shape[FSDP_MAX_DIMS];
     fsdp_init_kind init;
-    float std; /* FSDP_INIT_NORMAL: mean 0, this standard deviation */
+    float std; /* FSDP_INIT_NORMAL: mean 0, this standard deviation; FSDP_INIT_UNIFORM: the bound */
     /* Tied tensor: name of an earlier tensor in the same unit ("wte"), or "unit.tensor" naming one in
      * another unit (refused: FSDP_EINVAL naming both units). NULL: an ordinary tensor. An alias takes
      * no space: it shares its target's view, main_grad slice and shard. */
@@ -404,6 +405,10 @@ fsdp_comm_t *fsdp_engine_replica_comm(fsdp_engine_t *e);
 /* Initialises every unit's master shard from cfg.seed, value by global element index: the same
  * weights on any world size. */
 fsdp_status fsdp_engine_init_params(fsdp_engine_t *e);
+/* The initial values of tensor t of unit u alone (this rank's part of them, trainable or frozen), as
+ * fsdp_engine_init_params gives them: what a load that does not name the tensor (a LoRA adapter under
+ * --init-from) leaves it at. Not collective. */
+fsdp_status fsdp_unit_init_tensor(fsdp_unit_t *u, int t);
 
 /* Unit introspection. */
 typedef struct {

@@ -36,6 +36,18 @@ typedef struct fsdp_model_family fsdp_model_family;
 
 typedef enum { FSDP_ROPE_SCALING_NONE = 0, FSDP_ROPE_SCALING_LLAMA3 } fsdp_rope_scaling_type;
 
+/* LoRA targets: the block projections of the llama family, by PEFT's module names (q_proj, ...). */
+enum {
+    FSDP_LORA_Q = 1 << 0,
+    FSDP_LORA_K = 1 << 1,
+    FSDP_LORA_V = 1 << 2,
+    FSDP_LORA_O = 1 << 3,
+    FSDP_LORA_GATE = 1 << 4,
+    FSDP_LORA_UP = 1 << 5,
+    FSDP_LORA_DOWN = 1 << 6,
+    FSDP_LORA_ALL = (1 << 7) - 1
+};
+
 typedef struct {
     int version;                     /* FSDP_MODEL_CONFIG_VERSION */
     const fsdp_model_family *family; /* never NULL in a valid config */
@@ -57,8 +69,14 @@ typedef struct {
     double rope_factor, rope_low_freq_factor, rope_high_freq_factor;
     int rope_original_max_pos; /* llama3 scaling: original_max_position_embeddings */
     int recompute;             /* 1: keep only block inputs, recompute each block in backward */
-    char hf_architecture[48];  /* the Hugging Face class this shape came from or exports as, e.g.
-                                  "Qwen2ForCausalLM"; "" = the family's default */
+    /* LoRA (llama family): rank r of the adapters (0: none). With r > 0 every other tensor is frozen
+     * and each targeted projection W (out, in) gets A (r, in), Kaiming-uniform as PEFT initialises it,
+     * and B (out, r), zero: y = x W^T + (alpha / r) (x A^T) B^T. */
+    int lora_rank;
+    double lora_alpha;        /* 0: 2 r */
+    int lora_targets;         /* FSDP_LORA_* bits; 0: every projection of the blocks */
+    char hf_architecture[48]; /* the Hugging Face class this shape came from or exports as, e.g.
+                                 "Qwen2ForCausalLM"; "" = the family's default */
 } fsdp_model_config;
 
 /* One forward's input. tokens int32 [B,T] in [0, V). targets int32 [B,T] in [0, V) or FSDP_IGNORE_INDEX,

@@ -60,7 +60,10 @@ DT_F32, DT_I32, DT_F64, DT_BF16 = 0, 1, 2, 3
 IGNORE = -100
 
 BASE = dict(L=2, C=64, NH=4, NKV=2, hd=16, I=96, V=300, Vp=320, T_max=64, tie=0, bias=0, qknorm=0,
-            eps=1e-5, theta=10000.0, scaling=None, freeze="")
+            eps=1e-5, theta=10000.0, scaling=None, freeze="", lora=None)
+LORA_MODULES = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+LORA_C = {"q_proj": "q", "k_proj": "k", "v_proj": "v", "o_proj": "o", "gate_proj": "gate", "up_proj": "up",
+          "down_proj": "down"}
 VARIANTS = {
     "llama": dict(arch="LlamaForCausalLM", theta=500000.0,
                   scaling=dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
@@ -76,6 +79,14 @@ VARIANTS = {
                          scaling=dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0,
                                       high_freq_factor=4.0, original_max_position_embeddings=16),
                          freeze="h0.*,root.embed_tokens,h1.qkv_w,h*.post_attn_layernorm"),
+    # LoRA through PEFT (LoraConfig on transformers' model; the base frozen as PEFT freezes it): rank 4,
+    # alpha 8 on every projection of llama; on q, v, up and down of qwen2 (biases, tied head)
+    "llama_lora": dict(arch="LlamaForCausalLM", theta=500000.0,
+                       scaling=dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                                    original_max_position_embeddings=16),
+                       lora=dict(r=4, alpha=8.0, targets=LORA_MODULES)),
+    "qwen2_lora": dict(arch="Qwen2ForCausalLM", bias=1, tie=1, eps=1e-6, theta=1000000.0,
+                       lora=dict(r=3, alpha=5.0, targets=["q_proj", "v_proj", "up_proj", "down_proj"])),
 }
 B, T, STEPS, SEED = 4, 32, 10, 1234
 OPT = dict(lr=1e-3, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1, grad_clip=1.0)
@@ -144,6 +155,17 @@ def init_weights(s):
             w = 0.05 * torch.randn(shp, generator=g)
         W[n] = w.to(torch.bfloat16)
     pad = (0.05 * torch.randn((s.Vp - s.V, s.C), generator=g)).to(torch.bfloat16)
+    if s.lora:  # adapters, B nonzero too (PEFT starts it at zero, which would leave A's gradient zero)
+        A, KV = s.NH * s.hd, s.NKV * s.hd
+        io = {"q_proj": (s.C, A), "k_proj": (s.C, KV), "v_proj": (s.C, KV), "o_proj": (A, s.C),
+              "gate_proj": (s.C, s.I), "up_proj": (s.C, s.I), "down_proj": (s.I, s.C)}
+        for l in range(s.L):
+            for m in s.lora["targets"]:
+                mod = ("self_attn." if m in ("q_proj", "k_proj", "v_proj", "o_proj") else "mlp.") + m
+                fi, fo = io[m]
+                r = s.lora["r"]
+                W[f"model.layers.{l}.{mod}.lora_A.weight"] = (0.1 * torch.randn((r, fi), generator=g)).to(torch.bfloat16)
+                W[f"model.layers.{l}.{mod}.lora_B.weight"] = (0.1 * torch.randn((fo, r), generator=g)).to(torch.bfloat16)
     return W, pad
 
 
@@ -276,6 +298,8 @@ def c_name(s, hf):
         return "root.lm_head"
     parts = hf.split(".")
     h, rest = f"h{parts[2]}.", ".".join(parts[3:])
+    if ".lora_" in rest:  # model.layers.L.self_attn.q_proj.lora_A.weight -> hL.lora_a_q
+        return h + ("lora_a_" if ".lora_A." in rest else "lora_b_") + LORA_C[parts[4]]
     table = {"input_layernorm.weight": "input_layernorm", "post_attention_layernorm.weight": "post_attn_layernorm",
              "self_attn.o_proj.weight": "o_w", "mlp.down_proj.weight": "down_w",
              "self_attn.q_norm.weight": "q_norm", "self_attn.k_norm.weight": "k_norm"}
@@ -291,7 +315,10 @@ def c_name(s, hf):
 
 
 def frozen(s, hf):
-    """Whether s.freeze (comma-separated fnmatch globs over the C names) freezes HF tensor hf."""
+    """Whether s.freeze (comma-separated fnmatch globs over the C names) freezes HF tensor hf; with
+    LoRA, every tensor but the adapters."""
+    if s.lora:
+        return ".lora_" not in hf
     return any(fnmatch.fnmatchcase(c_name(s, hf), g) for g in s.freeze.split(",") if g)
 
 
@@ -301,8 +328,21 @@ class Runner:
 
     def __init__(self, s, W, dtype, use_ref=False):
         self.s = s
-        self.m = None if use_ref else hf_model(s, W, dtype)
-        if self.m is not None:
+        base = {n: w for n, w in W.items() if ".lora_" not in n}
+        self.m = None if use_ref else hf_model(s, base, dtype)
+        if self.m is not None and s.lora:  # PEFT's LoRA on transformers' model, our adapter values
+            from peft import LoraConfig, get_peft_model
+            cfg = LoraConfig(r=s.lora["r"], lora_alpha=s.lora["alpha"], target_modules=s.lora["targets"],
+                             lora_dropout=0.0, bias="none")
+            self.m = get_peft_model(self.m, cfg).to(dtype)
+            P = {n.replace("base_model.model.", "", 1).replace(".default", ""): p
+                 for n, p in self.m.named_parameters()}
+            with torch.no_grad():
+                for n, w in W.items():
+                    if ".lora_" in n:
+                        P[n].copy_(w.to(dtype))
+            self.P = P
+        elif self.m is not None:
             self.P = dict(self.m.named_parameters())  # the tied head appears once, as embed_tokens
         else:
             self.P = {n: w.to(dtype).clone().requires_grad_(True) for n, w in W.items()}
@@ -449,7 +489,7 @@ def cmd_fixture(a):
         tokens, targets = batch(s)
         logits, loss, grads, losses, norms = train(s, W, tokens, targets, torch.float64)
         _, loss32, grads32, losses32, _ = train(s, W, tokens, targets, torch.float32)
-        if not s.qknorm:  # RefLlama against transformers, float64
+        if not s.qknorm and not s.lora:  # RefLlama against transformers, float64 (PEFT: no RefLlama)
             rl, rloss, rgrads, rlosses, _ = train(s, W, tokens, targets, torch.float64, use_ref=True)
             e = max([rel(rl, logits)] + [rel(rgrads[n], grads[n]) for n in grads] +
                     [abs(x - y) / y for x, y in zip(rlosses, losses)])
@@ -463,15 +503,23 @@ def cmd_fixture(a):
               f"{max(abs(x - y) / x for x, y in zip(losses, losses32)):.2e}")
         zero = torch.zeros(s.Vp - s.V, s.C, dtype=torch.float64)
         fw = fused(s, W, pad)
+        fw.update({c_name(s, n): w for n, w in W.items() if ".lora_" in n})
         # gradients of the trainable tensors only (a frozen one has none: filled in to fuse, then dropped)
-        fg = fused(s, {n: grads[n] if n in grads else torch.zeros_like(W[n], dtype=torch.float64) for n in W},
+        base = [n for n in W if ".lora_" not in n]
+        fg = fused(s, {n: grads[n] if n in grads else torch.zeros_like(W[n], dtype=torch.float64) for n in base},
                    zero)
-        fg = {n: g for n, g in fg.items() if not any(fnmatch.fnmatchcase(n, p) for p in s.freeze.split(",") if p)}
+        fg = {n: g for n, g in fg.items()
+              if not s.lora and not any(fnmatch.fnmatchcase(n, p) for p in s.freeze.split(",") if p)}
+        fg.update({c_name(s, n): g for n, g in grads.items() if ".lora_" in n})
         recs = [record("tokens", DT_I32, tokens), record("targets", DT_I32, targets)]
         recs += [record("w." + n, DT_BF16, t) for n, t in fw.items()]
         recs.append(record("logits", DT_F32, logits))
         recs.append(record("loss", DT_F64, torch.tensor([loss], dtype=torch.float64)))
         recs += [record("g." + n, DT_F32, t) for n, t in fg.items()]
+        if s.lora:  # rank, targets (FSDP_LORA_* bits), alpha
+            bits = sum(1 << LORA_MODULES.index(m) for m in s.lora["targets"])
+            recs.append(record("lora", DT_I32, torch.tensor([s.lora["r"], bits], dtype=torch.int32)))
+            recs.append(record("loraf", DT_F64, torch.tensor([s.lora["alpha"]], dtype=torch.float64)))
         if s.freeze:  # the C side freezes by the same globs (fsdp_engine_config.freeze)
             recs.append(record("freeze", DT_I32, torch.tensor(list(s.freeze.encode()), dtype=torch.int32)))
         recs.append(record("losses", DT_F64, torch.tensor(losses, dtype=torch.float64)))
@@ -490,7 +538,10 @@ def cmd_fixture(a):
         header += b"\0" * (HEADER_BYTES - len(header))
         with open(os.path.join(a.outdir, v + ".bin"), "wb") as f:
             f.write(header + b"".join(recs))
-        if a.hf:
+        if a.hf and s.lora:  # the base as a folder (adapters are no part of it)
+            save_hf(s, {n: w for n, w in W.items() if ".lora_" not in n}, os.path.join(a.outdir, v + "_f32"),
+                    torch.float32)
+        elif a.hf:
             save_hf(s, W, os.path.join(a.outdir, v + "_f32"), torch.float32)
             save_hf(s, W, os.path.join(a.outdir, v + "_bf16"), torch.bfloat16)
             save_hf(s, W, os.path.join(a.outdir, v + "_sharded"), torch.float32, shard_kb=40)

@@ -845,8 +845,9 @@ size_t fsdp_gemm_workspace_bytes(size_t rows, const fsdp_gemm_shape *shapes, int
             st = forward_locked(x, x, x, shapes[i].bias ? x : NULL, pdt, path, M, K, N);
             /* the weight gradient overwrites (first touch) or accumulates (later micro-batches, a tied
              * weight's second use): each its own primitive */
-            for (int acc = 0; acc < 2 && st == FSDP_OK; acc++)
-                st = backward_locked(x, 0, x, acc, x, x, x, pdt, path, M, K, N);
+            for (int acc = 0; acc < (shapes[i].frozen ? 1 : 2) && st == FSDP_OK; acc++)
+                st = backward_locked(x, shapes[i].dinp_acc, shapes[i].frozen ? NULL : x, acc, x, x, x, pdt,
+                                     path, M, K, N);
         }
         G.dry = 0;
         for (int s = 0; s < NSLOT; s++)

@@ -128,9 +128,11 @@ typedef struct {
 fsdp_status fsdp_gemm_peak(fsdp_dtype pdt, double budget_s, fsdp_gemm_peak_result *out);
 /* Tests/benchmarks: the block bound of fsdp_gemm_widen_rows in bytes (0: the default, 32 MiB). */
 void fsdp_gemm_set_widen_bytes(size_t bytes);
-/* One weight a model multiplies by: out[rows, n] = in[rows, k] W[n, k]^T (+ bias[n] when bias). */
+/* One weight a model multiplies by: out[rows, n] = in[rows, k] W[n, k]^T (+ bias[n] when bias);
+ * frozen: its backward computes no weight gradient; dinp_acc: its input gradient accumulates (a LoRA
+ * adapter's A adds to the frozen projection's). */
 typedef struct {
-    int k, n, bias;
+    int k, n, bias, frozen, dinp_acc;
 } fsdp_gemm_shape;
 /* The bytes the GEMMs keep in category other (their grow-only workspace: operand copies, widened
  * weights and bias, dense block buffers, oneDNN's scratchpad) at its peak when a model multiplies

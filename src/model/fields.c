@@ -34,6 +34,10 @@ static const fsdp_model_field fields[] = {
     {"rope_original_max_pos", I(rope_original_max_pos), "rope-original-max-pos", 1, FSDP_FIELD_ZERO_DEFAULT,
      llama_only},
     {"recompute", I(recompute), "recompute", 0, FSDP_FIELD_SET, NULL},
+    /* LoRA: not in a Hugging Face config.json (hf.c leaves the lora_ fields to the flags) */
+    {"lora_rank", I(lora_rank), "lora-rank", 1, FSDP_FIELD_ZERO_DEFAULT, llama_only},
+    {"lora_alpha", D(lora_alpha), "lora-alpha", 1, FSDP_FIELD_ZERO_DEFAULT, llama_only},
+    {"lora_targets", I(lora_targets), NULL, 1, FSDP_FIELD_ZERO_DEFAULT, llama_only}, /* --lora-targets */
 };
 #undef I
 #undef D

@@ -43,10 +43,11 @@ static fsdp_status check_spec(const char *un, const fsdp_tensor_spec *specs, int
         if (!fsdp_mul_ok(n, (size_t)s->shape[d], &n))
             return FSDP_ERR(FSDP_EINVAL, "unit '%s' tensor '%s': element count overflows", un, s->name);
     }
-    if ((unsigned)s->init > FSDP_INIT_NORMAL)
+    if ((unsigned)s->init > FSDP_INIT_UNIFORM)
         return FSDP_ERR(FSDP_EINVAL, "unit '%s' tensor '%s': unknown init kind %d", un, s->name,
                         (int)s->init);
-    if (s->init == FSDP_INIT_NORMAL && !(s->std >= 0.0f && isfinite(s->std)))
+    if ((s->init == FSDP_INIT_NORMAL || s->init == FSDP_INIT_UNIFORM) &&
+        !(s->std >= 0.0f && isfinite(s->std)))
         return FSDP_ERR(FSDP_EINVAL, "unit '%s' tensor '%s': std %g must be finite and >= 0", un, s->name,
                         (double)s->std);
     *numel = n;

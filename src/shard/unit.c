@@ -352,12 +352,20 @@ static fsdp_status host_access(fsdp_engine_t *e, const char *call) {
 /* Elements of one host staging chunk (a device whose memory the host cannot address). */
 #define STAGE_CHUNK ((size_t)1 << 20)
 
-/* Writes the initial values of flat elements [c0, c1) of unit u's shard into dst (c1 - c0 elements). */
-static void init_range(const fsdp_engine_t *e, const fsdp_unit_t *u, size_t c0, size_t c1, float *dst) {
-    memset(dst, 0, (c1 - c0) * sizeof(float)); /* gaps and padding are zero */
+/* Uniform on [-1, 1) for element j of a stream (as normal_at: a pure function of key and j). */
+static float uniform_at(uint64_t key, uint64_t j) {
+    uint64_t r = splitmix64(key ^ splitmix64(j + 0x2545F4914F6CDD1Dull));
+    return (float)((double)(r >> 11) * (2.0 / 9007199254740992.0) - 1.0);
+}
+
+/* Writes the initial values of flat elements [c0, c1) of unit u's shard into dst (c1 - c0 elements);
+ * only >= 0: that tensor's elements alone (the rest of dst untouched). */
+static void init_range(const fsdp_engine_t *e, const fsdp_unit_t *u, size_t c0, size_t c1, float *dst,
+                       int only) {
+    if (only < 0) memset(dst, 0, (c1 - c0) * sizeof(float)); /* gaps and padding are zero */
     for (int t = 0; t < u->n_tensors; t++) {
         const shard_tensor *ts = &u->tensors[t];
-        if (ts->alias_of >= 0) continue;
+        if (ts->alias_of >= 0 || (only >= 0 && t != only)) continue;
         size_t a = ts->offset > c0 ? ts->offset : c0,
                b = ts->offset + ts->numel < c1 ? ts->offset + ts->numel : c1;
         if (a >= b) continue;
@@ -382,6 +390,13 @@ static void init_range(const fsdp_engine_t *e, const fsdp_unit_t *u, size_t c0, 
                 d[k] = sd * normal_at(key, j0 + k);
             break;
         }
+        case FSDP_INIT_UNIFORM: {
+            float bound = ts->std;
+#pragma omp parallel for schedule(static) if (cnt > SHARD_OMP_MIN)
+            for (size_t k = 0; k < cnt; k++)
+                d[k] = bound * uniform_at(key, j0 + k);
+            break;
+        }
         }
     }
 }
@@ -392,7 +407,7 @@ static fsdp_status init_staged(fsdp_unit_t *u, fsdp_shard_array which, size_t lo
     fsdp_status st = FSDP_OK;
     for (size_t c0 = lo; c0 < lo + len && st == FSDP_OK; c0 += STAGE_CHUNK) {
         size_t c1 = lo + len - c0 < STAGE_CHUNK ? lo + len : c0 + STAGE_CHUNK;
-        init_range(u->eng, u, c0, c1, stage);
+        init_range(u->eng, u, c0, c1, stage, -1);
         st = fsdp_unit_shard_write(u, which, c0, c1 - c0, stage);
     }
     return st;
@@ -407,7 +422,7 @@ fsdp_status fsdp_engine_init_params(fsdp_engine_t *e) {
         FSDP_TRY(host_access(e, "fsdp_engine_init_params"));
         for (int i = 0; i < e->n_units; i++)
             init_range(e, e->units[i], e->units[i]->shard_off,
-                       e->units[i]->shard_off + e->units[i]->shard_len, e->units[i]->master);
+                       e->units[i]->shard_off + e->units[i]->shard_len, e->units[i]->master, -1);
     }
     float *stage = NULL;
     fsdp_status st = FSDP_OK;
@@ -420,6 +435,28 @@ fsdp_status fsdp_engine_init_params(fsdp_engine_t *e) {
         if (st == FSDP_OK)
             st = init_staged(u, FSDP_SHARD_FROZEN, u->padded + u->fshard_off, u->fshard_len, stage);
     }
+    free(stage);
+    return st;
+}
+
+fsdp_status fsdp_unit_init_tensor(fsdp_unit_t *u, int t) {
+    if (u == NULL || t < 0 || t >= u->n_tensors)
+        return FSDP_ERR(FSDP_EINVAL, "fsdp_unit_init_tensor: no tensor %d in unit '%s'", t,
+                        u ? u->name : "?");
+    const shard_tensor *ts = &u->tensors[t];
+    if (ts->alias_of >= 0) return FSDP_OK; /* its target's values */
+    /* this rank's part of the tensor's elements, in the region that holds it */
+    const int frozen = ts->frozen;
+    const size_t lo = frozen ? u->padded + u->fshard_off : u->shard_off;
+    const size_t hi = lo + (frozen ? u->fshard_len : u->shard_len);
+    size_t a = ts->offset > lo ? ts->offset : lo,
+           b = ts->offset + ts->numel < hi ? ts->offset + ts->numel : hi;
+    if (a >= b) return FSDP_OK;
+    float *stage = malloc((b - a) * sizeof(float));
+    if (!stage) return FSDP_ERR(FSDP_ENOMEM, "init of %zu elements", b - a);
+    init_range(u->eng, u, a, b, stage, t);
+    fsdp_status st =
+        fsdp_unit_shard_write(u, frozen ? FSDP_SHARD_FROZEN : FSDP_SHARD_MASTER, a, b - a, stage);
     free(stage);
     return st;
 }

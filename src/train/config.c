@@ -95,6 +95,14 @@ static const opt_def opts[] = {
      "llama3 scaling: high_freq_factor"},
     {"rope-original-max-pos", OPT_INT, F(rope_original_max_pos), 0, 1 << 24, NULL, C_TRAIN,
      "llama3 scaling: original_max_position_embeddings"},
+    {"lora-rank", OPT_INT, F(lora_rank), 0, 4096, NULL, C_TRAIN,
+     "llama: train LoRA adapters of this rank on a frozen base (0: full fine-tuning); each targeted "
+     "projection W gets A (rank x in, Kaiming-uniform as PEFT) and B (out x rank, zero): "
+     "y = x W^T + (alpha / rank) x A^T B^T"},
+    {"lora-alpha", OPT_DBL, F(lora_alpha), 0, 1e6, NULL, C_TRAIN, "LoRA's alpha (0: 2 x --lora-rank)"},
+    {"lora-targets", OPT_STR, F(lora_targets), 0, 0, NULL, C_TRAIN,
+     "the projections with adapters, comma-separated from q,k,v,o,gate,up,down (PEFT's q_proj, ...; "
+     "default: all seven)"},
     {"hf-architecture", OPT_ENUM, F(hf_architecture), 0, 0, fsdp_train_hf_arch_names, C_TRAIN,
      "the Hugging Face class export writes (auto: the one --init-from read, else the family's)"},
     {"vocab", OPT_INT, F(vocab), 0, 1 << 22, NULL, C_TRAIN,
@@ -837,16 +845,21 @@ fsdp_status fsdp_train_config_from_json(fsdp_train_config *cfg, const cJSON *j, 
         if (f[i].flag && f[i].identity && !required) FSDP_TRY(from_json_key(cfg, j, f[i].flag, 0, what));
     }
     FSDP_TRY(from_json_key(cfg, j, "hf-architecture", 0, what));
-    /* --freeze fixes the checkpoint's layout (its frozen tensors are not in it): a string kept for the
-     * life of the process, as a settings file's are */
-    const cJSON *fz = cJSON_GetObjectItemCaseSensitive(j, "freeze");
-    if (fz && !cJSON_IsNull(fz) && (!cJSON_IsString(fz) || !*fz->valuestring))
-        return fsdp_set_error(FSDP_EFORMAT, "%s: \"freeze\" is not a non-empty string or null", what);
-    cfg->freeze = NULL;
-    if (cJSON_IsString(fz)) {
-        char *copy = keep_bytes(strlen(fz->valuestring) + 1);
-        if (!copy) return FSDP_ERR(FSDP_ENOMEM, "no memory for a setting");
-        cfg->freeze = strcpy(copy, fz->valuestring);
+    /* --freeze and --lora-targets fix the checkpoint's layout (its frozen tensors are not in it):
+     * strings kept for the life of the process, as a settings file's are */
+    static const char *const strs[2] = {"freeze", "lora-targets"};
+    const char **dst[2] = {&cfg->freeze, &cfg->lora_targets};
+    for (int k = 0; k < 2; k++) {
+        const cJSON *fz = cJSON_GetObjectItemCaseSensitive(j, strs[k]);
+        if (fz && !cJSON_IsNull(fz) && (!cJSON_IsString(fz) || !*fz->valuestring))
+            return fsdp_set_error(FSDP_EFORMAT, "%s: \"%s\" is not a non-empty string or null", what,
+                                  strs[k]);
+        *dst[k] = NULL;
+        if (cJSON_IsString(fz)) {
+            char *copy = keep_bytes(strlen(fz->valuestring) + 1);
+            if (!copy) return FSDP_ERR(FSDP_ENOMEM, "no memory for a setting");
+            *dst[k] = strcpy(copy, fz->valuestring);
+        }
     }
     if (cfg->vocab < 2 || (cfg->head_dim == 0 && cfg->width % cfg->heads) || cfg->seq_len > cfg->max_seq_len)
         return fsdp_set_error(FSDP_EFORMAT,

@@ -39,10 +39,13 @@ typedef struct {
     int rope_scaling; /* fsdp_rope_scaling_type */
     double rope_factor, rope_low_freq_factor, rope_high_freq_factor;
     int rope_original_max_pos;
-    int hf_architecture; /* index into fsdp_train_hf_arch_names; 0 = the family's default */
-    int vocab;           /* 0: auto (DIR/meta.json's vocab, else GPT-2's 50257) */
-    int seq_len;         /* T of training sequences */
-    int max_seq_len;     /* longest sequence (GPT-2: position table size); 0: = seq_len */
+    int lora_rank;            /* LoRA adapters' rank (0: none; the base is then frozen) */
+    double lora_alpha;        /* 0: 2 x rank */
+    const char *lora_targets; /* comma-separated q,k,v,o,gate,up,down; NULL: all */
+    int hf_architecture;      /* index into fsdp_train_hf_arch_names; 0 = the family's default */
+    int vocab;                /* 0: auto (DIR/meta.json's vocab, else GPT-2's 50257) */
+    int seq_len;              /* T of training sequences */
+    int max_seq_len;          /* longest sequence (GPT-2: position table size); 0: = seq_len */
 
     /* data and batch */
     const char *data; /* folder with train.bin and val.bin, a folder of shards or a glob (data/data.h) */

@@ -91,7 +91,7 @@ fsdp_status fsdp_hf_read_config(const char *dir, fsdp_train_config *cfg) {
     int n; /* every model field the trainer has a flag for (fsdp_model_fields) */
     const fsdp_model_field *f = fsdp_model_fields(&n);
     for (int i = 0; i < n; i++)
-        if (f[i].identity && f[i].flag &&
+        if (f[i].identity && f[i].flag && strncmp(f[i].name, "lora_", 5) != 0 && /* LoRA: the flags' */
             fsdp_train_config_set_number(cfg, f[i].flag, fsdp_model_field_get(&mc, &f[i])) != 0)
             return FSDP_ERR(FSDP_EINTERNAL, "model field %s: no numeric flag --%s", f[i].name, f[i].flag);
     return FSDP_OK;
@@ -545,6 +545,9 @@ fsdp_status fsdp_hf_load(fsdp_engine_t *eng, const char *dir, const fsdp_model_c
     fsdp_model_config file_mc;
     fsdp_status s = src_open(&h, dir);
     if (s == FSDP_OK) s = read_model_config(dir, &file_mc); /* checked against the weights below */
+    /* LoRA adapters are no part of a Hugging Face folder: the built model's, initialised below */
+    file_mc.lora_rank = mc->lora_rank, file_mc.lora_alpha = mc->lora_alpha;
+    file_mc.lora_targets = mc->lora_targets;
     if (s == FSDP_OK && fsdp_model_config_diff(mc, &file_mc))
         s = fsdp_set_error(FSDP_EINVAL, "%s/config.json describes another model than the one built (%s)", dir,
                            fsdp_model_config_diff(mc, &file_mc));
@@ -559,6 +562,18 @@ fsdp_status fsdp_hf_load(fsdp_engine_t *eng, const char *dir, const fsdp_model_c
         static const float zeros[4096];
         for (size_t x = 0; s == FSDP_OK && !sv.host && x < sv.len; x += 4096)
             s = fsdp_unit_shard_write(u, sv.arr, sv.off + x, sv.len - x < 4096 ? sv.len - x : 4096, zeros);
+    }
+    /* tensors no entry names (LoRA's adapters) start where initialisation puts them */
+    for (int k = 0; k < fsdp_engine_num_units(eng) && s == FSDP_OK; k++) {
+        fsdp_unit_t *u = fsdp_engine_unit(eng, k);
+        for (int t = 0; t < fsdp_unit_num_tensors(u) && s == FSDP_OK; t++) {
+            fsdp_tensor_info ti;
+            s = fsdp_unit_tensor_info(u, t, &ti);
+            int named = 0;
+            for (int e = 0; e < map.n && !named && s == FSDP_OK; e++)
+                named = !strcmp(map.t[e].unit, fsdp_unit_name(u)) && !strcmp(map.t[e].tensor, ti.name);
+            if (s == FSDP_OK && !named && ti.alias_of < 0) s = fsdp_unit_init_tensor(u, t);
+        }
     }
     for (int k = 0; k < map.n && s == FSDP_OK; k++)
         if (!map.t[k].tied && !(map.t[k].optional && !src_present(&h, map.t[k].hf_name)))

@@ -34,6 +34,27 @@ fsdp_status fsdp_train_model_config(const fsdp_train_config *cfg, fsdp_model_con
         fsdp_model_field_set(mc, &f[i], v);
     }
     mc->padded_vocab_size = 0; /* the family's rounding of --vocab, whatever its default shape pads to */
+    if (cfg->lora_targets) {   /* --lora-targets q,k,v,o,gate,up,down */
+        static const char *const names[7] = {"q", "k", "v", "o", "gate", "up", "down"};
+        const char *p = cfg->lora_targets;
+        mc->lora_targets = 0;
+        while (*p) {
+            size_t len = strcspn(p, ",");
+            int hit = -1;
+            for (int k = 0; k < 7; k++)
+                if (strlen(names[k]) == len && !strncmp(p, names[k], len)) hit = k;
+            if (hit < 0)
+                return fsdp_set_error(FSDP_EINVAL,
+                                      "--lora-targets: \"%.*s\" is none of q, k, v, o, gate, up, down",
+                                      (int)len, p);
+            mc->lora_targets |= FSDP_LORA_Q << hit;
+            p += len;
+            if (*p == ',') p++;
+        }
+        if (cfg->lora_rank <= 0) return fsdp_set_error(FSDP_EINVAL, "--lora-targets needs --lora-rank");
+    }
+    if (cfg->lora_alpha > 0 && cfg->lora_rank <= 0)
+        return fsdp_set_error(FSDP_EINVAL, "--lora-alpha needs --lora-rank");
     if (cfg->hf_architecture > 0)
         snprintf(mc->hf_architecture, sizeof mc->hf_architecture, "%s",
                  fsdp_train_hf_arch_names[cfg->hf_architecture]);

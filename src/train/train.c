@@ -256,8 +256,10 @@ static fsdp_status run_setup(train_run *r) {
         if (gc->n_kv_head && gc->n_kv_head != gc->n_head) fprintf(r->o, " (%d key/value)", gc->n_kv_head);
         fprintf(r->o, ", vocab %d, %zu parameters\n", gc->vocab_size, fsdp_model_num_params(gc));
         if (n_frozen)
-            fprintf(r->o, "frozen (--freeze %s): %zu of %zu parameters; trainable: %zu (%.2f%%)\n", c->freeze,
-                    n_frozen, n_all, n_all - n_frozen, 100.0 * (double)(n_all - n_frozen) / (double)n_all);
+            fprintf(r->o, "frozen (%s%s%s): %zu of %zu parameters; trainable: %zu (%.2f%%)\n",
+                    c->lora_rank > 0 ? "LoRA's base" : "", c->lora_rank > 0 && c->freeze ? ", " : "",
+                    c->freeze ? "--freeze" : "", n_frozen, n_all, n_all - n_frozen,
+                    100.0 * (double)(n_all - n_frozen) / (double)n_all);
     }
     FSDP_TRY(config_record(r));
     return fsdp_train_setup_perf(r);

@@ -25,6 +25,14 @@ static inline fsdp_status lt_fixture_config(const gpt_fixture *fx, fsdp_model_co
     c->qkv_bias = ci[4], c->qk_norm = ci[5], c->rope_scaling = ci[6], c->rope_original_max_pos = ci[7];
     c->norm_eps = cf[0], c->rope_theta = cf[1], c->rope_factor = cf[2], c->rope_low_freq_factor = cf[3];
     c->rope_high_freq_factor = cf[4];
+    for (int k = 0; k < fx->n_records; k++) /* LoRA (PEFT's): rank and targets, then alpha */
+        if (!strcmp(fx->recs[k].name, "lora")) {
+            int li[2];
+            double lf;
+            if ((s = gpt_fixture_get_i32(fx, "lora", 2, li)) != FSDP_OK) return s;
+            if ((s = gpt_fixture_get_f64(fx, "loraf", 1, &lf)) != FSDP_OK) return s;
+            c->lora_rank = li[0], c->lora_targets = li[1], c->lora_alpha = lf;
+        }
     return fsdp_llama_family.validate(c);
 }
 

@@ -41,6 +41,9 @@ static const struct {
     M(rope_high_freq_factor),
     M(rope_original_max_pos),
     M(recompute),
+    M(lora_rank),
+    M(lora_alpha),
+    M(lora_targets),
 #undef M
 };
 #define N_MEMBERS ((int)(sizeof members / sizeof members[0]))

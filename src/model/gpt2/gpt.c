@@ -145,8 +145,11 @@ size_t gpt2_other_bytes(const fsdp_model_config *cfg, int B, int T, fsdp_dtype c
     const fsdp_model_config c = gpt2_resolve(cfg);
     const size_t N = (size_t)B * (size_t)T;
     const int C = c.n_embd;
-    const fsdp_gemm_shape w[5] = {
-        {C, 3 * C, 1}, {C, C, 1}, {C, 4 * C, 1}, {4 * C, C, 1}, {C, c.padded_vocab_size, 0}};
+    const fsdp_gemm_shape w[5] = {{C, 3 * C, 1, 0, 0},
+                                  {C, C, 1, 0, 0},
+                                  {C, 4 * C, 1, 0, 0},
+                                  {4 * C, C, 1, 0, 0},
+                                  {C, c.padded_vocab_size, 0, 0, 0}};
     size_t transient = N * sizeof(double);
     if (2 * (size_t)C * sizeof(float) > transient) transient = 2 * (size_t)C * sizeof(float);
     return fsdp_gemm_workspace_bytes(N, w, 5, compute) + transient;

@@ -109,6 +109,17 @@ fsdp_status llama_check(const fsdp_model_config *c) {
     if (c->qkv_bias && c->qk_norm)
         return FSDP_ERR(FSDP_EINVAL, "llama config: qkv_bias (Qwen2) and qk_norm (Qwen3) together are no "
                                      "Hugging Face architecture of this family");
+    if (c->lora_rank < 0 || c->lora_rank > 4096)
+        return FSDP_ERR(FSDP_EINVAL, "llama config: lora_rank = %d: need 0 (no LoRA) or 1..4096",
+                        c->lora_rank);
+    if (c->lora_targets & ~FSDP_LORA_ALL)
+        return FSDP_ERR(FSDP_EINVAL, "llama config: lora_targets = %#x: unknown bits",
+                        (unsigned)c->lora_targets);
+    if (!(c->lora_alpha >= 0 && isfinite(c->lora_alpha)))
+        return FSDP_ERR(FSDP_EINVAL, "llama config: lora_alpha = %g: need a finite value >= 0 (0: 2 rank)",
+                        c->lora_alpha);
+    if (c->lora_rank == 0 && (c->lora_alpha != 0 || c->lora_targets != 0))
+        return FSDP_ERR(FSDP_EINVAL, "llama config: lora_alpha and lora_targets need lora_rank > 0");
     if (c->hf_architecture[0]) {
         int a = arch_index(c->hf_architecture);
         if (a < 0)
@@ -135,6 +146,8 @@ fsdp_model_config llama_resolve(const fsdp_model_config *c) {
     r.head_dim = resolved_hd(c);
     r.intermediate = resolved_inter(c);
     if (r.padded_vocab_size == 0) r.padded_vocab_size = (r.vocab_size + 127) / 128 * 128;
+    if (r.lora_rank > 0 && r.lora_alpha == 0) r.lora_alpha = 2.0 * r.lora_rank;
+    if (r.lora_rank > 0 && r.lora_targets == 0) r.lora_targets = FSDP_LORA_ALL;
     if (!r.hf_architecture[0])
         snprintf(r.hf_architecture, sizeof r.hf_architecture, "%s",
                  r.qkv_bias  ? "Qwen2ForCausalLM"
@@ -146,6 +159,8 @@ fsdp_model_config llama_resolve(const fsdp_model_config *c) {
 /* The shapes everything below is written in (N = B*T rows where it applies). */
 typedef struct {
     size_t L, C, NH, NKV, hd, A, KV, QKV, I, V, Vp;
+    size_t R, M; /* LoRA rank (0: none) and the widest projection output (max of A, C, I) */
+    int targets; /* FSDP_LORA_* (resolved) */
 } dims;
 
 static dims dims_of(const fsdp_model_config *r) {
@@ -154,13 +169,40 @@ static dims dims_of(const fsdp_model_config *r) {
     d.NKV = (size_t)r->n_kv_head, d.hd = (size_t)r->head_dim;
     d.A = d.NH * d.hd, d.KV = d.NKV * d.hd, d.QKV = d.A + 2 * d.KV;
     d.I = (size_t)r->intermediate, d.V = (size_t)r->vocab_size, d.Vp = (size_t)r->padded_vocab_size;
+    d.R = r->lora_rank > 0 ? (size_t)r->lora_rank : 0;
+    d.targets = d.R ? (r->lora_targets ? r->lora_targets : FSDP_LORA_ALL) : 0;
+    d.M = d.A > d.C ? d.A : d.C;
+    if (d.I > d.M) d.M = d.I;
     return d;
+}
+
+/* ---- LoRA: projection p (q, k, v, o, gate, up, down) of input width `in` writes columns [off, off + n)
+ * of rows with stride ldy; its adapter adds (alpha / r) (x A^T) B^T there. */
+typedef struct {
+    int in, n, off, ldy;
+} lora_proj;
+
+static lora_proj lora_shape(const dims *d, int p) {
+    const int C = (int)d->C, A = (int)d->A, KV = (int)d->KV, I = (int)d->I, QKV = (int)d->QKV;
+    static const int kind[LLAMA_LORA_PROJ] = {0, 0, 0, 1, 2, 2, 3};
+    const lora_proj by_kind[4] = {{C, 0, 0, QKV}, {A, C, 0, C}, {C, I, 0, 2 * I}, {I, C, 0, C}};
+    lora_proj r = by_kind[kind[p]];
+    if (p == 0) r.n = A;
+    if (p == 1) r.n = KV, r.off = A;
+    if (p == 2) r.n = KV, r.off = A + KV;
+    if (p == 5) r.off = I;
+    return r;
 }
 
 int llama_block_tensor(const fsdp_model_config *c, int k) {
     if (k < 0 || k >= LLAMA_BLOCK_KINDS) return -1;
     if (k == LLAMA_QKV_B && !c->qkv_bias) return -1;
     if ((k == LLAMA_Q_NORM || k == LLAMA_K_NORM) && !c->qk_norm) return -1;
+    if (k >= LLAMA_LORA_A0) {
+        const int p = (k - LLAMA_LORA_A0) / 2;
+        const int targets = c->lora_targets ? c->lora_targets : FSDP_LORA_ALL;
+        if (c->lora_rank <= 0 || !(targets & (FSDP_LORA_Q << p))) return -1;
+    }
     int i = 0;
     for (int j = 0; j < k; j++)
         i += llama_block_tensor(c, j) >= 0;
@@ -174,6 +216,11 @@ size_t llama_num_params(const fsdp_model_config *cfg) {
     size_t root = d.Vp * d.C * (r.tie_embeddings ? 1 : 2) + d.C;
     size_t block = 2 * d.C + d.QKV * d.C + (r.qkv_bias ? d.QKV : 0) + (r.qk_norm ? 2 * d.hd : 0) + d.C * d.A +
                    2 * d.I * d.C + d.C * d.I;
+    for (int p = 0; p < LLAMA_LORA_PROJ; p++) /* LoRA adapters: A (r, in) and B (out, r) */
+        if (d.targets & (FSDP_LORA_Q << p)) {
+            const lora_proj q = lora_shape(&d, p);
+            block += d.R * (size_t)(q.in + q.n);
+        }
     return root + d.L * block;
 }
 
@@ -185,7 +232,16 @@ double llama_flops_per_token(const fsdp_model_config *cfg, int T) {
     const fsdp_model_config r = llama_resolve(cfg);
     const dims d = dims_of(&r);
     double w = (double)d.L * (double)(d.QKV * d.C + d.C * d.A + 3 * d.I * d.C) + (double)(d.Vp * d.C);
-    return 6.0 * w + 12.0 * (double)d.L * (double)d.A * (T + 1) / 2.0;
+    if (d.R == 0) return 6.0 * w + 12.0 * (double)d.L * (double)d.A * (T + 1) / 2.0;
+    /* LoRA: the frozen base has no weight-gradient GEMM (forward 2, input gradient 2); each adapter's
+     * two small GEMMs all three */
+    double ad = 0;
+    for (int p = 0; p < LLAMA_LORA_PROJ; p++)
+        if (d.targets & (FSDP_LORA_Q << p)) {
+            const lora_proj q = lora_shape(&d, p);
+            ad += (double)d.R * (double)(q.in + q.n);
+        }
+    return 4.0 * w + 6.0 * (double)d.L * ad + 12.0 * (double)d.L * (double)d.A * (T + 1) / 2.0;
 }
 
 /* ---------------------------------------------------------------- activations */
@@ -204,6 +260,7 @@ typedef struct {
     float *xn2;     /* (N, C) post_attn_layernorm's output */
     float *gu;      /* (N, 2I) gate | up */
     float *act;     /* (N, I) silu(gate) * up, the down GEMM's input */
+    float *lt[LLAMA_LORA_PROJ]; /* (N, r) x A^T of each targeted projection (LoRA), else NULL */
 } block_acts;
 
 /* ---------------------------------------------------------------- the family's state and arena */
@@ -220,6 +277,10 @@ typedef struct {
     float *dqkv;               /* (N, QKV) */
     float *dgu;                /* (N, 2I) */
     float *dact;               /* (N, I) */
+    /* LoRA (d.R > 0): the scale alpha / r, and the scratch of one projection at a time: lu (N, M) its
+     * B-side product or scaled output gradient, ldt (N, r) its A-side gradient (M: the widest output) */
+    float lscale;
+    float *lu, *ldt;
 } llama_state;
 
 static void carve_block(const fsdp_model_config *r, fsdp_carve *k, size_t B, size_t T, void *acts) {
@@ -238,12 +299,16 @@ static void carve_block(const fsdp_model_config *r, fsdp_carve *k, size_t B, siz
     a->xn2 = fsdp_carve_take(k, N * d.C);
     a->gu = fsdp_carve_take(k, 2 * N * d.I);
     a->act = fsdp_carve_take(k, N * d.I);
+    for (int p = 0; p < LLAMA_LORA_PROJ; p++)
+        a->lt[p] = d.targets & (FSDP_LORA_Q << p) ? fsdp_carve_take(k, N * d.R) : NULL;
 }
 
 static void carve_head(const fsdp_model_config *r, fsdp_carve *k, size_t N, void *fam) {
-    (void)r;
+    const dims d = dims_of(r);
     llama_state tmp, *s = fam ? fam : &tmp;
     s->rstdf = fsdp_carve_take(k, N);
+    s->lu = d.R ? fsdp_carve_take(k, N * d.M) : NULL;
+    s->ldt = d.R ? fsdp_carve_take(k, N * d.R) : NULL;
 }
 
 static void carve_grad(const fsdp_model_config *r, fsdp_carve *k, size_t N, void *fam) {
@@ -284,12 +349,20 @@ size_t llama_other_bytes(const fsdp_model_config *cfg, int B, int T, fsdp_dtype 
     const fsdp_model_config r = llama_resolve(cfg);
     const dims d = dims_of(&r);
     const size_t N = (size_t)B * (size_t)T;
-    const fsdp_gemm_shape w[5] = {{(int)d.C, (int)d.QKV, r.qkv_bias},
-                                  {(int)d.A, (int)d.C, 0},
-                                  {(int)d.C, 2 * (int)d.I, 0},
-                                  {(int)d.I, (int)d.C, 0},
-                                  {(int)d.C, (int)d.Vp, 0}};
-    return fsdp_gemm_workspace_bytes(N, w, 5, compute) + N * sizeof(double);
+    const int fz = d.R > 0; /* LoRA: the base is frozen, so no weight-gradient GEMM of its own */
+    fsdp_gemm_shape w[5 + 2 * LLAMA_LORA_PROJ] = {{(int)d.C, (int)d.QKV, r.qkv_bias, fz, 0},
+                                                  {(int)d.A, (int)d.C, 0, fz, 0},
+                                                  {(int)d.C, 2 * (int)d.I, 0, fz, 0},
+                                                  {(int)d.I, (int)d.C, 0, fz, 0},
+                                                  {(int)d.C, (int)d.Vp, 0, fz, 0}};
+    int n = 5;
+    for (int p = 0; p < LLAMA_LORA_PROJ; p++) /* LoRA: x A^T (in -> r, dx accumulates), t B^T (r -> out) */
+        if (d.targets & (FSDP_LORA_Q << p)) {
+            const lora_proj q = lora_shape(&d, p);
+            w[n++] = (fsdp_gemm_shape){q.in, (int)d.R, 0, 0, 1};
+            w[n++] = (fsdp_gemm_shape){(int)d.R, q.n, 0, 0, 0};
+        }
+    return fsdp_gemm_workspace_bytes(N, w, n, compute) + N * sizeof(double);
 }
 
 /* ---------------------------------------------------------------- units */
@@ -346,8 +419,32 @@ fsdp_status llama_units(fsdp_model_units *out, const fsdp_model_config *cfg) {
             {.name = "down_w", .ndim = 2, .shape = {C, I}, .init = FSDP_INIT_NORMAL, .std = 0.02f},
     };
     int nb = 0;
-    for (int k = 0; k < LLAMA_BLOCK_KINDS; k++)
+    for (int k = 0; k < LLAMA_LORA_A0; k++)
         if (llama_block_tensor(&r, k) >= 0) o->block[nb++] = all[k];
+    if (r.lora_rank > 0) { /* LoRA: the base frozen, an adapter pair per targeted projection */
+        static const char *const names[LLAMA_LORA_PROJ][2] = {
+            {"lora_a_q", "lora_b_q"},      {"lora_a_k", "lora_b_k"},       {"lora_a_v", "lora_b_v"},
+            {"lora_a_o", "lora_b_o"},      {"lora_a_gate", "lora_b_gate"}, {"lora_a_up", "lora_b_up"},
+            {"lora_a_down", "lora_b_down"}};
+        const int64_t KVw = (int64_t)r.n_kv_head * hd, R = r.lora_rank;
+        const int64_t pout[LLAMA_LORA_PROJ] = {A, KVw, KVw, C, I, I, C},
+                      pin[LLAMA_LORA_PROJ] = {C, C, C, A, C, C, I};
+        for (int k = 0; k < LLAMA_ROOT_NTENSORS; k++)
+            o->root[k].frozen = 1;
+        for (int k = 0; k < nb; k++)
+            o->block[k].frozen = 1;
+        for (int p = 0; p < LLAMA_LORA_PROJ; p++) {
+            if (llama_block_tensor(&r, llama_lora_a(p)) < 0) continue;
+            /* PEFT's A: kaiming_uniform_(a=sqrt(5)), i.e. uniform on +-1/sqrt(in); B: zeros */
+            o->block[nb++] = (fsdp_tensor_spec){.name = names[p][0],
+                                                .ndim = 2,
+                                                .shape = {R, pin[p]},
+                                                .init = FSDP_INIT_UNIFORM,
+                                                .std = (float)(1.0 / sqrt((double)pin[p]))};
+            o->block[nb++] = (fsdp_tensor_spec){
+                .name = names[p][1], .ndim = 2, .shape = {pout[p], R}, .init = FSDP_INIT_ZEROS};
+        }
+    }
 
     snprintf(o->names[0], sizeof o->names[0], "root");
     units[0] = (fsdp_plan_unit){
@@ -392,6 +489,8 @@ static fsdp_status state_init(const fsdp_model_config *r, void **fam) {
     for (int k = 0; k < LLAMA_BLOCK_KINDS; k++)
         s->bi[k] = llama_block_tensor(r, k);
     s->scale = (float)(1.0 / sqrt((double)s->d.hd));
+    if (s->d.R)
+        s->lscale = (float)((r->lora_alpha > 0 ? r->lora_alpha : 2.0 * (double)s->d.R) / (double)s->d.R);
     s->inv_freq = calloc(s->d.hd / 2, sizeof *s->inv_freq);
     if (s->inv_freq == NULL) {
         const size_t hd = s->d.hd;
@@ -423,6 +522,69 @@ static fsdp_status block_views(const llama_state *s, fsdp_unit_t *u, const void 
 static fsdp_status grad_of(const llama_state *s, fsdp_unit_t *u, int kind, float **g, int *acc) {
     return fsdp_unit_main_grad(u, s->bi[kind], g, acc);
 }
+
+/* t (N, r) = x A_p^T: the adapter's input side (saved for backward). */
+static fsdp_status lora_a_forward(const llama_state *s, const void *const *w, int p, const float *x, float *t,
+                                  int N, fsdp_dtype pdt) {
+    const lora_proj q = lora_shape(&s->d, p);
+    return fsdp_matmul_forward(t, x, w[llama_lora_a(p)], NULL, pdt, N, q.in, (int)s->d.R);
+}
+
+/* y[:, off:off+n] += (alpha / r) t B_p^T, through u (N, n). */
+static fsdp_status lora_b_forward(const llama_state *s, const void *const *w, int p, const float *t, float *y,
+                                  float *u, int N, fsdp_dtype pdt) {
+    const lora_proj q = lora_shape(&s->d, p);
+    FSDP_TRY(fsdp_matmul_forward(u, t, w[llama_lora_b(p)], NULL, pdt, N, (int)s->d.R, q.n));
+    const float sc = s->lscale;
+    for (size_t i = 0; i < (size_t)N; i++) {
+        float *yr = y + i * (size_t)q.ldy + q.off;
+        const float *ur = u + i * (size_t)q.n;
+        for (int j = 0; j < q.n; j++)
+            yr[j] += sc * ur[j];
+    }
+    return FSDP_OK;
+}
+
+/* Every targeted projection among ps (n_ps of them, all reading x) on N rows: t into lt[p] (or one
+ * scratch t when lt is NULL: decode), the product added to y. */
+static fsdp_status lora_forward(const llama_state *s, const void *const *w, const int *ps, int n_ps,
+                                const float *x, float *const *lt, float *t1, float *y, float *u, int N,
+                                fsdp_dtype pdt) {
+    for (int k = 0; k < n_ps; k++) {
+        const int p = ps[k];
+        if (!w[llama_lora_a(p)]) continue;
+        float *t = lt ? lt[p] : t1;
+        FSDP_TRY(lora_a_forward(s, w, p, x, t, N, pdt));
+        FSDP_TRY(lora_b_forward(s, w, p, t, y, u, N, pdt));
+    }
+    return FSDP_OK;
+}
+
+/* Backward of projection p's adapter: dy the projection output's gradient (columns [off, off + n), row
+ * stride ldy), x its input, t = x A^T; dB (+)= g^T t and dA (+)= (g B)^T x into main_grad with
+ * g = (alpha / r) dy; dx (N, in) += (g B) A. */
+static fsdp_status lora_backward(const llama_state *s, fsdp_unit_t *u, const void *const *w, int p,
+                                 const float *dy, const float *x, const float *t, float *dx, int N,
+                                 fsdp_dtype pdt) {
+    if (!w[llama_lora_a(p)]) return FSDP_OK;
+    const lora_proj q = lora_shape(&s->d, p);
+    const int R = (int)s->d.R;
+    const float sc = s->lscale;
+    for (size_t i = 0; i < (size_t)N; i++) {
+        const float *dr = dy + i * (size_t)q.ldy + q.off;
+        float *g = s->lu + i * (size_t)q.n;
+        for (int j = 0; j < q.n; j++)
+            g[j] = sc * dr[j];
+    }
+    float *gA, *gB;
+    int aA, aB;
+    FSDP_TRY(grad_of(s, u, llama_lora_b(p), &gB, &aB));
+    FSDP_TRY(fsdp_matmul_backward(s->ldt, 0, gB, aB, NULL, 0, s->lu, t, w[llama_lora_b(p)], pdt, N, R, q.n));
+    FSDP_TRY(grad_of(s, u, llama_lora_a(p), &gA, &aA));
+    return fsdp_matmul_backward(dx, 1, gA, aA, NULL, 0, s->ldt, x, w[llama_lora_a(p)], pdt, N, q.in, R);
+}
+
+static const int LORA_QKV[3] = {0, 1, 2}, LORA_O[1] = {3}, LORA_GU[2] = {4, 5}, LORA_DOWN[1] = {6};
 
 static fsdp_status embed_forward(fsdp_decoder *dr, float *out) {
     return fsdp_encoder_forward(out, dr->tokens, dr->root_w[LLAMA_EMBED], NULL, dr->pdt, dr->B, dr->T,
@@ -464,6 +626,7 @@ static fsdp_status block_forward(fsdp_decoder *dr, int l, const float *x, void *
     FSDP_TRY(fsdp_rmsnorm_forward(a->xn1, C, a->rstd1, x, C, w[LLAMA_IN_NORM], pdt, N, C, eps));
     float *g = dr->cfg.qk_norm ? a->qkv_pre : a->qkv;
     FSDP_TRY(fsdp_matmul_forward(g, a->xn1, w[LLAMA_QKV_W], w[LLAMA_QKV_B], pdt, N, C, (int)d.QKV));
+    FSDP_TRY(lora_forward(s, w, LORA_QKV, 3, a->xn1, a->lt, NULL, g, s->lu, N, pdt));
     fsdp_decoder_progress(dr);
     FSDP_TRY(qk_transform(dr, w, a->qkv, dr->cfg.qk_norm ? a->qkv_pre : NULL, a->qk_rstd, dr->pos, N));
     /* Grouped-query causal attention, confined to each document when the batch has document ids */
@@ -471,14 +634,19 @@ static fsdp_status block_forward(fsdp_decoder *dr, int l, const float *x, void *
                                         (int)d.NH, (int)d.NKV, (int)d.hd));
     fsdp_decoder_progress(dr);
     FSDP_TRY(fsdp_matmul_forward(dr->tmpC, a->atty, w[LLAMA_O_W], NULL, pdt, N, (int)d.A, C));
+    FSDP_TRY(lora_forward(s, w, LORA_O, 1, a->atty, a->lt, NULL, dr->tmpC, s->lu, N, pdt));
     fsdp_decoder_progress(dr);
     FSDP_TRY(fsdp_residual_forward(a->res2, x, dr->tmpC, (size_t)N * d.C));
     FSDP_TRY(fsdp_rmsnorm_forward(a->xn2, C, a->rstd2, a->res2, C, w[LLAMA_POST_NORM], pdt, N, C, eps));
     FSDP_TRY(fsdp_matmul_forward(a->gu, a->xn2, w[LLAMA_GATE_UP_W], NULL, pdt, N, C, 2 * (int)d.I));
+    FSDP_TRY(lora_forward(s, w, LORA_GU, 2, a->xn2, a->lt, NULL, a->gu, s->lu, N, pdt));
     fsdp_decoder_progress(dr);
     FSDP_TRY(fsdp_swiglu_forward(a->act, a->gu, N, (int)d.I));
+    if (w[llama_lora_a(6)]) /* the down adapter's input side: saved for backward, recompute too */
+        FSDP_TRY(lora_a_forward(s, w, 6, a->act, a->lt[6], N, pdt));
     if (out == NULL) return FSDP_OK;
     FSDP_TRY(fsdp_matmul_forward(dr->tmpC, a->act, w[LLAMA_DOWN_W], NULL, pdt, N, (int)d.I, C));
+    if (w[llama_lora_a(6)]) FSDP_TRY(lora_b_forward(s, w, 6, a->lt[6], dr->tmpC, s->lu, N, pdt));
     fsdp_decoder_progress(dr);
     return fsdp_residual_forward(out, a->res2, dr->tmpC, (size_t)N * d.C);
 }
@@ -502,11 +670,14 @@ static fsdp_status block_backward(fsdp_decoder *dr, int l, const float *x, void 
     fsdp_decoder_progress(dr);
     FSDP_TRY(
         fsdp_matmul_backward(s->dact, 0, gw, aw, NULL, 0, dr->dres, a->act, w[LLAMA_DOWN_W], pdt, N, I, C));
+    FSDP_TRY(lora_backward(s, u, w, 6, dr->dres, a->act, a->lt[6], s->dact, N, pdt));
     fsdp_decoder_progress(dr);
     FSDP_TRY(fsdp_swiglu_backward(s->dgu, s->dact, a->gu, N, I));
     FSDP_TRY(grad_of(s, u, LLAMA_GATE_UP_W, &gw, &aw));
     FSDP_TRY(fsdp_matmul_backward(dr->dtmpC, 0, gw, aw, NULL, 0, s->dgu, a->xn2, w[LLAMA_GATE_UP_W], pdt, N,
                                   C, 2 * I));
+    for (int p = 4; p <= 5; p++)
+        FSDP_TRY(lora_backward(s, u, w, p, s->dgu, a->xn2, a->lt[p], dr->dtmpC, N, pdt));
     fsdp_decoder_progress(dr);
     FSDP_TRY(grad_of(s, u, LLAMA_POST_NORM, &gw, &aw));
     FSDP_TRY(fsdp_rmsnorm_backward(dr->dres, C, 1, gw, aw, dr->dtmpC, C, a->res2, C, w[LLAMA_POST_NORM], pdt,
@@ -515,6 +686,7 @@ static fsdp_status block_backward(fsdp_decoder *dr, int l, const float *x, void 
     FSDP_TRY(grad_of(s, u, LLAMA_O_W, &gw, &aw));
     FSDP_TRY(
         fsdp_matmul_backward(s->datty, 0, gw, aw, NULL, 0, dr->dres, a->atty, w[LLAMA_O_W], pdt, N, A, C));
+    FSDP_TRY(lora_backward(s, u, w, 3, dr->dres, a->atty, a->lt[3], s->datty, N, pdt));
     fsdp_decoder_progress(dr);
     float *dq = s->dqkv, *dk = s->dqkv + d.A;
     /* dq per query head; dk, dv of each KV head summed over its group */
@@ -536,6 +708,8 @@ static fsdp_status block_backward(fsdp_decoder *dr, int l, const float *x, void 
     if (dr->cfg.qkv_bias) FSDP_TRY(grad_of(s, u, LLAMA_QKV_B, &gb, &ab));
     FSDP_TRY(
         fsdp_matmul_backward(dr->dtmpC, 0, gw, aw, gb, ab, s->dqkv, a->xn1, w[LLAMA_QKV_W], pdt, N, C, QKV));
+    for (int p = 0; p <= 2; p++)
+        FSDP_TRY(lora_backward(s, u, w, p, s->dqkv, a->xn1, a->lt[p], dr->dtmpC, N, pdt));
     fsdp_decoder_progress(dr);
     FSDP_TRY(grad_of(s, u, LLAMA_IN_NORM, &gw, &aw));
     return fsdp_rmsnorm_backward(dr->dres, C, 1, gw, aw, dr->dtmpC, C, x, C, w[LLAMA_IN_NORM], pdt, a->rstd1,
@@ -569,6 +743,7 @@ enum { DEC_ROWS = 64 }; /* decode works on the new tokens in chunks of this many
  * (A), gu (2I), act (I), rstd (NH + NKV), pos (1, int32). */
 typedef struct {
     float *xn, *tmp, *qkv, *qkv_pre, *atty, *gu, *act, *rstd;
+    float *lt, *lu; /* LoRA: (R, r) and (R, M); NULL without */
     int *pos;
 } dec_bufs;
 
@@ -579,7 +754,7 @@ static int decode_rows(const fsdp_model_config *r) {
 
 static size_t decode_floats(const fsdp_model_config *r, size_t R) {
     const dims d = dims_of(r);
-    return R * (2 * d.C + 2 * d.QKV + d.A + 3 * d.I + d.NH + d.NKV + 1);
+    return R * (2 * d.C + 2 * d.QKV + d.A + 3 * d.I + d.NH + d.NKV + 1 + (d.R ? d.R + d.M : 0));
 }
 
 static size_t kv_width(const fsdp_model_config *r) {
@@ -595,7 +770,9 @@ static dec_bufs dec_of(const fsdp_decoder *dr) {
     b.xn = dr->dec_scratch, b.tmp = b.xn + R * d.C, b.qkv = b.tmp + R * d.C, b.qkv_pre = b.qkv + R * d.QKV;
     b.atty = b.qkv_pre + R * d.QKV, b.gu = b.atty + R * d.A, b.act = b.gu + 2 * R * d.I,
     b.rstd = b.act + R * d.I;
-    b.pos = (int *)(b.rstd + R * (d.NH + d.NKV));
+    b.lt = d.R ? b.rstd + R * (d.NH + d.NKV) : NULL;
+    b.lu = d.R ? b.lt + R * d.R : NULL;
+    b.pos = (int *)(b.rstd + R * (d.NH + d.NKV) + (d.R ? R * (d.R + d.M) : 0));
     return b;
 }
 
@@ -630,6 +807,7 @@ static fsdp_status block_decode(fsdp_decoder *dr, int l, float *x, int n, int po
     FSDP_TRY(fsdp_rmsnorm_forward(b.xn, C, b.rstd, x, C, w[LLAMA_IN_NORM], pdt, n, C, eps));
     float *g = c->qk_norm ? b.qkv_pre : b.qkv;
     FSDP_TRY(fsdp_matmul_forward(g, b.xn, w[LLAMA_QKV_W], w[LLAMA_QKV_B], pdt, n, C, (int)d.QKV));
+    FSDP_TRY(lora_forward(s, w, LORA_QKV, 3, b.xn, NULL, b.lt, g, b.lu, n, pdt));
     FSDP_TRY(qk_transform(dr, w, b.qkv, c->qk_norm ? b.qkv_pre : NULL, b.rstd, b.pos, n));
     for (int i = 0; i < n; i++) {
         memcpy(K + (size_t)(pos + i) * d.KV, b.qkv + (size_t)i * d.QKV + d.A, d.KV * sizeof(float));
@@ -638,11 +816,14 @@ static fsdp_status block_decode(fsdp_decoder *dr, int l, float *x, int n, int po
     FSDP_TRY(fsdp_decode_attention(b.atty, (int)d.A, b.qkv, (int)d.QKV, K, Vc, (int)d.KV, att, nthr, n, pos,
                                    (int)d.NH, (int)d.NKV, (int)d.hd, s->scale, c->max_seq_len));
     FSDP_TRY(fsdp_matmul_forward(b.tmp, b.atty, w[LLAMA_O_W], NULL, pdt, n, (int)d.A, C));
+    FSDP_TRY(lora_forward(s, w, LORA_O, 1, b.atty, NULL, b.lt, b.tmp, b.lu, n, pdt));
     FSDP_TRY(fsdp_residual_forward(x, x, b.tmp, (size_t)n * d.C));
     FSDP_TRY(fsdp_rmsnorm_forward(b.xn, C, b.rstd, x, C, w[LLAMA_POST_NORM], pdt, n, C, eps));
     FSDP_TRY(fsdp_matmul_forward(b.gu, b.xn, w[LLAMA_GATE_UP_W], NULL, pdt, n, C, 2 * I));
+    FSDP_TRY(lora_forward(s, w, LORA_GU, 2, b.xn, NULL, b.lt, b.gu, b.lu, n, pdt));
     FSDP_TRY(fsdp_swiglu_forward(b.act, b.gu, n, I));
     FSDP_TRY(fsdp_matmul_forward(b.tmp, b.act, w[LLAMA_DOWN_W], NULL, pdt, n, I, C));
+    FSDP_TRY(lora_forward(s, w, LORA_DOWN, 1, b.act, NULL, b.lt, b.tmp, b.lu, n, pdt));
     return fsdp_residual_forward(x, x, b.tmp, (size_t)n * d.C);
 }
 

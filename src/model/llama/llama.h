@@ -25,8 +25,14 @@ enum {
     LLAMA_POST_NORM,   /* "post_attn_layernorm" */
     LLAMA_GATE_UP_W,   /* "gate_up_w" */
     LLAMA_DOWN_W,      /* "down_w" */
-    LLAMA_BLOCK_KINDS
+    /* LoRA adapters (lora_rank > 0, the targeted projections only): A then B of q, k, v, o, gate, up,
+     * down, named "lora_a_q", "lora_b_q", ... */
+    LLAMA_LORA_A0,
+    LLAMA_BLOCK_KINDS = LLAMA_LORA_A0 + 14
 };
+#define LLAMA_LORA_PROJ 7 /* q, k, v, o, gate, up, down: FSDP_LORA_Q << p */
+static inline int llama_lora_a(int p) { return LLAMA_LORA_A0 + 2 * p; }
+static inline int llama_lora_b(int p) { return LLAMA_LORA_A0 + 2 * p + 1; }
 
 /* Index of tensor kind k (LLAMA_IN_NORM...) in a block unit of config c, or -1 when c has no such
  * tensor (qkv_b without qkv_bias, q_norm/k_norm without qk_norm). */
