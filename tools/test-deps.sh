@@ -4,13 +4,16 @@
 #  - a virtual environment .venv/ (ignored by git) made by Debian's /usr/bin/python3 with
 #    --system-site-packages, so it sees that torch, plus transformers from PyPI ("transformers<4.47",
 #    which brings tokenizers and safetensors) and jinja2 (pinned; apply_chat_template renders with it,
-#    tests/train/chat_ref.py): the Hugging Face round-trip tests run .venv/bin/python;
+#    tests/train/chat_ref.py): the Hugging Face round-trip tests run .venv/bin/python; and PEFT 0.13.2
+#    with accelerate 1.0.1 (LoRA's reference, tools/llama_reference.py) installed --no-deps: their own
+#    requirements (torch, psutil, pyyaml, ...) are Debian's or transformers', and pip would otherwise
+#    replace the system torch with PyPI's;
 #  - .venv-tok/ with tokenizers 0.23.3 alone, for the tokenizer's own tests (below).
 # PyPI's torch is never installed: pip runs with the system torch already satisfying transformers.
 # Idempotent: when everything is there it only checks (well under a second).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-pkgs=(python3 python3-numpy python3-torch python3-venv python3-pip)
+pkgs=(python3 python3-numpy python3-torch python3-venv python3-pip python3-psutil python3-yaml)
 missing=()
 for p in "${pkgs[@]}"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then
@@ -19,12 +22,14 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y --no-install-recommends "${missing[@]}"
 fi
 venv=.venv
-check='import torch, transformers, tokenizers, safetensors, jinja2; assert jinja2.__version__ == "3.1.4", jinja2.__version__; assert transformers.__version__ < "4.47", transformers.__version__; assert torch.__file__.startswith("/usr/lib/python3/"), torch.__file__'
+check='import torch, transformers, tokenizers, safetensors, jinja2; assert jinja2.__version__ == "3.1.4", jinja2.__version__; assert transformers.__version__ < "4.47", transformers.__version__; assert torch.__file__.startswith("/usr/lib/python3/"), torch.__file__; import peft; assert peft.__version__ == "0.13.2", peft.__version__'
 if ! { [ -x "$venv/bin/python" ] && "$venv/bin/python" -c "$check" 2>/dev/null; }; then
   rm -rf "$venv"
   /usr/bin/python3 -m venv --system-site-packages "$venv"
   # --upgrade-strategy only-if-needed (the default) keeps the system torch, which satisfies transformers.
   "$venv/bin/python" -m pip install --disable-pip-version-check --no-input --quiet "transformers<4.47" "jinja2==3.1.4"
+  "$venv/bin/python" -m pip install --disable-pip-version-check --no-input --quiet --no-deps "peft==0.13.2" \
+    "accelerate==1.0.1"
   "$venv/bin/python" -c "$check"
   echo "test-deps: $venv ready ($("$venv/bin/python" -c 'import transformers, tokenizers, torch; print("transformers", transformers.__version__, "tokenizers", tokenizers.__version__, "torch", torch.__version__, "(Debian)")'))"
 fi
