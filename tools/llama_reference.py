@@ -7,9 +7,10 @@ test venv (.venv/bin/python: transformers 4.46 over Debian's torch).
         parameter gradient and 10 steps of torch.optim.AdamW with clip_grad_norm_ (read by
         tests/model/llama_ref.c); and OUTDIR/V_f32, OUTDIR/V_bf16, OUTDIR/V_sharded: the same model as a
         Hugging Face folder (F32 single file, BF16, F32 in shards with model.safetensors.index.json).
-  compare DIR LOGITS [--tol T]       loads DIR (transformers, or the Qwen3 reference below) in float64,
-        runs the fixed batch fsdp-train's --logits files hold, exit 1 unless
-        max|ours - theirs| <= T * max|theirs|.
+  compare DIR LOGITS [--tol T] [--adapter ADIR]
+        loads DIR (transformers, or the Qwen3 reference below) in float64, with ADIR's PEFT adapter on
+        it (PeftModel.from_pretrained), runs the fixed batch fsdp-train's --logits files hold, exit 1
+        unless max|ours - theirs| <= T * max|theirs|.
   generate DIR N [--prompt IDS]      greedy generate() of N tokens after the prompt token ids, printed
         as one line of ids.
   generate DIR N --text PROMPT       the same after AutoTokenizer's ids of [end of text] + PROMPT, printed
@@ -550,8 +551,9 @@ def cmd_fixture(a):
     return bad
 
 
-def load_dir(d, dtype=torch.float64):
-    """A folder as (shape, runner): transformers' AutoModelForCausalLM, or RefLlama for qwen3."""
+def load_dir(d, dtype=torch.float64, adapter=None):
+    """A folder as (shape, runner): transformers' AutoModelForCausalLM, or RefLlama for qwen3; adapter:
+    a PEFT adapter folder PeftModel.from_pretrained puts on it."""
     with open(os.path.join(d, "config.json")) as f:
         cd = json.load(f)
     if cd.get("model_type") == "qwen3":
@@ -570,14 +572,18 @@ def load_dir(d, dtype=torch.float64):
     from transformers import AutoModelForCausalLM
     if dtype == torch.float64:
         patch_float64()
-    m = AutoModelForCausalLM.from_pretrained(d, torch_dtype=torch.float32, attn_implementation="eager").eval().to(dtype)
+    m = AutoModelForCausalLM.from_pretrained(d, torch_dtype=torch.float32, attn_implementation="eager").eval()
+    if adapter:
+        from peft import PeftModel
+        m = PeftModel.from_pretrained(m, adapter).eval()
+    m = m.to(dtype)
     return lambda tok: m(input_ids=tok, use_cache=False).logits
 
 
 def cmd_compare(a):
     """LOGITS: fsdp-train's --logits file (int32 B, T, V then int32 tokens [B*T], float32 logits [B*T*V])."""
     torch.set_num_threads(1)
-    run = load_dir(a.dir)
+    run = load_dir(a.dir, adapter=a.adapter)
     raw = open(a.logits, "rb").read()
     Bb, Tt, V = struct.unpack_from("<3i", raw, 0)
     tok = torch.tensor(struct.unpack_from(f"<{Bb * Tt}i", raw, 12), dtype=torch.int64).view(Bb, Tt)
@@ -683,6 +689,7 @@ def main():
     p.add_argument("dir")
     p.add_argument("logits")
     p.add_argument("--tol", type=float, default=1e-5)
+    p.add_argument("--adapter", default=None, help="a PEFT adapter folder on DIR (PeftModel.from_pretrained)")
     p = sub.add_parser("generate")
     p.add_argument("dir")
     p.add_argument("n", type=int)

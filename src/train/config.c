@@ -178,7 +178,8 @@ static const opt_def opts[] = {
      "with --keep-last: checkpoints of steps that are multiples of N are kept forever (0: none)"},
     {"export-final", OPT_STR, F(export_final), 0, 0, NULL, C_TRAIN,
      "after the last step, export the model alone (no optimizer state) into this folder: "
-     "model.safetensors in --export-dtype, config.json and the tokenizer, as `fsdp-train export` does"},
+     "model.safetensors in --export-dtype, config.json and the tokenizer, as `fsdp-train export` does "
+     "(a LoRA run's: merged, as export --merge)"},
     {"export-dtype", OPT_ENUM, F(export_dtype), 0, 0, dtype_names, C_TRAIN | C_EXPORT,
      "dtype of the exported tensors: f32 (the fp32 master weights as they are) or bf16 (rounded to "
      "nearest even)"},
@@ -231,6 +232,12 @@ static const opt_def opts[] = {
     {"logits", OPT_STR, F(logits), 0, 0, NULL, C_EXPORT | C_SAMPLE,
      "write the fp32 model's logits on a fixed input to this file (export: as well; sample: instead of "
      "text)"},
+    {"merge", OPT_BOOL, F(merge), 0, 1, NULL, C_EXPORT,
+     "a LoRA checkpoint (--lora-rank): write the full model with each adapter folded in, W + (alpha / r) "
+     "B A (what PEFT's merge_and_unload gives)"},
+    {"adapter", OPT_BOOL, F(adapter), 0, 1, NULL, C_EXPORT,
+     "a LoRA checkpoint: write its adapters alone as a PEFT folder, --out DIR/adapter_model.safetensors "
+     "with adapter_config.json beside it (PeftModel.from_pretrained(base, DIR) loads it)"},
     {"freeze", OPT_STR, F(freeze), 0, 0, NULL, C_TRAIN,
      "frozen parameters: comma-separated shell globs over unit.tensor names (units root, h0, h1, ...; "
      "e.g. \"root.*,h*.qkv_w\"); a frozen tensor is used forward and backward but gets no gradient, "

@@ -126,6 +126,8 @@ typedef struct {
                                sample: write them instead of generating */
 
     /* Hugging Face interop (train/hf.h, train/bpe.h) */
+    int merge;             /* export: fold a LoRA checkpoint's adapters into the weights */
+    int adapter;           /* export: a LoRA checkpoint's adapters alone, as a PEFT folder */
     const char *freeze;    /* train: comma-separated globs over unit.tensor names to freeze (NULL: none) */
     const char *init_from; /* train, sample: a GPT-2 folder (config.json + safetensors) to start from */
     const char *tokenizer; /* prepare: a GPT-2 style tokenizer.json to encode the text with */

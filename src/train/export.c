@@ -26,12 +26,39 @@
 #include <unistd.h>
 
 typedef struct {
-    char name[96];
+    char name[128];
     int unit, tensor, transpose, ndim;
     int64_t shape[2];  /* exported shape */
     size_t row0, rows; /* the model tensor's rows this file tensor holds */
     uint64_t begin, end;
+    int lora;     /* --merge: the LoRA projection (0..6: q, k, v, o, gate, up, down) to fold in, or -1 */
+    float lscale; /* its alpha / r */
 } export_tensor;
+
+/* LoRA's projections by PEFT's module names and the adapter tensors' names in a block unit. */
+static const char *const LORA_MOD[7] = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
+                                        "gate_proj", "up_proj", "down_proj"};
+static const char *const LORA_C[7] = {"q", "k", "v", "o", "gate", "up", "down"};
+
+/* The projection a map entry's Hugging Face name is ("model.layers.3.mlp.up_proj.weight": 5), or -1. */
+static int lora_proj_of(const char *hf_name) {
+    const char *w = strstr(hf_name, ".weight");
+    for (int p = 0; p < 7 && w && w[7] == '\0'; p++) {
+        char mod[24];
+        snprintf(mod, sizeof mod, ".%s.weight", LORA_MOD[p]);
+        if (strlen(hf_name) >= strlen(mod) && !strcmp(hf_name + strlen(hf_name) - strlen(mod), mod)) return p;
+    }
+    return -1;
+}
+
+static int lora_targets_of(const fsdp_model_config *mc) {
+    return mc->lora_rank > 0 ? (mc->lora_targets ? mc->lora_targets : FSDP_LORA_ALL) : 0;
+}
+
+static float lora_scale_of(const fsdp_model_config *mc) {
+    const double a = mc->lora_alpha > 0 ? mc->lora_alpha : 2.0 * mc->lora_rank;
+    return mc->lora_rank > 0 ? (float)(a / mc->lora_rank) : 0.0f;
+}
 
 static int ckpt_unit(fsdp_ckpt_reader *r, const char *name) {
     for (int u = 0; u < fsdp_ckpt_num_units(r); u++)
@@ -41,17 +68,47 @@ static int ckpt_unit(fsdp_ckpt_reader *r, const char *name) {
 
 /* The file's tensors, in the family's map order (its tied entries left out: the tensor they are
  * tied to is stored once); every tensor of the checkpoint must be exported by some entry. */
-static fsdp_status plan(fsdp_ckpt_reader *r, const fsdp_model_config *mc, size_t esize, export_tensor **out,
-                        int *n_out) {
+static fsdp_status plan(fsdp_ckpt_reader *r, const fsdp_model_config *mc, size_t esize, int adapter,
+                        export_tensor **out, int *n_out) {
     fsdp_hf_map map;
     FSDP_TRY(fsdp_model_hf_map(mc, &map));
-    export_tensor *ts = calloc((size_t)map.n + 1, sizeof *ts);
+    export_tensor *ts = calloc(2 * (size_t)map.n + 1, sizeof *ts);
     fsdp_status s = ts ? FSDP_OK : FSDP_ERR(FSDP_ENOMEM, "no memory for %d tensors", map.n);
     int n = 0;
     uint64_t off = 0;
+    const int targets = lora_targets_of(mc);
     for (int k = 0; k < map.n && s == FSDP_OK; k++) {
         const fsdp_hf_tensor *m = &map.t[k];
         if (m->tied) continue;
+        const int lp = lora_proj_of(m->hf_name);
+        if (adapter) { /* PEFT's adapter file: A (r, in) and B (out, r) of each targeted projection */
+            if (lp < 0 || !(targets & (FSDP_LORA_Q << lp))) continue;
+            const int u = ckpt_unit(r, m->unit);
+            const fsdp_ckpt_unit *U = u >= 0 ? fsdp_ckpt_unit_desc(r, u) : NULL;
+            for (int ab = 0; ab < 2 && s == FSDP_OK; ab++) {
+                char tn[32];
+                snprintf(tn, sizeof tn, "lora_%c_%s", ab ? 'b' : 'a', LORA_C[lp]);
+                int t = -1;
+                for (int i = 0; U && i < U->n_tensors && t < 0; i++)
+                    if (!strcmp(U->tensors[i].name, tn)) t = i;
+                if (t < 0 || U->tensors[t].ndim != 2) {
+                    s = fsdp_set_error(FSDP_EFORMAT, "%s: the checkpoint has no adapter %s.%s",
+                                       fsdp_ckpt_dir(r), m->unit, tn);
+                    break;
+                }
+                export_tensor *e = &ts[n++];
+                const size_t len = strlen(m->hf_name) - strlen(".weight");
+                snprintf(e->name, sizeof e->name, "base_model.model.%.*s.lora_%c.weight", (int)len,
+                         m->hf_name, ab ? 'B' : 'A');
+                e->unit = u, e->tensor = t, e->ndim = 2, e->lora = -1;
+                e->rows = (size_t)U->tensors[t].shape[0];
+                e->shape[0] = U->tensors[t].shape[0], e->shape[1] = U->tensors[t].shape[1];
+                e->begin = off;
+                off += esize * (uint64_t)e->shape[0] * (uint64_t)e->shape[1];
+                e->end = off;
+            }
+            continue;
+        }
         int u = ckpt_unit(r, m->unit), t = -1;
         const fsdp_ckpt_unit *U = u >= 0 ? fsdp_ckpt_unit_desc(r, u) : NULL;
         for (int i = 0; U && i < U->n_tensors && t < 0; i++)
@@ -77,12 +134,15 @@ static fsdp_status plan(fsdp_ckpt_reader *r, const fsdp_model_config *mc, size_t
         e->begin = off;
         off += esize * (uint64_t)e->rows * (uint64_t)cols;
         e->end = off;
+        e->lora = lp >= 0 && (targets & (FSDP_LORA_Q << lp)) ? lp : -1; /* folded in (--merge) */
+        e->lscale = lora_scale_of(mc);
     }
-    /* Nothing of the checkpoint may be left behind (a tensor no entry names). */
-    for (int u = 0; u < fsdp_ckpt_num_units(r) && s == FSDP_OK; u++) {
+    /* Nothing of the checkpoint may be left behind (a tensor no entry names; LoRA's adapters are folded
+     * in, or are the adapter file). */
+    for (int u = 0; u < fsdp_ckpt_num_units(r) && s == FSDP_OK && !adapter; u++) {
         const fsdp_ckpt_unit *U = fsdp_ckpt_unit_desc(r, u);
         for (int t = 0; t < U->n_tensors && s == FSDP_OK; t++) {
-            int found = U->tensors[t].alias_of >= 0;
+            int found = U->tensors[t].alias_of >= 0 || (targets && !strncmp(U->tensors[t].name, "lora_", 5));
             for (int i = 0; i < n && !found; i++)
                 found = ts[i].unit == u && ts[i].tensor == t;
             if (!found)
@@ -212,7 +272,8 @@ static fsdp_status export_checkpoint(const fsdp_train_config *cfg, fsdp_dir_stag
 int fsdp_export_managed_name(const char *name) {
     static const char *const files[] = {"model.safetensors",       "config.json",
                                         "tokenizer.json",          "tokenizer_config.json",
-                                        "special_tokens_map.json", NULL};
+                                        "special_tokens_map.json", "adapter_model.safetensors",
+                                        "adapter_config.json",     NULL};
     for (int i = 0; files[i]; i++) {
         size_t n = strlen(files[i]);
         if (!strncmp(name, files[i], n) && (name[n] == '\0' || name[n] == '.'))
@@ -435,6 +496,45 @@ static fsdp_status export_tokenizer(const fsdp_train_config *cfg, int vocab, cha
     return s;
 }
 
+/* --merge: *out (rows x cols, reallocated) = src + scale B A, B (rows, r) and A (r, cols) of projection
+ * e->lora gathered from the model (fp32, one process) that loaded the checkpoint; sums in double. */
+static fsdp_status merge_lora(fsdp_engine_t *feng, const export_tensor *e, const float *src, size_t cols,
+                              float **out) {
+    if (!feng) return FSDP_ERR(FSDP_EINTERNAL, "--merge without a model");
+    fsdp_unit_t *U = fsdp_engine_unit(feng, e->unit);
+    char na[32], nb[32];
+    snprintf(na, sizeof na, "lora_a_%s", LORA_C[e->lora]);
+    snprintf(nb, sizeof nb, "lora_b_%s", LORA_C[e->lora]);
+    const int ta = fsdp_unit_find(U, na), tb = fsdp_unit_find(U, nb);
+    fsdp_tensor_info ia, ib;
+    if (ta < 0 || tb < 0)
+        return fsdp_set_error(FSDP_EFORMAT, "unit %s has no %s / %s", fsdp_unit_name(U), na, nb);
+    FSDP_TRY(fsdp_unit_tensor_info(U, ta, &ia));
+    FSDP_TRY(fsdp_unit_tensor_info(U, tb, &ib));
+    const size_t R = (size_t)ia.shape[0], rows = e->rows;
+    if ((size_t)ia.shape[1] != cols || (size_t)ib.shape[0] != rows || (size_t)ib.shape[1] != R)
+        return fsdp_set_error(FSDP_EFORMAT, "unit %s: adapters %s %s do not fit a (%zu, %zu) weight",
+                              fsdp_unit_name(U), na, nb, rows, cols);
+    float *A = NULL, *B = NULL;
+    fsdp_mem_free(*out);
+    *out = NULL;
+    fsdp_status s = fsdp_mem_alloc((void **)&A, 4 * R * cols, FSDP_MEM_OTHER);
+    if (s == FSDP_OK) s = fsdp_mem_alloc((void **)&B, 4 * rows * R, FSDP_MEM_OTHER);
+    if (s == FSDP_OK) s = fsdp_mem_alloc((void **)out, 4 * rows * cols, FSDP_MEM_OTHER);
+    if (s == FSDP_OK) s = fsdp_unit_gather_tensor(U, ta, A, 0);
+    if (s == FSDP_OK) s = fsdp_unit_gather_tensor(U, tb, B, 0);
+    for (size_t a = 0; s == FSDP_OK && a < rows; a++)
+        for (size_t b = 0; b < cols; b++) {
+            double d = 0;
+            for (size_t k = 0; k < R; k++)
+                d += (double)B[a * R + k] * (double)A[k * cols + b];
+            (*out)[a * cols + b] = (float)((double)src[a * cols + b] + (double)e->lscale * d);
+        }
+    fsdp_mem_free(A);
+    fsdp_mem_free(B);
+    return s;
+}
+
 /* safetensors: u64 little-endian header length, JSON header (space-padded to 8 bytes), then every
  * tensor's data (fp32, or bf16 rounded to nearest even) in ts order, read one unit's flat buffer at a
  * time (transposed where asked). */
@@ -442,7 +542,7 @@ static fsdp_status export_write(fsdp_out *o, fsdp_ckpt_reader *r, fsdp_engine_t 
                                 const export_tensor *ts, int n, const char *hdr, fsdp_dtype dt) {
     const int fd = o->fd;
     const char *tmp = o->tmp;
-    float *flat = NULL, *buf = NULL, *fz = NULL;
+    float *flat = NULL, *buf = NULL, *fz = NULL, *mbuf = NULL;
     fsdp_bf16 *b16 = NULL;
     size_t hlen = strlen(hdr), padded = (hlen + 7) / 8 * 8;
     uint64_t hl = padded;
@@ -472,6 +572,11 @@ static fsdp_status export_write(fsdp_out *o, fsdp_ckpt_reader *r, fsdp_engine_t 
             if (s != FSDP_OK) break;
             src = fz + ts[i].row0 * cols;
         }
+        if (ts[i].lora >= 0) { /* --merge: W + (alpha / r) B A, from the model that restored W */
+            s = merge_lora(feng, &ts[i], src, cols, &mbuf);
+            if (s != FSDP_OK) break;
+            src = mbuf;
+        }
         if (ts[i].transpose) {
             fsdp_mem_free(buf);
             buf = NULL;
@@ -496,7 +601,62 @@ static fsdp_status export_write(fsdp_out *o, fsdp_ckpt_reader *r, fsdp_engine_t 
     fsdp_mem_free(b16);
     fsdp_mem_free(buf);
     fsdp_mem_free(fz);
+    fsdp_mem_free(mbuf);
     fsdp_mem_free(flat);
+    return s;
+}
+
+/* A LoRA checkpoint exports merged or as an adapter folder; anything else as it is. */
+static fsdp_status lora_mode_check(const fsdp_train_config *cfg, const fsdp_model_config *mc,
+                                   const char *step_dir) {
+    const int lora = mc->lora_rank > 0;
+    if (cfg->merge && cfg->adapter)
+        return fsdp_set_error(FSDP_EINVAL, "--merge and --adapter are two exports: pass one");
+    if (!lora && (cfg->merge || cfg->adapter))
+        return fsdp_set_error(FSDP_EINVAL,
+                              "%s has no LoRA adapters (trained without --lora-rank): export it "
+                              "without --%s",
+                              step_dir, cfg->merge ? "merge" : "adapter");
+    if (lora && !cfg->merge && !cfg->adapter)
+        return fsdp_set_error(FSDP_EINVAL,
+                              "%s holds LoRA adapters (rank %d) on a frozen base: pass --merge (the "
+                              "full model, adapters folded in) or --adapter (PEFT's adapter folder)",
+                              step_dir, mc->lora_rank);
+    const char *base = strrchr(cfg->out, '/');
+    base = base ? base + 1 : cfg->out;
+    if (cfg->adapter && strcmp(base, "adapter_model.safetensors") != 0)
+        return fsdp_set_error(FSDP_EINVAL,
+                              "--adapter: --out must name DIR/adapter_model.safetensors (PEFT "
+                              "loads that name), not %s",
+                              cfg->out);
+    return FSDP_OK;
+}
+
+/* adapter_config.json beside the adapter file: PEFT's LoraConfig of the run (dropout 0, no biases). */
+static fsdp_status write_adapter_config(const char *out, const fsdp_model_config *mc, const char *base) {
+    char dir[4096];
+    fsdp_path_dirname(out, dir, sizeof dir);
+    char *path = fsdp_strdupf("%s/adapter_config.json", dir), *text = NULL;
+    cJSON *j = cJSON_CreateObject(), *tm = j ? cJSON_AddArrayToObject(j, "target_modules") : NULL;
+    const int targets = lora_targets_of(mc);
+    for (int p = 0; tm && p < 7; p++)
+        if (targets & (FSDP_LORA_Q << p)) cJSON_AddItemToArray(tm, cJSON_CreateString(LORA_MOD[p]));
+    const double alpha = mc->lora_alpha > 0 ? mc->lora_alpha : 2.0 * mc->lora_rank;
+    int ok = path && tm && cJSON_AddStringToObject(j, "peft_type", "LORA") &&
+             cJSON_AddStringToObject(j, "task_type", "CAUSAL_LM") &&
+             cJSON_AddNumberToObject(j, "r", mc->lora_rank) &&
+             cJSON_AddNumberToObject(j, "lora_alpha", alpha) &&
+             cJSON_AddNumberToObject(j, "lora_dropout", 0) && cJSON_AddStringToObject(j, "bias", "none") &&
+             cJSON_AddFalseToObject(j, "fan_in_fan_out") && cJSON_AddTrueToObject(j, "inference_mode") &&
+             cJSON_AddFalseToObject(j, "use_rslora") && cJSON_AddFalseToObject(j, "use_dora") &&
+             (base ? cJSON_AddStringToObject(j, "base_model_name_or_path", base)
+                   : cJSON_AddNullToObject(j, "base_model_name_or_path")) &&
+             (text = cJSON_Print(j)) != NULL;
+    fsdp_status s = ok ? fsdp_io_write_file_atomic(path, text, strlen(text), 0)
+                       : FSDP_ERR(FSDP_ENOMEM, "no memory for adapter_config.json");
+    free(text);
+    cJSON_Delete(j);
+    free(path);
     return s;
 }
 
@@ -538,7 +698,8 @@ static fsdp_status export_checkpoint(const fsdp_train_config *cfg, fsdp_dir_stag
     if (s == FSDP_OK) s = fsdp_train_model_config(&c, &mc);
     if (s == FSDP_OK) s = fsdp_ckpt_state_get(r, &st_ck);
     const fsdp_dtype dt = (fsdp_dtype)cfg->export_dtype;
-    if (s == FSDP_OK) s = plan(r, &mc, fsdp_dtype_size(dt), &ts, &n);
+    if (s == FSDP_OK) s = lora_mode_check(cfg, &mc, step_dir);
+    if (s == FSDP_OK) s = plan(r, &mc, fsdp_dtype_size(dt), cfg->adapter, &ts, &n);
     if (s == FSDP_OK) s = export_tokenizer(cfg, c.vocab, &tpath, &eot);
     if (s == FSDP_OK && (hdr = header_json(ts, n, st_ck.step, dt == FSDP_BF16 ? "BF16" : "F32")) == NULL)
         s = FSDP_ERR(FSDP_ENOMEM, "no memory for the safetensors header");
@@ -559,7 +720,7 @@ static fsdp_status export_checkpoint(const fsdp_train_config *cfg, fsdp_dir_stag
         frozen |= fsdp_ckpt_unit_desc(r, u)->frozen_numel > 0;
     fsdp_comm_t *fcomm = NULL;
     run_model frm = {0};
-    if (s == FSDP_OK && frozen) s = frozen_model(step_dir, &fcomm, &frm);
+    if (s == FSDP_OK && frozen && !cfg->adapter) s = frozen_model(step_dir, &fcomm, &frm);
     if (s == FSDP_OK) s = export_write(&o, r, frm.eng, ts, n, hdr, dt);
     fsdp_train_model_free(&frm);
     fsdp_comm_free(fcomm);
@@ -569,7 +730,12 @@ static fsdp_status export_checkpoint(const fsdp_train_config *cfg, fsdp_dir_stag
      * loads the folder too. */
     int n_tok = 0;
     if (s == FSDP_OK && tpath) s = fsdp_data_copy_tokenizer(tpath, st->tmp, &n_tok);
-    if (s == FSDP_OK) s = write_config_json(sout, &mc, eot, tpath, dt);
+    if (s == FSDP_OK && cfg->adapter) {
+        const cJSON *from = cJSON_GetObjectItemCaseSensitive(fsdp_ckpt_config(r), "init-from");
+        s = write_adapter_config(sout, &mc, cJSON_IsString(from) ? from->valuestring : NULL);
+    } else if (s == FSDP_OK) {
+        s = write_config_json(sout, &mc, eot, tpath, dt);
+    }
     if (s == FSDP_OK && slogits) s = fsdp_train_write_logits(step_dir, slogits);
     fsdp_out_abort(&o); /* a no-op once committed */
     fsdp_ckpt_close(r);
@@ -584,9 +750,10 @@ static fsdp_status export_checkpoint(const fsdp_train_config *cfg, fsdp_dir_stag
         fprintf(out, "copied %s beside it as tokenizer.json%s\n", tpath,
                 n_tok > 1 ? " (with its tokenizer_config.json / special_tokens_map.json)" : "");
     if (s == FSDP_OK && out)
-        fprintf(out, "exported %s (step %lld, %d tensors, %llu bytes of %s data) and config.json beside it\n",
+        fprintf(out, "exported %s (step %lld, %d tensors, %llu bytes of %s data%s) and %s beside it\n",
                 cfg->out, (long long)st_ck.step, n, (unsigned long long)(n ? ts[n - 1].end : 0),
-                dt == FSDP_BF16 ? "bf16" : "fp32");
+                dt == FSDP_BF16 ? "bf16" : "fp32", cfg->merge ? ", LoRA adapters folded in" : "",
+                cfg->adapter ? "adapter_config.json" : "config.json");
     free(slogits);
     free(sout);
     free(tpath);

@@ -685,6 +685,7 @@ static fsdp_status run_export_final(train_run *r) {
         e.cmd = FSDP_CMD_EXPORT;
         e.checkpoint = r->last_saved;
         e.export_dtype = c->export_dtype;
+        e.merge = c->lora_rank > 0; /* a LoRA run's adapters folded in */
         char *path = fsdp_strdupf("%s/model.safetensors", c->export_final);
         e.out = path;
         s = path ? fsdp_export_run(&e, r->o) : FSDP_ERR(FSDP_ENOMEM, "no memory for a path");

@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# lora.sh — fsdp-train --lora-rank end to end against PEFT, on the Hugging Face folders of
+# tools/llama_reference.py (model/llama_fixtures): a Llama (GQA, untied) with adapters on all seven
+# projections at 2 ranks, and a Qwen2 (q/k/v biases, tied head) with adapters on q and v at 1 rank:
+#  - the report's master, optim, grad_shard, param_full and main_grad are predicted to the byte
+#    (tests/train/check_report.py), and a checkpoint holds the adapters alone (its shard files under a
+#    fifth of a full fine-tune's: 12 bytes a parameter, 3 x the base's fp32 file);
+#  - export --adapter writes a folder PeftModel.from_pretrained(base, DIR) loads, whose logits equal
+#    fsdp.c's fp32 logits (export --logits) to 1e-5; export --merge writes a folder transformers loads
+#    to the same logits; a plain export of a LoRA checkpoint is refused, naming both;
+#  - a resume from the mid-run checkpoint ends in the same checkpoint files (2 ranks), and resumes at
+#    1 rank; bad --lora-targets, --lora-alpha without --lora-rank, LoRA on GPT-2 are refused.
+# usage: lora.sh FSDP_TRAIN MPIRUN_SH PYTHON FIXTURE_DIR WORKDIR
+set -uo pipefail
+BIN=$1 MPIRUN=$2 PY=$3 FX=$4 WORK=$5
+SRC=$(cd "$(dirname "$0")/../.." && pwd)
+TOOL="$SRC/tools/llama_reference.py"
+rm -rf "$WORK" && mkdir -p "$WORK" && cd "$WORK" || exit 1
+export OMP_NUM_THREADS=1 PYTHONWARNINGS=ignore
+fails=0 pass=0
+ok() { pass=$((pass + 1)); }
+bad() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
+run() {
+    local np=$1
+    shift
+    if [ "$np" = 1 ]; then "$BIN" "$@" </dev/null; else "$MPIRUN" "$np" "$BIN" "$@" </dev/null; fi
+}
+for d in llama_lora_f32 qwen2_lora_f32; do
+    [ -d "$FX/$d" ] || { echo "FAIL: no fixture folder $FX/$d"; exit 1; }
+done
+head -c 100000 /usr/share/games/fortunes/fortunes >t.txt
+"$BIN" prepare --text t.txt --out data --doc-sep % >prep.log 2>&1 || bad "prepare: $(tail -3 prep.log)"
+A=(train --data data --batch 4 --seq-len 32 --sample-tokens 0 --eval-every 0 --threads 1 --peak-gflops -1)
+
+# lora NAME NP BASE ARGS...: a 6-step LoRA fine-tune with a checkpoint at step 3, then its exports
+lora() {
+    local name=$1 np=$2 base=$3
+    shift 3
+    if ! run "$np" "${A[@]}" --init-from "$base" --steps 6 --checkpoint-every 3 --checkpoint-dir "ck_$name" \
+        --report "rep_$name.json" "$@" >"run_$name.log" 2>&1; then
+        bad "$name: fine-tune: $(tail -3 "run_$name.log")"
+        return
+    fi
+    ok
+    "$PY" "$SRC/tests/train/check_report.py" "rep_$name.json" --world "$np" --exact-only && ok || bad "$name: report"
+    # the checkpoint: the adapters and their AdamW state, not the base
+    local got full
+    got=$(cat "ck_$name"/step_000006/rank_*.bin | wc -c)
+    full=$(stat -c %s "$base/model.safetensors")
+    [ "$got" -lt $((3 * full / 5)) ] && ok || bad "$name: checkpoint of $got bytes against the base's $full"
+    if run 1 export --checkpoint "ck_$name" --out "x_$name/model.safetensors" >"plain_$name.log" 2>&1; then
+        bad "$name: a plain export of a LoRA checkpoint was accepted"
+    else
+        grep -q "pass --merge .* or --adapter" "plain_$name.log" && ok || bad "$name: plain export: $(tail -1 "plain_$name.log")"
+    fi
+    if run 1 export --checkpoint "ck_$name" --adapter --out "ad_$name/adapter_model.safetensors" \
+        --logits "l_$name.bin" >"ad_$name.log" 2>&1; then
+        "$PY" "$TOOL" compare "$base" "l_$name.bin" --adapter "ad_$name" && ok ||
+            bad "$name: PEFT with the exported adapter"
+    else
+        bad "$name: export --adapter: $(tail -2 "ad_$name.log")"
+    fi
+    if run 1 export --checkpoint "ck_$name" --merge --out "mg_$name/model.safetensors" >"mg_$name.log" 2>&1; then
+        "$PY" "$TOOL" compare "mg_$name" "l_$name.bin" && ok || bad "$name: the merged export"
+    else
+        bad "$name: export --merge: $(tail -2 "mg_$name.log")"
+    fi
+}
+lora llama 2 "$FX/llama_lora_f32" --lora-rank 4 --lora-alpha 8
+lora qwen2 1 "$FX/qwen2_lora_f32" --lora-rank 3 --lora-targets q,v
+
+# resume: bit-identical at 2 ranks, and at 1 rank
+mkdir -p ck2 && cp -r ck_llama/step_000003 ck2/ && echo step_000003 >ck2/latest
+if run 2 "${A[@]}" --init-from "$FX/llama_lora_f32" --steps 6 --checkpoint-every 3 --checkpoint-dir ck2 --resume \
+    --lora-rank 4 --lora-alpha 8 >res.log 2>&1; then
+    cmp -s ck_llama/step_000006/rank_00000.bin ck2/step_000006/rank_00000.bin &&
+        cmp -s ck_llama/step_000006/rank_00001.bin ck2/step_000006/rank_00001.bin && ok ||
+        bad "the resumed LoRA run's step 6 differs from the uninterrupted one's"
+else
+    bad "LoRA resume at 2 ranks: $(tail -3 res.log)"
+fi
+mkdir -p ck3 && cp -r ck_llama/step_000003 ck3/ && echo step_000003 >ck3/latest
+run 1 "${A[@]}" --init-from "$FX/llama_lora_f32" --steps 4 --checkpoint-dir ck3 --resume --lora-rank 4 --lora-alpha 8 \
+    >res1.log 2>&1 && ok || bad "LoRA resume at 1 rank: $(tail -3 res1.log)"
+
+# refusals
+expect_error() { # PATTERN ARGS...: the run fails, printing PATTERN
+    local pat=$1
+    shift
+    if run 1 "${A[@]}" --steps 2 --checkpoint-dir refused "$@" >ref.log 2>&1; then
+        bad "accepted: $*"
+    else
+        grep -q -- "$pat" ref.log && ok || bad "$*: $(tail -1 ref.log)"
+    fi
+}
+expect_error '"vv" is none of q, k, v, o, gate, up, down' --init-from "$FX/llama_lora_f32" --lora-rank 4 --lora-targets q,vv
+expect_error "lora-alpha needs --lora-rank" --init-from "$FX/llama_lora_f32" --lora-alpha 4
+expect_error "lora_rank = 4: this family does not use it" --layers 2 --width 64 --heads 4 --lora-rank 4
+[ ! -e refused/latest ] && ok || bad "a refused run wrote a checkpoint"
+
+echo "lora: $pass passed, $fails failed"
+[ "$fails" = 0 ]
