@@ -362,6 +362,7 @@ static float uniform_at(uint64_t key, uint64_t j) {
  * only >= 0: that tensor's elements alone (the rest of dst untouched). */
 static void init_range(const fsdp_engine_t *e, const fsdp_unit_t *u, size_t c0, size_t c1, float *dst,
                        int only) {
+    if (c1 <= c0) return; /* nothing here (a unit with nothing trainable: dst may be NULL) */
     if (only < 0) memset(dst, 0, (c1 - c0) * sizeof(float)); /* gaps and padding are zero */
     for (int t = 0; t < u->n_tensors; t++) {
         const shard_tensor *ts = &u->tensors[t];
@@ -618,9 +619,11 @@ static fsdp_status op_unshard_start(void *ctx, int i, int prefetch) {
     if (dt == FSDP_BF16) {
         FSDP_PROF_SCOPE(FSDP_PROF_CAST);
         d->f32_to_bf16(d, e->side, (fsdp_bf16 *)slot, u->master, u->shard_len);
-    } else
+    } else if (u->shard_len > 0) {
         d->copy(d, slot, u->master, u->shard_len * sizeof(float), e->side);
-    d->copy(d, fslot, u->frozen, u->fshard_len * esz, e->side); /* frozen: already in the compute dtype */
+    }
+    if (u->fshard_len > 0) /* frozen: already in the compute dtype */
+        d->copy(d, fslot, u->frozen, u->fshard_len * esz, e->side);
     u->gather = u->gather_f = NULL;
     if (e->cfg.strategy == FSDP_NO_SHARD) { /* the cast is the unshard: compute waits for it (unshard_wait) */
         d->record(d, e->ev_side, e->side);
