@@ -536,6 +536,7 @@ static fsdp_status lora_b_forward(const llama_state *s, const void *const *w, in
     const lora_proj q = lora_shape(&s->d, p);
     FSDP_TRY(fsdp_matmul_forward(u, t, w[llama_lora_b(p)], NULL, pdt, N, (int)s->d.R, q.n));
     const float sc = s->lscale;
+#pragma omp parallel for schedule(static) if ((size_t)N * (size_t)q.n > 65536)
     for (size_t i = 0; i < (size_t)N; i++) {
         float *yr = y + i * (size_t)q.ldy + q.off;
         const float *ur = u + i * (size_t)q.n;
@@ -570,16 +571,28 @@ static fsdp_status lora_backward(const llama_state *s, fsdp_unit_t *u, const voi
     const lora_proj q = lora_shape(&s->d, p);
     const int R = (int)s->d.R;
     const float sc = s->lscale;
-    for (size_t i = 0; i < (size_t)N; i++) {
-        const float *dr = dy + i * (size_t)q.ldy + q.off;
-        float *g = s->lu + i * (size_t)q.n;
-        for (int j = 0; j < q.n; j++)
-            g[j] = sc * dr[j];
-    }
     float *gA, *gB;
     int aA, aB;
     FSDP_TRY(grad_of(s, u, llama_lora_b(p), &gB, &aB));
-    FSDP_TRY(fsdp_matmul_backward(s->ldt, 0, gB, aB, NULL, 0, s->lu, t, w[llama_lora_b(p)], pdt, N, R, q.n));
+    if (q.ldy == q.n) { /* dy contiguous (o, down): the scale goes on the narrow side, t and g B */
+        float *ts = s->lu;
+        for (size_t i = 0; i < (size_t)N * (size_t)R; i++)
+            ts[i] = sc * t[i];
+        FSDP_TRY(
+            fsdp_matmul_backward(s->ldt, 0, gB, aB, NULL, 0, dy, ts, w[llama_lora_b(p)], pdt, N, R, q.n));
+        for (size_t i = 0; i < (size_t)N * (size_t)R; i++)
+            s->ldt[i] *= sc;
+    } else { /* a column slice of q|k|v or gate|up: copied out, scaled */
+#pragma omp parallel for schedule(static) if ((size_t)N * (size_t)q.n > 65536)
+        for (size_t i = 0; i < (size_t)N; i++) {
+            const float *dr = dy + i * (size_t)q.ldy + q.off;
+            float *g = s->lu + i * (size_t)q.n;
+            for (int j = 0; j < q.n; j++)
+                g[j] = sc * dr[j];
+        }
+        FSDP_TRY(
+            fsdp_matmul_backward(s->ldt, 0, gB, aB, NULL, 0, s->lu, t, w[llama_lora_b(p)], pdt, N, R, q.n));
+    }
     FSDP_TRY(grad_of(s, u, llama_lora_a(p), &gA, &aA));
     return fsdp_matmul_backward(dx, 1, gA, aA, NULL, 0, s->ldt, x, w[llama_lora_a(p)], pdt, N, q.in, R);
 }
