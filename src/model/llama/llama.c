@@ -36,6 +36,22 @@ static int arch_index(const char *a) {
     return -1;
 }
 
+/* The LoRA fields: a rank in 0..4096, known target bits, a finite alpha; none of them without a rank. */
+static fsdp_status lora_check(const fsdp_model_config *c) {
+    if (c->lora_rank < 0 || c->lora_rank > 4096)
+        return FSDP_ERR(FSDP_EINVAL, "llama config: lora_rank = %d: need 0 (no LoRA) or 1..4096",
+                        c->lora_rank);
+    if (c->lora_targets & ~FSDP_LORA_ALL)
+        return FSDP_ERR(FSDP_EINVAL, "llama config: lora_targets = %#x: unknown bits",
+                        (unsigned)c->lora_targets);
+    if (!(c->lora_alpha >= 0 && isfinite(c->lora_alpha)))
+        return FSDP_ERR(FSDP_EINVAL, "llama config: lora_alpha = %g: need a finite value >= 0 (0: 2 rank)",
+                        c->lora_alpha);
+    if (c->lora_rank == 0 && (c->lora_alpha != 0 || c->lora_targets != 0))
+        return FSDP_ERR(FSDP_EINVAL, "llama config: lora_alpha and lora_targets need lora_rank > 0");
+    return FSDP_OK;
+}
+
 fsdp_status llama_check(const fsdp_model_config *c) {
     if (c == NULL) return FSDP_ERR(FSDP_EINVAL, "config must not be NULL");
     if (c->version != FSDP_MODEL_CONFIG_VERSION)
@@ -109,17 +125,7 @@ fsdp_status llama_check(const fsdp_model_config *c) {
     if (c->qkv_bias && c->qk_norm)
         return FSDP_ERR(FSDP_EINVAL, "llama config: qkv_bias (Qwen2) and qk_norm (Qwen3) together are no "
                                      "Hugging Face architecture of this family");
-    if (c->lora_rank < 0 || c->lora_rank > 4096)
-        return FSDP_ERR(FSDP_EINVAL, "llama config: lora_rank = %d: need 0 (no LoRA) or 1..4096",
-                        c->lora_rank);
-    if (c->lora_targets & ~FSDP_LORA_ALL)
-        return FSDP_ERR(FSDP_EINVAL, "llama config: lora_targets = %#x: unknown bits",
-                        (unsigned)c->lora_targets);
-    if (!(c->lora_alpha >= 0 && isfinite(c->lora_alpha)))
-        return FSDP_ERR(FSDP_EINVAL, "llama config: lora_alpha = %g: need a finite value >= 0 (0: 2 rank)",
-                        c->lora_alpha);
-    if (c->lora_rank == 0 && (c->lora_alpha != 0 || c->lora_targets != 0))
-        return FSDP_ERR(FSDP_EINVAL, "llama config: lora_alpha and lora_targets need lora_rank > 0");
+    FSDP_TRY(lora_check(c));
     if (c->hf_architecture[0]) {
         int a = arch_index(c->hf_architecture);
         if (a < 0)
