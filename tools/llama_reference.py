@@ -6,7 +6,8 @@ test venv (.venv/bin/python: transformers 4.46 over Debian's torch).
         the C model's fused names, a batch (with ignored targets), the logits, the loss, every
         parameter gradient and 10 steps of torch.optim.AdamW with clip_grad_norm_ (read by
         tests/model/llama_ref.c); and OUTDIR/V_f32, OUTDIR/V_bf16, OUTDIR/V_sharded: the same model as a
-        Hugging Face folder (F32 single file, BF16, F32 in shards with model.safetensors.index.json).
+        Hugging Face folder (F32 single file, BF16, F32 in shards with model.safetensors.index.json);
+        for a LoRA variant OUTDIR/V_f32 (the base) and OUTDIR/V_adapter (PEFT's save_pretrained).
   compare DIR LOGITS [--tol T] [--adapter ADIR]
         loads DIR (transformers, or the Qwen3 reference below) in float64, with ADIR's PEFT adapter on
         it (PeftModel.from_pretrained), runs the fixed batch fsdp-train's --logits files hold, exit 1
@@ -539,9 +540,10 @@ def cmd_fixture(a):
         header += b"\0" * (HEADER_BYTES - len(header))
         with open(os.path.join(a.outdir, v + ".bin"), "wb") as f:
             f.write(header + b"".join(recs))
-        if a.hf and s.lora:  # the base as a folder (adapters are no part of it)
+        if a.hf and s.lora:  # the base as a folder (adapters are no part of it), the adapters as PEFT's
             save_hf(s, {n: w for n, w in W.items() if ".lora_" not in n}, os.path.join(a.outdir, v + "_f32"),
                     torch.float32)
+            Runner(s, W, torch.float32).m.save_pretrained(os.path.join(a.outdir, v + "_adapter"))
         elif a.hf:
             save_hf(s, W, os.path.join(a.outdir, v + "_f32"), torch.float32)
             save_hf(s, W, os.path.join(a.outdir, v + "_bf16"), torch.bfloat16)

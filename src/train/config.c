@@ -103,6 +103,9 @@ static const opt_def opts[] = {
     {"lora-targets", OPT_STR, F(lora_targets), 0, 0, NULL, C_TRAIN,
      "the projections with adapters, comma-separated from q,k,v,o,gate,up,down (PEFT's q_proj, ...; "
      "default: all seven)"},
+    {"init-adapter", OPT_STR, F(init_adapter), 0, 0, NULL, C_TRAIN,
+     "a PEFT LoRA folder (adapter_config.json, adapter_model.safetensors) the adapters start from; its r, "
+     "lora_alpha and target_modules must be this run's --lora-rank, --lora-alpha and --lora-targets"},
     {"hf-architecture", OPT_ENUM, F(hf_architecture), 0, 0, fsdp_train_hf_arch_names, C_TRAIN,
      "the Hugging Face class export writes (auto: the one --init-from read, else the family's)"},
     {"vocab", OPT_INT, F(vocab), 0, 1 << 22, NULL, C_TRAIN,

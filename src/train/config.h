@@ -42,6 +42,7 @@ typedef struct {
     int lora_rank;            /* LoRA adapters' rank (0: none; the base is then frozen) */
     double lora_alpha;        /* 0: 2 x rank */
     const char *lora_targets; /* comma-separated q,k,v,o,gate,up,down; NULL: all */
+    const char *init_adapter; /* train: a PEFT adapter folder the adapters start from */
     int hf_architecture;      /* index into fsdp_train_hf_arch_names; 0 = the family's default */
     int vocab;                /* 0: auto (DIR/meta.json's vocab, else GPT-2's 50257) */
     int seq_len;              /* T of training sequences */

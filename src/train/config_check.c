@@ -52,6 +52,14 @@ fsdp_status fsdp_train_config_check(fsdp_train_config *c, int world) {
                                   c->stop_at, c->steps);
         if (c->min_lr > c->lr)
             return fsdp_set_error(FSDP_EINVAL, "--min-lr %g is above --lr %g", c->min_lr, c->lr);
+        if (c->init_adapter && c->lora_rank <= 0)
+            return fsdp_set_error(FSDP_EINVAL,
+                                  "--init-adapter %s needs --lora-rank (its adapter_config.json's r)",
+                                  c->init_adapter);
+        if (c->init_adapter && c->resume)
+            return fsdp_set_error(FSDP_EINVAL,
+                                  "--init-adapter starts a run; --resume continues the checkpoint's "
+                                  "adapters: pass one");
         if (c->world > 0 && world > 0 && c->world != world)
             return fsdp_set_error(
                 FSDP_EINVAL,

@@ -608,3 +608,136 @@ fsdp_status fsdp_hf_fingerprint(const char *dir, uint32_t *crc) {
     if (s == FSDP_OK) *crc = c;
     return s;
 }
+
+/* ---------------------------------------------------------------- PEFT adapters (--init-adapter) */
+
+static const char *const PEFT_MOD[7] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
+                                        "self_attn.o_proj", "mlp.gate_proj",    "mlp.up_proj",
+                                        "mlp.down_proj"};
+static const char *const ADAPTER_C[7] = {"q", "k", "v", "o", "gate", "up", "down"};
+
+/* adapter_config.json against mc: FSDP_EFORMAT naming the file and the field. */
+static fsdp_status check_adapter_config(const char *path, const fsdp_model_config *mc) {
+    char *text = NULL;
+    size_t len = 0;
+    FSDP_TRY(fsdp_io_read_file(path, &text, &len));
+    cJSON *j = cJSON_ParseWithLength(text, len);
+    fsdp_mem_free(text);
+    if (!j) return fsdp_set_error(FSDP_EFORMAT, "%s: not valid JSON", path);
+    const cJSON *pt = cJSON_GetObjectItemCaseSensitive(j, "peft_type"),
+                *r = cJSON_GetObjectItemCaseSensitive(j, "r"),
+                *al = cJSON_GetObjectItemCaseSensitive(j, "lora_alpha"),
+                *tm = cJSON_GetObjectItemCaseSensitive(j, "target_modules"),
+                *bias = cJSON_GetObjectItemCaseSensitive(j, "bias");
+    const double alpha = mc->lora_alpha > 0 ? mc->lora_alpha : 2.0 * mc->lora_rank;
+    const int targets = mc->lora_targets ? mc->lora_targets : FSDP_LORA_ALL;
+    int want = 0;
+    fsdp_status s = FSDP_OK;
+    if (!cJSON_IsString(pt) || strcmp(pt->valuestring, "LORA"))
+        s = fsdp_set_error(FSDP_EFORMAT, "%s: peft_type is not \"LORA\"", path);
+    else if (!cJSON_IsNumber(r) || r->valuedouble != mc->lora_rank)
+        s = fsdp_set_error(FSDP_EINVAL, "%s: r is %g, this run's --lora-rank %d", path,
+                           cJSON_IsNumber(r) ? r->valuedouble : -1.0, mc->lora_rank);
+    else if (!cJSON_IsNumber(al) || fabs(al->valuedouble - alpha) > 1e-9 * alpha)
+        s = fsdp_set_error(FSDP_EINVAL, "%s: lora_alpha is %g, this run's --lora-alpha %g", path,
+                           cJSON_IsNumber(al) ? al->valuedouble : -1.0, alpha);
+    else if (bias && !(cJSON_IsString(bias) && !strcmp(bias->valuestring, "none")))
+        s = fsdp_set_error(FSDP_EUNSUPPORTED, "%s: bias adapters (bias != \"none\") are not supported", path);
+    static const char *const off[4] = {"use_dora", "use_rslora", "fan_in_fan_out", "modules_to_save"};
+    for (int k = 0; k < 4 && s == FSDP_OK; k++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, off[k]);
+        if (v && !cJSON_IsFalse(v) && !cJSON_IsNull(v))
+            s = fsdp_set_error(FSDP_EUNSUPPORTED, "%s: %s is set; only plain LoRA adapters load", path,
+                               off[k]);
+    }
+    if (s == FSDP_OK && !cJSON_IsArray(tm))
+        s = fsdp_set_error(FSDP_EFORMAT, "%s: target_modules is not a list of module names", path);
+    const cJSON *e;
+    const cJSON *list = s == FSDP_OK ? tm : (const cJSON *)NULL;
+    cJSON_ArrayForEach(e, list) {
+        int hit = -1;
+        for (int p = 0; p < 7 && cJSON_IsString(e); p++)
+            if (!strcmp(e->valuestring, strchr(PEFT_MOD[p], '.') + 1)) hit = p;
+        if (hit < 0) {
+            s = fsdp_set_error(FSDP_EUNSUPPORTED,
+                               "%s: target_modules has %s, not one of q_proj, k_proj, v_proj, "
+                               "o_proj, gate_proj, up_proj, down_proj",
+                               path, cJSON_IsString(e) ? e->valuestring : "a non-string");
+            break;
+        }
+        want |= FSDP_LORA_Q << hit;
+    }
+    if (s == FSDP_OK && want != targets)
+        s = fsdp_set_error(FSDP_EINVAL,
+                           "%s: target_modules name other projections than this run's --lora-targets", path);
+    cJSON_Delete(j);
+    return s;
+}
+
+fsdp_status fsdp_hf_load_adapter(fsdp_engine_t *eng, const char *dir, const fsdp_model_config *mc) {
+    if (!eng || !dir || !mc || mc->lora_rank <= 0)
+        return FSDP_ERR(FSDP_EINVAL, "fsdp_hf_load_adapter needs an engine, a folder and a LoRA model");
+    char *cpath = fsdp_strdupf("%s/adapter_config.json", dir),
+         *mpath = fsdp_strdupf("%s/adapter_model.safetensors", dir);
+    fsdp_safetensors st = {0};
+    const int targets = mc->lora_targets ? mc->lora_targets : FSDP_LORA_ALL;
+    fsdp_status s =
+        cpath && mpath ? check_adapter_config(cpath, mc) : FSDP_ERR(FSDP_ENOMEM, "no memory for a path");
+    if (s == FSDP_OK) s = fsdp_st_open(&st, mpath);
+    /* every tensor first: names, shapes, and nothing left over */
+    int found = 0;
+    for (int k = 0; s == FSDP_OK && k < fsdp_engine_num_units(eng); k++) {
+        fsdp_unit_t *u = fsdp_engine_unit(eng, k);
+        int l;
+        if (sscanf(fsdp_unit_name(u), "h%d", &l) != 1) continue;
+        for (int p = 0; p < 7 && s == FSDP_OK; p++)
+            for (int ab = 0; ab < 2 && s == FSDP_OK && (targets & (FSDP_LORA_Q << p)); ab++) {
+                char name[160], tn[32];
+                snprintf(name, sizeof name, "base_model.model.model.layers.%d.%s.lora_%c.weight", l,
+                         PEFT_MOD[p], ab ? 'B' : 'A');
+                snprintf(tn, sizeof tn, "lora_%c_%s", ab ? 'b' : 'a', ADAPTER_C[p]);
+                const int i = fsdp_st_find(&st, name), t = fsdp_unit_find(u, tn);
+                fsdp_tensor_info ti;
+                if (t < 0 || fsdp_unit_tensor_info(u, t, &ti) != FSDP_OK)
+                    s = FSDP_ERR(FSDP_EINTERNAL, "unit %s has no %s", fsdp_unit_name(u), tn);
+                else if (i < 0)
+                    s = fsdp_set_error(FSDP_EFORMAT, "%s: no tensor %s", mpath, name);
+                else if (st.t[i].ndim != 2 || st.t[i].shape[0] != ti.shape[0] ||
+                         st.t[i].shape[1] != ti.shape[1] || st.t[i].dtype == FSDP_ST_OTHER)
+                    s = fsdp_set_error(FSDP_EFORMAT, "%s: tensor %s is not %lld x %lld F32/BF16/F16", mpath,
+                                       name, (long long)ti.shape[0], (long long)ti.shape[1]);
+                found++;
+            }
+    }
+    if (s == FSDP_OK && found != st.n)
+        s = fsdp_set_error(FSDP_EFORMAT,
+                           "%s holds %d tensors, this run's adapters are %d: other modules or layers", mpath,
+                           st.n, found);
+    s = fsdp_comm_agree(fsdp_engine_comm(eng), s, "checking --init-adapter");
+    /* then every rank loads them (each reads the whole small file) */
+    float *buf = NULL;
+    for (int k = 0; s == FSDP_OK && k < fsdp_engine_num_units(eng); k++) {
+        fsdp_unit_t *u = fsdp_engine_unit(eng, k);
+        int l;
+        if (sscanf(fsdp_unit_name(u), "h%d", &l) != 1) continue;
+        for (int p = 0; p < 7 && s == FSDP_OK; p++)
+            for (int ab = 0; ab < 2 && s == FSDP_OK && (targets & (FSDP_LORA_Q << p)); ab++) {
+                char name[160], tn[32];
+                snprintf(name, sizeof name, "base_model.model.model.layers.%d.%s.lora_%c.weight", l,
+                         PEFT_MOD[p], ab ? 'B' : 'A');
+                snprintf(tn, sizeof tn, "lora_%c_%s", ab ? 'b' : 'a', ADAPTER_C[p]);
+                const int i = fsdp_st_find(&st, name), t = fsdp_unit_find(u, tn);
+                const size_t n = (size_t)(st.t[i].shape[0] * st.t[i].shape[1]);
+                float *nb = realloc(buf, n * sizeof *buf);
+                s = nb ? fsdp_st_read_f32(&st, i, 0, n, nb) : FSDP_ERR(FSDP_ENOMEM, "no memory for %s", name);
+                if (nb) buf = nb;
+                s = fsdp_comm_agree(fsdp_engine_comm(eng), s, "reading --init-adapter");
+                if (s == FSDP_OK) s = fsdp_unit_load_tensor(u, t, buf, -1);
+            }
+    }
+    free(buf);
+    fsdp_st_close(&st);
+    free(cpath);
+    free(mpath);
+    return s;
+}

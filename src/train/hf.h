@@ -40,4 +40,11 @@ fsdp_status fsdp_hf_load(fsdp_engine_t *eng, const char *dir, const fsdp_model_c
  * the whole model on one rank). Changes when the folder's config, tensor list, shapes or offsets do. */
 fsdp_status fsdp_hf_fingerprint(const char *dir, uint32_t *crc);
 
+/* Collective: the LoRA adapters of a PEFT folder (DIR/adapter_config.json, DIR/adapter_model.safetensors)
+ * into eng's model mc (lora_rank > 0, llama family): its config must be LORA with mc's r, lora_alpha and
+ * target_modules, no bias, DoRA or rsLoRA; every targeted projection's lora_A / lora_B of every layer
+ * present with its shape, and nothing else in the file. Errors name the file and the field or tensor;
+ * nothing is loaded unless everything checks. */
+fsdp_status fsdp_hf_load_adapter(fsdp_engine_t *eng, const char *dir, const fsdp_model_config *mc);
+
 #endif

@@ -327,6 +327,8 @@ static fsdp_status run_start(train_run *r, int *nothing) {
         if (s == FSDP_OK)
             s = c->init_from ? fsdp_hf_load(r->rm.eng, c->init_from, fsdp_model_get_config(r->rm.model), &hs)
                              : fsdp_engine_init_params(r->rm.eng);
+        if (s == FSDP_OK && c->init_adapter) /* LoRA's adapters from a PEFT folder */
+            s = fsdp_hf_load_adapter(r->rm.eng, c->init_adapter, fsdp_model_get_config(r->rm.model));
         /* The share of the weights each rank read: its shard's, not the whole model. */
         float share = hs.model_elems ? (float)((double)hs.read_elems / (double)hs.model_elems) : 0,
               mx = share, sum = share;

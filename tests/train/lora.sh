@@ -9,7 +9,9 @@
 #    fsdp.c's fp32 logits (export --logits) to 1e-5; export --merge writes a folder transformers loads
 #    to the same logits; a plain export of a LoRA checkpoint is refused, naming both;
 #  - a resume from the mid-run checkpoint ends in the same checkpoint files (2 ranks), and resumes at
-#    1 rank; bad --lora-targets, --lora-alpha without --lora-rank, LoRA on GPT-2 are refused.
+#    1 rank; bad --lora-targets, --lora-alpha without --lora-rank, LoRA on GPT-2 are refused;
+#  - --init-adapter of PEFT's own save_pretrained folder (2 ranks, one step at learning rate 0): fsdp.c's
+#    fp32 logits equal PeftModel's with that folder to 1e-5; an adapter of another rank is refused.
 # usage: lora.sh FSDP_TRAIN MPIRUN_SH PYTHON FIXTURE_DIR WORKDIR
 set -uo pipefail
 BIN=$1 MPIRUN=$2 PY=$3 FX=$4 WORK=$5
@@ -25,7 +27,7 @@ run() {
     shift
     if [ "$np" = 1 ]; then "$BIN" "$@" </dev/null; else "$MPIRUN" "$np" "$BIN" "$@" </dev/null; fi
 }
-for d in llama_lora_f32 qwen2_lora_f32; do
+for d in llama_lora_f32 qwen2_lora_f32 llama_lora_adapter; do
     [ -d "$FX/$d" ] || { echo "FAIL: no fixture folder $FX/$d"; exit 1; }
 done
 head -c 100000 /usr/share/games/fortunes/fortunes >t.txt
@@ -83,6 +85,16 @@ mkdir -p ck3 && cp -r ck_llama/step_000003 ck3/ && echo step_000003 >ck3/latest
 run 1 "${A[@]}" --init-from "$FX/llama_lora_f32" --steps 4 --checkpoint-dir ck3 --resume --lora-rank 4 --lora-alpha 8 \
     >res1.log 2>&1 && ok || bad "LoRA resume at 1 rank: $(tail -3 res1.log)"
 
+# --init-adapter: PEFT's own folder
+if run 2 "${A[@]}" --init-from "$FX/llama_lora_f32" --lora-rank 4 --lora-alpha 8 --init-adapter "$FX/llama_lora_adapter" \
+    --steps 1 --lr 0 --min-lr 0 --checkpoint-dir ck_ia >ia.log 2>&1 &&
+    run 1 export --checkpoint ck_ia --merge --out ia/model.safetensors --logits l_ia.bin >iax.log 2>&1; then
+    "$PY" "$TOOL" compare "$FX/llama_lora_f32" l_ia.bin --adapter "$FX/llama_lora_adapter" && ok ||
+        bad "--init-adapter: logits against PeftModel with the same folder"
+else
+    bad "--init-adapter: $(tail -2 ia.log) $(tail -1 iax.log 2>/dev/null)"
+fi
+
 # refusals
 expect_error() { # PATTERN ARGS...: the run fails, printing PATTERN
     local pat=$1
@@ -96,6 +108,9 @@ expect_error() { # PATTERN ARGS...: the run fails, printing PATTERN
 expect_error '"vv" is none of q, k, v, o, gate, up, down' --init-from "$FX/llama_lora_f32" --lora-rank 4 --lora-targets q,vv
 expect_error "lora-alpha needs --lora-rank" --init-from "$FX/llama_lora_f32" --lora-alpha 4
 expect_error "lora_rank = 4: this family does not use it" --layers 2 --width 64 --heads 4 --lora-rank 4
+expect_error "r is 4, this run's --lora-rank 8" --init-from "$FX/llama_lora_f32" --lora-rank 8 \
+    --init-adapter "$FX/llama_lora_adapter"
+expect_error "init-adapter .* needs --lora-rank" --init-from "$FX/llama_lora_f32" --init-adapter "$FX/llama_lora_adapter"
 [ ! -e refused/latest ] && ok || bad "a refused run wrote a checkpoint"
 
 echo "lora: $pass passed, $fails failed"
