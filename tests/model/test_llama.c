@@ -260,6 +260,30 @@ static fsdp_status rig_init(rig *r, const fsdp_model_config *c, fsdp_dtype dt, u
     return s;
 }
 
+/* LoRA: every B (zero at initialisation, which would hide the adapters) set to small deterministic
+ * values, so the adapter product counts in the logits and gradients. */
+static fsdp_status lora_on(rig *r) {
+    unsigned seed = 99u;
+    fsdp_status s = FSDP_OK;
+    for (int i = 0; i < fsdp_engine_num_units(r->e) && s == FSDP_OK; i++) {
+        fsdp_unit_t *u = fsdp_engine_unit(r->e, i);
+        for (int t = 0; t < fsdp_unit_num_tensors(u) && s == FSDP_OK; t++) {
+            fsdp_tensor_info ti;
+            s = fsdp_unit_tensor_info(u, t, &ti);
+            if (s != FSDP_OK || strncmp(ti.name, "lora_b_", 7) != 0) continue;
+            float *v = malloc(ti.numel * sizeof *v);
+            if (!v) return fsdp_set_error(FSDP_ENOMEM, "lora_on");
+            for (size_t k = 0; k < ti.numel; k++) {
+                seed = seed * 1103515245u + 12345u;
+                v[k] = 0.05f * ((float)((seed >> 8) % 2001u) / 1000.0f - 1.0f);
+            }
+            s = fsdp_unit_load_tensor(u, t, v, -1);
+            free(v);
+        }
+    }
+    return s;
+}
+
 static void rig_free(rig *r) {
     fsdp_llama_family.free(r->m);
     fsdp_engine_free(r->e);
@@ -319,17 +343,18 @@ static fsdp_status one_step(rig *r, const fsdp_model_batch *b, step_out *o) {
         fsdp_shard_view sv;
         FSDP_TRY_T(fsdp_unit_shard(fsdp_engine_unit(r->e, i), &sv));
         o->grad_n[i] = sv.numel;
-        o->grads[i] = malloc(sv.numel * sizeof(float));
-        memcpy(o->grads[i], sv.grad, sv.numel * sizeof(float));
+        o->grads[i] = malloc((sv.numel ? sv.numel : 1) * sizeof(float));
+        if (sv.numel) memcpy(o->grads[i], sv.grad, sv.numel * sizeof(float)); /* 0: nothing trainable */
     }
     return FSDP_OK;
 }
 
 /* Recompute: the same loss, logits and gradients, bit for bit; the activation peak equals
  * activation_bytes in both modes. */
-static void test_recompute_and_memory(int qk_norm, int with_doc, fsdp_dtype dt) {
+static void test_recompute_and_memory(int qk_norm, int with_doc, fsdp_dtype dt, int lora) {
     enum { B = 2, T = 24 };
     fsdp_model_config c = tiny(!qk_norm, qk_norm, qk_norm);
+    c.lora_rank = lora; /* LoRA: the adapters' saved x A^T and scratch in the plan, recompute exact */
     int tok[B * T], tgt[B * T], doc[B * T];
     fill_batch(tok, tgt, B * T, c.vocab_size, 7u);
     for (int i = 0; i < B * T; i++)
@@ -341,6 +366,7 @@ static void test_recompute_and_memory(int qk_norm, int with_doc, fsdp_dtype dt) 
         c.recompute = rc;
         rig r;
         fsdp_status s = rig_init(&r, &c, dt, 42);
+        if (s == FSDP_OK && lora) s = lora_on(&r);
         CHECK_OK(s);
         if (s == FSDP_OK) {
             fsdp_mem_reset_peaks();
@@ -348,8 +374,9 @@ static void test_recompute_and_memory(int qk_norm, int with_doc, fsdp_dtype dt) 
             CHECK_OK(one_step(&r, &b, &o[rc]));
             size_t peak = fsdp_mem_peak(FSDP_MEM_ACTIVATION) - before;
             size_t want = fsdp_llama_family.activation_bytes(&c, B, T, omp_get_max_threads());
-            CHECKF(peak == want, "qk_norm %d doc %d dt %d recompute %d: activation peak %zu, predicted %zu",
-                   qk_norm, with_doc, dt, rc, peak, want);
+            CHECKF(peak == want,
+                   "qk_norm %d doc %d dt %d lora %d recompute %d: activation peak %zu, predicted %zu",
+                   qk_norm, with_doc, dt, lora, rc, peak, want);
         } else {
             memset(&o[rc], 0, sizeof o[rc]);
         }
@@ -362,7 +389,8 @@ static void test_recompute_and_memory(int qk_norm, int with_doc, fsdp_dtype dt) 
     for (int i = 0; same && i < o[0].n_units; i++)
         same = o[0].grad_n[i] == o[1].grad_n[i] &&
                !memcmp(o[0].grads[i], o[1].grads[i], o[0].grad_n[i] * sizeof(float));
-    CHECKF(same, "qk_norm %d doc %d dt %d: recompute changed a gradient", qk_norm, with_doc, dt);
+    CHECKF(same, "qk_norm %d doc %d dt %d lora %d: recompute changed a gradient", qk_norm, with_doc, dt,
+           lora);
     step_free(&o[0]);
     step_free(&o[1]);
 }
@@ -381,18 +409,32 @@ static double rel(const float *a, const float *b, size_t n) {
 /* Packed documents: one row holding documents of 9, 8 and 7 tokens gives each document's logits as
  * running it alone (positions restart, attention stays inside the document); the decode of a whole
  * sequence, then token by token, gives the full forward's last-position logits; ignored targets. */
-static void test_docs_decode_ignore(void) {
+static void test_docs_decode_ignore(int lora) {
     enum { T = 24, Vp = 320 };
     fsdp_model_config c = tiny(0, 1, 0);
+    c.lora_rank = lora; /* LoRA: decode applies the adapters as the forward does */
     rig r;
     fsdp_status s = rig_init(&r, &c, FSDP_F32, 5);
+    int tok[T], tgt[T], doc[T];
+    fill_batch(tok, tgt, T, c.vocab_size, 11u);
+    if (s == FSDP_OK && lora) { /* the adapters change the logits once B is not zero */
+        fsdp_model_batch one = {tok, NULL, NULL, 1, T};
+        const float *l0;
+        float *base = malloc((size_t)T * Vp * sizeof(float));
+        s = fsdp_llama_family.forward(r.m, &one, NULL);
+        if (s == FSDP_OK) s = fsdp_llama_family.logits(r.m, &l0, NULL, NULL, NULL);
+        if (s == FSDP_OK) memcpy(base, l0, (size_t)T * Vp * sizeof(float));
+        if (s == FSDP_OK) s = lora_on(&r);
+        if (s == FSDP_OK) s = fsdp_llama_family.forward(r.m, &one, NULL);
+        if (s == FSDP_OK) s = fsdp_llama_family.logits(r.m, &l0, NULL, NULL, NULL);
+        if (s == FSDP_OK) CHECKF(rel(l0, base, (size_t)T * Vp) > 1e-3, "LoRA's B does not change the logits");
+        free(base);
+    }
     CHECK_OK(s);
     if (s != FSDP_OK) {
         rig_free(&r);
         return;
     }
-    int tok[T], tgt[T], doc[T];
-    fill_batch(tok, tgt, T, c.vocab_size, 11u);
     const int start[4] = {0, 9, 17, 24};
     for (int d = 0; d < 3; d++)
         for (int t = start[d]; t < start[d + 1]; t++)
@@ -489,8 +531,11 @@ int main(void) {
     test_hf_map();
     for (int q = 0; q < 2; q++)
         for (int doc = 0; doc < 2; doc++)
-            test_recompute_and_memory(q, doc, FSDP_F32);
-    test_recompute_and_memory(1, 0, FSDP_BF16);
-    test_docs_decode_ignore();
+            test_recompute_and_memory(q, doc, FSDP_F32, 0);
+    test_recompute_and_memory(1, 0, FSDP_BF16, 0);
+    test_recompute_and_memory(0, 1, FSDP_F32, 4);
+    test_recompute_and_memory(1, 0, FSDP_BF16, 3);
+    test_docs_decode_ignore(0);
+    test_docs_decode_ignore(4);
     return TEST_MAIN_END();
 }
