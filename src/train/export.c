@@ -715,12 +715,12 @@ static fsdp_status export_checkpoint(const fsdp_train_config *cfg, fsdp_dir_stag
         s = FSDP_ERR(FSDP_ENOMEM, "no memory for a path");
     if (s == FSDP_OK) s = fsdp_out_begin(&o, sout, "--out", 0);
     /* frozen tensors (not in the checkpoint): a model of one process restores them */
-    int frozen = 0;
-    for (int u = 0; s == FSDP_OK && u < fsdp_ckpt_num_units(r); u++)
-        frozen |= fsdp_ckpt_unit_desc(r, u)->frozen_numel > 0;
+    int frozen = 0; /* some tensor written is frozen, or gets an adapter folded in */
+    for (int i = 0; s == FSDP_OK && i < n; i++)
+        frozen |= fsdp_ckpt_unit_desc(r, ts[i].unit)->tensors[ts[i].tensor].frozen || ts[i].lora >= 0;
     fsdp_comm_t *fcomm = NULL;
     run_model frm = {0};
-    if (s == FSDP_OK && frozen && !cfg->adapter) s = frozen_model(step_dir, &fcomm, &frm);
+    if (s == FSDP_OK && frozen) s = frozen_model(step_dir, &fcomm, &frm);
     if (s == FSDP_OK) s = export_write(&o, r, frm.eng, ts, n, hdr, dt);
     fsdp_train_model_free(&frm);
     fsdp_comm_free(fcomm);

@@ -273,8 +273,13 @@ fsdp_status fsdp_train_ckpt_load(run_model *rm, const char *step_dir, fsdp_ckpt_
         s = fsdp_set_error(s, "%s: its frozen tensors come from --init-from %s, which did not load: %s",
                            step_dir, from, why);
     }
-    free(from);
     if (s == FSDP_OK) s = fsdp_ckpt_load(rm->eng, step_dir, st);
+    if (s == FSDP_EINVAL && strstr(fsdp_last_error(), "frozen weights are not those")) {
+        char why[1024]; /* name where they were read from */
+        snprintf(why, sizeof why, "%s", fsdp_last_error());
+        s = fsdp_set_error(s, "%s (read from %s)", why, from ? from : "--seed's initialisation");
+    }
+    free(from);
     return s;
 }
 

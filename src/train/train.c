@@ -16,6 +16,7 @@
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <omp.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -170,6 +171,12 @@ static fsdp_status config_record(train_run *r) {
             cJSON_Delete(sh);
             return FSDP_ERR(FSDP_ENOMEM, "no memory for the config record");
         }
+    }
+    char abs_from[PATH_MAX]; /* recorded as an absolute path: a load of a frozen run reads it again */
+    if (c->init_from && !c->resume && realpath(c->init_from, abs_from)) {
+        cJSON_DeleteItemFromObjectCaseSensitive(r->cj, "init-from");
+        if (!cJSON_AddStringToObject(r->cj, "init-from", abs_from))
+            return FSDP_ERR(FSDP_ENOMEM, "no memory for the config record");
     }
     if (c->init_from && !c->resume) { /* where the run starts: the folder and its fingerprint */
         uint32_t crc = 0;

@@ -95,6 +95,17 @@ else
     bad "--init-adapter: $(tail -2 ia.log) $(tail -1 iax.log 2>/dev/null)"
 fi
 
+# --freeze on top of LoRA (h0's adapters kept at their initialisation): the adapter export reads the
+# frozen ones from the restored model, and PEFT reproduces the logits
+if run 1 "${A[@]}" --init-from "$FX/llama_lora_f32" --lora-rank 4 --lora-alpha 8 --freeze 'h0.lora_*' --steps 3 \
+    --checkpoint-dir ck_fz >fz.log 2>&1 &&
+    run 1 export --checkpoint ck_fz --adapter --out fz/adapter_model.safetensors --logits l_fz.bin >fzx.log 2>&1; then
+    grep -q "^frozen (LoRA's base, --freeze): 114624 of 118336" fz.log && ok || bad "LoRA + --freeze: $(grep -m1 frozen fz.log)"
+    "$PY" "$TOOL" compare "$FX/llama_lora_f32" l_fz.bin --adapter fz && ok || bad "LoRA + --freeze: PEFT's logits"
+else
+    bad "LoRA + --freeze: $(tail -2 fz.log) $(tail -1 fzx.log 2>/dev/null)"
+fi
+
 # refusals
 expect_error() { # PATTERN ARGS...: the run fails, printing PATTERN
     local pat=$1
