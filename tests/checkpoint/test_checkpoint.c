@@ -406,6 +406,73 @@ static void test_commit(void) {
     free(ck);
 }
 
+/* Frozen tensors in the manifest (issue 37): a unit's frozen tensor (its offset within the frozen region),
+ * frozen_numel and frozen_digest round-trip through write and open; the shards hold the trainable region
+ * alone; malformed frozen fields are refused naming the manifest. */
+static void rewrite(const char *m, const char *step, void (*edit)(cJSON *), const char *want) {
+    char *text = NULL;
+    size_t n = 0;
+    CHECK_OK(fsdp_io_read_file(m, &text, &n));
+    cJSON *j = text ? cJSON_ParseWithLength(text, n) : NULL;
+    fsdp_mem_free(text);
+    CHECK(j != NULL);
+    if (!j) return;
+    cJSON_DeleteItemFromObjectCaseSensitive(j, "manifest_crc32c");
+    char *orig = cJSON_Print(j);
+    edit(j);
+    char *t = cJSON_Print(j);
+    write_sealed(m, t);
+    fsdp_ckpt_reader *r = NULL;
+    CHECK_ERR(fsdp_ckpt_open(&r, step), FSDP_EFORMAT, want);
+    write_sealed(m, orig);
+    free(t);
+    free(orig);
+    cJSON_Delete(j);
+}
+static cJSON *unit1(cJSON *j) { return cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "units"), 1); }
+static void no_digest(cJSON *j) { cJSON_DeleteItemFromObjectCaseSensitive(unit1(j), "frozen_digest"); }
+static void short_digest(cJSON *j) {
+    cJSON_ReplaceItemInObjectCaseSensitive(unit1(j), "frozen_digest", cJSON_CreateString("12ab"));
+}
+static void past_region(cJSON *j) {
+    cJSON *t = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(unit1(j), "tensors"), 1);
+    cJSON_ReplaceItemInObjectCaseSensitive(t, "offset", cJSON_CreateNumber(4));
+}
+static void frozen_string(cJSON *j) {
+    cJSON *t = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(unit1(j), "tensors"), 1);
+    cJSON_ReplaceItemInObjectCaseSensitive(t, "frozen", cJSON_CreateString("yes"));
+}
+
+static void test_frozen_manifest(void) {
+    static fsdp_ckpt_tensor tf[2] = {{"x", 1, {2}, 0, 2, -1, 0}, {"z", 2, {3, 4}, 0, 12, -1, 1}};
+    fsdp_ckpt_unit keep = units[1];
+    units[1].n_tensors = 2, units[1].tensors = tf;
+    units[1].frozen_numel = 12, units[1].frozen_digest = 0x0123456789abcdefull;
+    char *step = fsdp_strdupf("%s/frozen_step", dir), *m = fsdp_strdupf("%s/manifest.json", step);
+    fsdp_ckpt_state st = {3, 0, 0, {0, 0}};
+    fake_ckpt(step, 2, &st);
+    fsdp_ckpt_reader *r = NULL;
+    CHECK_OK(fsdp_ckpt_open(&r, step));
+    if (r) {
+        const fsdp_ckpt_unit *u = fsdp_ckpt_unit_desc(r, 1);
+        CHECK(u->n_tensors == 2 && u->numel == 2 && u->frozen_numel == 12 &&
+              u->frozen_digest == 0x0123456789abcdefull);
+        CHECK(u->tensors[0].frozen == 0 && u->tensors[1].frozen == 1 && u->tensors[1].offset == 0 &&
+              u->tensors[1].numel == 12);
+        CHECK(fsdp_ckpt_unit_desc(r, 0)->frozen_numel == 0 &&
+              fsdp_ckpt_unit_desc(r, 0)->tensors[0].frozen == 0);
+        CHECK(check_reslice(r, 3) == 0); /* the trainable region, resliced as before */
+        fsdp_ckpt_close(r);
+    }
+    rewrite(m, step, no_digest, "frozen_numel / frozen_digest are malformed");
+    rewrite(m, step, short_digest, "frozen_numel / frozen_digest are malformed");
+    rewrite(m, step, past_region, "tensor 1 is malformed");
+    rewrite(m, step, frozen_string, "tensor 1 is malformed");
+    units[1] = keep;
+    free(m);
+    free(step);
+}
+
 int main(void) {
     snprintf(dir, sizeof dir, "%s/tmp_test_ckpt_XXXXXX", FSDP_BINARY_DIR);
     if (!mkdtemp(dir)) return 1;
@@ -413,6 +480,7 @@ int main(void) {
     test_reslice_and_corruption();
     test_commit();
     test_nonfinite();
+    test_frozen_manifest();
     for (int u = 0; u < 2; u++)
         for (int k = 0; k < 3; k++)
             free(full[u][k]);
