@@ -86,6 +86,48 @@ fsdp_status fsdp_decoder_views(fsdp_unit_t *u, int n, const void **w) {
     return FSDP_OK;
 }
 
+fsdp_status fsdp_lora_xa(const fsdp_lora *l, const float *x, float *t, int N, fsdp_dtype pdt) {
+    return fsdp_matmul_forward(t, x, l->A, NULL, pdt, N, l->in, l->R);
+}
+
+fsdp_status fsdp_lora_add(const fsdp_lora *l, const float *t, float *y, float *u, int N, fsdp_dtype pdt) {
+    FSDP_TRY(fsdp_matmul_forward(u, t, l->B, NULL, pdt, N, l->R, l->n));
+    const float sc = l->scale;
+    const int n = l->n;
+#pragma omp parallel for schedule(static) if ((size_t)N * (size_t)n > 65536)
+    for (size_t i = 0; i < (size_t)N; i++) {
+        float *yr = y + i * (size_t)l->ldy;
+        const float *ur = u + i * (size_t)n;
+        for (int j = 0; j < n; j++)
+            yr[j] += sc * ur[j];
+    }
+    return FSDP_OK;
+}
+
+fsdp_status fsdp_lora_backward(const fsdp_lora *l, const float *dy, const float *x, const float *t, float *dx,
+                               float *u, float *dt, int N, fsdp_dtype pdt) {
+    const float sc = l->scale;
+    const size_t NR = (size_t)N * (size_t)l->R;
+    if (l->ldy == l->n) { /* dy contiguous: the scale goes on the narrow side, t and g B */
+        for (size_t i = 0; i < NR; i++)
+            u[i] = sc * t[i];
+        FSDP_TRY(fsdp_matmul_backward(dt, 0, l->gB, l->aB, NULL, 0, dy, u, l->B, pdt, N, l->R, l->n));
+        for (size_t i = 0; i < NR; i++)
+            dt[i] *= sc;
+    } else { /* a column slice of a fused output: copied out, scaled */
+        const int n = l->n;
+#pragma omp parallel for schedule(static) if ((size_t)N * (size_t)n > 65536)
+        for (size_t i = 0; i < (size_t)N; i++) {
+            const float *dr = dy + i * (size_t)l->ldy;
+            float *g = u + i * (size_t)n;
+            for (int j = 0; j < n; j++)
+                g[j] = sc * dr[j];
+        }
+        FSDP_TRY(fsdp_matmul_backward(dt, 0, l->gB, l->aB, NULL, 0, u, t, l->B, pdt, N, l->R, l->n));
+    }
+    return fsdp_matmul_backward(dx, 1, l->gA, l->aA, NULL, 0, dt, x, l->A, pdt, N, l->in, l->R);
+}
+
 static fsdp_status root_views(fsdp_decoder *d) {
     return fsdp_decoder_views(d->root, d->bt->n_root, d->root_w);
 }

@@ -134,6 +134,26 @@ void fsdp_decoder_progress(fsdp_decoder *d);
 /* Views of a unit's first n tensors (n <= the unit's tensor count). */
 fsdp_status fsdp_decoder_views(fsdp_unit_t *u, int n, const void **w);
 
+/* ---- LoRA adapters, for every family: a projection y = x W^T (N rows, input width in, n outputs
+ * written at columns [0, n) of rows with stride ldy: the caller offsets y for a fused projection's part)
+ * gains scale * (x A^T) B^T, A (R, in) and B (n, R) in the compute dtype pdt. */
+typedef struct {
+    const void *A, *B; /* the adapter's views */
+    float *gA, *gB;    /* main_grad views (NULL: frozen) and their accumulate flags */
+    int aA, aB;
+    int in, n, ldy, R;
+    float scale; /* alpha / R */
+} fsdp_lora;
+/* t (N, R) = x A^T: the adapter's input side, which backward needs (saved, or recomputed). */
+fsdp_status fsdp_lora_xa(const fsdp_lora *l, const float *x, float *t, int N, fsdp_dtype pdt);
+/* y[:, 0:n] += scale * t B^T, through u (N, n). */
+fsdp_status fsdp_lora_add(const fsdp_lora *l, const float *t, float *y, float *u, int N, fsdp_dtype pdt);
+/* Backward: dy (columns [0, n), stride ldy) the projection output's gradient, x its input, t = x A^T;
+ * dB (+)= g^T t and dA (+)= (g B)^T x by the flags, dx (N, in) += (g B) A, g = scale * dy; scratch u
+ * (N, n) and dt (N, R). */
+fsdp_status fsdp_lora_backward(const fsdp_lora *l, const float *dy, const float *x, const float *t, float *dx,
+                               float *u, float *dt, int N, fsdp_dtype pdt);
+
 /* Bytes of the activation arena for (B, T) batches of config c (not resolved) under c->recompute. */
 size_t fsdp_decoder_arena_bytes(const fsdp_block_table *bt, const fsdp_model_config *c, int B, int T);
 

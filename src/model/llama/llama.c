@@ -529,78 +529,43 @@ static fsdp_status grad_of(const llama_state *s, fsdp_unit_t *u, int kind, float
     return fsdp_unit_main_grad(u, s->bi[kind], g, acc);
 }
 
-/* t (N, r) = x A_p^T: the adapter's input side (saved for backward). */
-static fsdp_status lora_a_forward(const llama_state *s, const void *const *w, int p, const float *x, float *t,
-                                  int N, fsdp_dtype pdt) {
+/* Projection p's adapter as the shared LoRA code takes it (views from w; gradients not fetched). */
+static fsdp_lora lora_of(const llama_state *s, const void *const *w, int p) {
     const lora_proj q = lora_shape(&s->d, p);
-    return fsdp_matmul_forward(t, x, w[llama_lora_a(p)], NULL, pdt, N, q.in, (int)s->d.R);
+    return (fsdp_lora){.A = w[llama_lora_a(p)],
+                       .B = w[llama_lora_b(p)],
+                       .in = q.in,
+                       .n = q.n,
+                       .ldy = q.ldy,
+                       .R = (int)s->d.R,
+                       .scale = s->lscale};
 }
 
-/* y[:, off:off+n] += (alpha / r) t B_p^T, through u (N, n). */
-static fsdp_status lora_b_forward(const llama_state *s, const void *const *w, int p, const float *t, float *y,
-                                  float *u, int N, fsdp_dtype pdt) {
-    const lora_proj q = lora_shape(&s->d, p);
-    FSDP_TRY(fsdp_matmul_forward(u, t, w[llama_lora_b(p)], NULL, pdt, N, (int)s->d.R, q.n));
-    const float sc = s->lscale;
-#pragma omp parallel for schedule(static) if ((size_t)N * (size_t)q.n > 65536)
-    for (size_t i = 0; i < (size_t)N; i++) {
-        float *yr = y + i * (size_t)q.ldy + q.off;
-        const float *ur = u + i * (size_t)q.n;
-        for (int j = 0; j < q.n; j++)
-            yr[j] += sc * ur[j];
-    }
-    return FSDP_OK;
-}
-
-/* Every targeted projection among ps (n_ps of them, all reading x) on N rows: t into lt[p] (or one
- * scratch t when lt is NULL: decode), the product added to y. */
+/* Every targeted projection among ps (n_ps of them, all reading x) on N rows: x A^T into lt[p] (or one
+ * scratch t1 when lt is NULL: decode), the product added to y at the projection's columns. */
 static fsdp_status lora_forward(const llama_state *s, const void *const *w, const int *ps, int n_ps,
                                 const float *x, float *const *lt, float *t1, float *y, float *u, int N,
                                 fsdp_dtype pdt) {
     for (int k = 0; k < n_ps; k++) {
         const int p = ps[k];
         if (!w[llama_lora_a(p)]) continue;
+        const fsdp_lora l = lora_of(s, w, p);
         float *t = lt ? lt[p] : t1;
-        FSDP_TRY(lora_a_forward(s, w, p, x, t, N, pdt));
-        FSDP_TRY(lora_b_forward(s, w, p, t, y, u, N, pdt));
+        FSDP_TRY(fsdp_lora_xa(&l, x, t, N, pdt));
+        FSDP_TRY(fsdp_lora_add(&l, t, y + lora_shape(&s->d, p).off, u, N, pdt));
     }
     return FSDP_OK;
 }
 
-/* Backward of projection p's adapter: dy the projection output's gradient (columns [off, off + n), row
- * stride ldy), x its input, t = x A^T; dB (+)= g^T t and dA (+)= (g B)^T x into main_grad with
- * g = (alpha / r) dy; dx (N, in) += (g B) A. */
+/* Backward of projection p's adapter (fsdp_lora_backward) with its main_grad views. */
 static fsdp_status lora_backward(const llama_state *s, fsdp_unit_t *u, const void *const *w, int p,
                                  const float *dy, const float *x, const float *t, float *dx, int N,
                                  fsdp_dtype pdt) {
     if (!w[llama_lora_a(p)]) return FSDP_OK;
-    const lora_proj q = lora_shape(&s->d, p);
-    const int R = (int)s->d.R;
-    const float sc = s->lscale;
-    float *gA, *gB;
-    int aA, aB;
-    FSDP_TRY(grad_of(s, u, llama_lora_b(p), &gB, &aB));
-    if (q.ldy == q.n) { /* dy contiguous (o, down): the scale goes on the narrow side, t and g B */
-        float *ts = s->lu;
-        for (size_t i = 0; i < (size_t)N * (size_t)R; i++)
-            ts[i] = sc * t[i];
-        FSDP_TRY(
-            fsdp_matmul_backward(s->ldt, 0, gB, aB, NULL, 0, dy, ts, w[llama_lora_b(p)], pdt, N, R, q.n));
-        for (size_t i = 0; i < (size_t)N * (size_t)R; i++)
-            s->ldt[i] *= sc;
-    } else { /* a column slice of q|k|v or gate|up: copied out, scaled */
-#pragma omp parallel for schedule(static) if ((size_t)N * (size_t)q.n > 65536)
-        for (size_t i = 0; i < (size_t)N; i++) {
-            const float *dr = dy + i * (size_t)q.ldy + q.off;
-            float *g = s->lu + i * (size_t)q.n;
-            for (int j = 0; j < q.n; j++)
-                g[j] = sc * dr[j];
-        }
-        FSDP_TRY(
-            fsdp_matmul_backward(s->ldt, 0, gB, aB, NULL, 0, s->lu, t, w[llama_lora_b(p)], pdt, N, R, q.n));
-    }
-    FSDP_TRY(grad_of(s, u, llama_lora_a(p), &gA, &aA));
-    return fsdp_matmul_backward(dx, 1, gA, aA, NULL, 0, s->ldt, x, w[llama_lora_a(p)], pdt, N, q.in, R);
+    fsdp_lora l = lora_of(s, w, p);
+    FSDP_TRY(grad_of(s, u, llama_lora_b(p), &l.gB, &l.aB));
+    FSDP_TRY(grad_of(s, u, llama_lora_a(p), &l.gA, &l.aA));
+    return fsdp_lora_backward(&l, dy + lora_shape(&s->d, p).off, x, t, dx, s->lu, s->ldt, N, pdt);
 }
 
 static const int LORA_QKV[3] = {0, 1, 2}, LORA_O[1] = {3}, LORA_GU[2] = {4, 5}, LORA_DOWN[1] = {6};
@@ -661,11 +626,12 @@ static fsdp_status block_forward(fsdp_decoder *dr, int l, const float *x, void *
     FSDP_TRY(lora_forward(s, w, LORA_GU, 2, a->xn2, a->lt, NULL, a->gu, s->lu, N, pdt));
     fsdp_decoder_progress(dr);
     FSDP_TRY(fsdp_swiglu_forward(a->act, a->gu, N, (int)d.I));
-    if (w[llama_lora_a(6)]) /* the down adapter's input side: saved for backward, recompute too */
-        FSDP_TRY(lora_a_forward(s, w, 6, a->act, a->lt[6], N, pdt));
+    const fsdp_lora ldown = lora_of(s, w, 6);
+    if (ldown.A) /* the down adapter's input side: saved for backward, recompute too */
+        FSDP_TRY(fsdp_lora_xa(&ldown, a->act, a->lt[6], N, pdt));
     if (out == NULL) return FSDP_OK;
     FSDP_TRY(fsdp_matmul_forward(dr->tmpC, a->act, w[LLAMA_DOWN_W], NULL, pdt, N, (int)d.I, C));
-    if (w[llama_lora_a(6)]) FSDP_TRY(lora_b_forward(s, w, 6, a->lt[6], dr->tmpC, s->lu, N, pdt));
+    if (ldown.A) FSDP_TRY(fsdp_lora_add(&ldown, a->lt[6], dr->tmpC, s->lu, N, pdt));
     fsdp_decoder_progress(dr);
     return fsdp_residual_forward(out, a->res2, dr->tmpC, (size_t)N * d.C);
 }
