@@ -46,6 +46,13 @@ typedef struct {
     int padded_vocab_size; /* Vp >= V: rows of wte and logit columns (0: V rounded up to 128) */
     int max_seq_len;       /* T_max: rows of wpe; forward's T <= T_max */
     int recompute;         /* 1: keep only block inputs; recompute each block's forward in its backward */
+    /* LoRA adapters (0: none; then every other tensor is frozen): rank, alpha (0: 2 x rank) and the
+     * projections (FSDP_LORA_C_ATTN, _ATTN_PROJ, _C_FC, _MLP_PROJ of include/fsdp_model.h; 0: all four).
+     * Each gets lora_a_<p> (rank, in) and lora_b_<p> (out, rank) after the block's other tensors, p one of
+     * c_attn, attn_proj, c_fc, mlp_proj. */
+    int lora_rank;
+    double lora_alpha;
+    int lora_targets;
 } gpt_config;
 
 /* GPT-2 124M: L 12, C 768, NH 12, V 50257, Vp 50304, T_max 1024, no recompute. */
@@ -82,7 +89,8 @@ typedef struct {
     int n_units;             /* L + 1 */
     fsdp_plan_unit *units;   /* (L + 1) */
     fsdp_tensor_spec *root;  /* (GPT_ROOT_NTENSORS) root's specs, indexed by GPT_WTE... */
-    fsdp_tensor_spec *block; /* (GPT_BLOCK_NTENSORS) every block's specs, indexed by GPT_LN1_W... */
+    fsdp_tensor_spec *block; /* (GPT_BLOCK_NTENSORS + LoRA's) every block's specs, indexed by GPT_LN1_W... */
+    int n_block;             /* block specs: GPT_BLOCK_NTENSORS, plus two per LoRA-targeted projection */
     fsdp_unit_config *root_cfg;
     char (*names)[16]; /* (L + 1) unit names */
 } gpt_units;

@@ -45,7 +45,13 @@ enum {
     FSDP_LORA_GATE = 1 << 4,
     FSDP_LORA_UP = 1 << 5,
     FSDP_LORA_DOWN = 1 << 6,
-    FSDP_LORA_ALL = (1 << 7) - 1
+    FSDP_LORA_ALL = (1 << 7) - 1,
+    /* GPT-2's projections (PEFT's attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj) */
+    FSDP_LORA_C_ATTN = 1 << 7,
+    FSDP_LORA_ATTN_PROJ = 1 << 8,
+    FSDP_LORA_C_FC = 1 << 9,
+    FSDP_LORA_MLP_PROJ = 1 << 10,
+    FSDP_LORA_GPT2_ALL = 0xf << 7
 };
 
 typedef struct {
@@ -69,7 +75,7 @@ typedef struct {
     double rope_factor, rope_low_freq_factor, rope_high_freq_factor;
     int rope_original_max_pos; /* llama3 scaling: original_max_position_embeddings */
     int recompute;             /* 1: keep only block inputs, recompute each block in backward */
-    /* LoRA (llama family): rank r of the adapters (0: none). With r > 0 every other tensor is frozen
+    /* LoRA: rank r of the adapters (0: none). With r > 0 every other tensor is frozen
      * and each targeted projection W (out, in) gets A (r, in), Kaiming-uniform as PEFT initialises it,
      * and B (out, r), zero: y = x W^T + (alpha / r) (x A^T) B^T. */
     int lora_rank;

@@ -481,11 +481,124 @@ def save_hf(s, W, d, dtype, shard_kb=None):
         json.dump({"metadata": {"total_size": total}, "weight_map": wmap}, f, indent=2)
 
 
+GPT2_LORA = dict(r=4, alpha=8.0, targets=["c_attn", "c_proj", "c_fc"])  # c_proj: attn's and mlp's
+
+
+def gpt2_lora_fixture(outdir, hf=False):
+    """GPT-2 (transformers' GPT2LMHeadModel, Conv1D weights) with PEFT's LoRA on c_attn, attn.c_proj,
+    mlp.c_fc and mlp.c_proj (fan_in_fan_out), in float64: the fixture of variant gpt2_lora in the C
+    model's names (qkv_w = c_attn.weight transposed, ...; lora_a_c_attn, lora_b_c_attn, ...)."""
+    import transformers
+    from peft import LoraConfig, get_peft_model
+    L, C, NH, V, Vp, TM, r = 2, 64, 4, 300, 320, 64, GPT2_LORA["r"]
+    g = torch.Generator().manual_seed(SEED + 7)
+    rnd = lambda *shp, sd=0.05: (sd * torch.randn(shp, generator=g)).to(torch.bfloat16)
+    one = lambda n: (1.0 + 0.1 * torch.randn((n,), generator=g)).to(torch.bfloat16)
+    W = {"transformer.wte.weight": rnd(V, C), "transformer.wpe.weight": rnd(TM, C),
+         "transformer.ln_f.weight": one(C), "transformer.ln_f.bias": rnd(C)}
+    io = {"attn.c_attn": (C, 3 * C), "attn.c_proj": (C, C), "mlp.c_fc": (C, 4 * C), "mlp.c_proj": (4 * C, C)}
+    for l in range(L):
+        p = f"transformer.h.{l}."
+        W[p + "ln_1.weight"], W[p + "ln_1.bias"] = one(C), rnd(C)
+        W[p + "ln_2.weight"], W[p + "ln_2.bias"] = one(C), rnd(C)
+        for m, (fi, fo) in io.items():
+            W[p + m + ".weight"], W[p + m + ".bias"] = rnd(fi, fo), rnd(fo)  # Conv1D: (in, out)
+    pad = rnd(Vp - V, C)
+    A = {f"transformer.h.{l}.{m}": (rnd(r, io[m][0], sd=0.1), rnd(io[m][1], r, sd=0.1)) for l in range(L) for m in io}
+    tokens, targets = batch(argparse.Namespace(V=V))
+
+    def base(dtype):
+        """transformers' GPT-2 with the weights W."""
+        if dtype == torch.float64:
+            patch_float64()
+        cfg = transformers.GPT2Config(n_layer=L, n_embd=C, n_head=NH, vocab_size=V, n_positions=TM,
+                                      activation_function="gelu_new", resid_pdrop=0.0, embd_pdrop=0.0,
+                                      attn_pdrop=0.0, layer_norm_epsilon=1e-5, attn_implementation="eager")
+        m = transformers.GPT2LMHeadModel(cfg).eval().to(dtype)
+        miss, unexp = m.load_state_dict({n: w.to(dtype) for n, w in W.items()}, strict=False)
+        assert not [n for n in miss if n not in ("lm_head.weight",) and not n.endswith(".attn.bias")] and not unexp
+        return m
+
+    def build(dtype):
+        """(the base model, PEFT's model on it with our adapter values, its parameters by name)."""
+        m = base(dtype)
+        lc = LoraConfig(r=r, lora_alpha=GPT2_LORA["alpha"], target_modules=GPT2_LORA["targets"], lora_dropout=0.0,
+                        fan_in_fan_out=True, bias="none")
+        pm = get_peft_model(m, lc).to(dtype)
+        P = {n.replace("base_model.model.", "", 1).replace(".default", ""): p for n, p in pm.named_parameters()}
+        with torch.no_grad():
+            for mod, (a, b) in A.items():
+                P[mod + ".lora_A.weight"].copy_(a.to(dtype))
+                P[mod + ".lora_B.weight"].copy_(b.to(dtype))
+        return m, pm, P
+
+    def run(dtype):
+        _, pm, P = build(dtype)
+        T_ = {n: p for n, p in P.items() if p.requires_grad}
+        assert set(T_) == {f"{mod}.lora_{x}.weight" for mod in A for x in "AB"}, sorted(T_)
+        opt = torch.optim.AdamW([{"params": [p for p in T_.values() if p.dim() > 1], "weight_decay": OPT["weight_decay"]}],
+                                lr=OPT["lr"], betas=(OPT["beta1"], OPT["beta2"]), eps=OPT["eps"])
+        losses, norms, first = [], [], None
+        for step in range(STEPS):
+            opt.zero_grad(set_to_none=True)
+            logits = pm(input_ids=tokens, use_cache=False).logits
+            loss = loss_of(logits, targets)
+            loss.backward()
+            if step == 0:
+                first = (logits.detach().clone(), loss.item(), {n: p.grad.detach().clone() for n, p in T_.items()})
+            norms.append(float(torch.nn.utils.clip_grad_norm_(list(T_.values()), OPT["grad_clip"])))
+            losses.append(loss.item())
+            opt.step()
+        return first, losses, norms
+
+    (logits, loss, grads), losses, norms = run(torch.float64)
+    (_, loss32, _), losses32, _ = run(torch.float32)
+    print(f"gpt2_lora: loss {loss:.10f} (fp32 rel diff {abs(loss32 - loss) / loss:.2e}); step losses fp32 rel "
+          f"diff {max(abs(x - y) / x for x, y in zip(losses, losses32)):.2e}")
+    cn = {"attn.c_attn": "c_attn", "attn.c_proj": "attn_proj", "mlp.c_fc": "c_fc", "mlp.c_proj": "mlp_proj"}
+    ours = {"qkv_w": "attn.c_attn", "attproj_w": "attn.c_proj", "fc_w": "mlp.c_fc", "fcproj_w": "mlp.c_proj"}
+    fw = {"root.wte": torch.cat([W["transformer.wte.weight"], pad]), "root.wpe": W["transformer.wpe.weight"],
+          "root.lnf_w": W["transformer.ln_f.weight"], "root.lnf_b": W["transformer.ln_f.bias"]}
+    for l in range(L):
+        p, h = f"transformer.h.{l}.", f"h{l}."
+        fw[h + "ln1_w"], fw[h + "ln1_b"] = W[p + "ln_1.weight"], W[p + "ln_1.bias"]
+        fw[h + "ln2_w"], fw[h + "ln2_b"] = W[p + "ln_2.weight"], W[p + "ln_2.bias"]
+        for c, m in ours.items():
+            fw[h + c] = W[p + m + ".weight"].t().contiguous()
+            fw[h + c[:-1] + "b"] = W[p + m + ".bias"]
+        for m in io:
+            fw[h + "lora_a_" + cn[m]], fw[h + "lora_b_" + cn[m]] = A[p + m]
+    recs = [record("tokens", DT_I32, tokens), record("targets", DT_I32, targets)]
+    recs += [record("w." + n, DT_BF16, t) for n, t in fw.items()]
+    recs.append(record("logits", DT_F32, logits))
+    recs.append(record("loss", DT_F64, torch.tensor([loss], dtype=torch.float64)))
+    for n, gr in grads.items():  # transformer.h.L.attn.c_attn.lora_A.weight -> hL.lora_a_c_attn
+        parts = n.split(".")
+        recs.append(record(f"g.h{parts[2]}.lora_{parts[5][-1].lower()}_{cn[parts[3] + '.' + parts[4]]}", DT_F32, gr))
+    recs.append(record("gpt2", DT_I32, torch.tensor([1], dtype=torch.int32)))
+    bits = sum(1 << b for b in (7, 8, 9, 10))  # FSDP_LORA_C_ATTN .. _MLP_PROJ
+    recs.append(record("lora", DT_I32, torch.tensor([r, bits], dtype=torch.int32)))
+    recs.append(record("loraf", DT_F64, torch.tensor([GPT2_LORA["alpha"]], dtype=torch.float64)))
+    recs.append(record("losses", DT_F64, torch.tensor(losses, dtype=torch.float64)))
+    recs.append(record("norms", DT_F64, torch.tensor(norms, dtype=torch.float64)))
+    ints = [MAGIC, VERSION, HEADER_BYTES, len(recs), L, C, NH, V, Vp, TM, B, T, STEPS, SEED, 0, 0]
+    floats = [OPT["lr"], OPT["beta1"], OPT["beta2"], OPT["eps"], OPT["weight_decay"], OPT["grad_clip"], 1e-5]
+    header = struct.pack("<16i7f", *ints, *floats)
+    with open(os.path.join(outdir, "gpt2_lora.bin"), "wb") as f:
+        f.write(header + b"\0" * (HEADER_BYTES - len(header)) + b"".join(recs))
+    if hf:  # the base as transformers saves it, and the adapters as PEFT does
+        base(torch.float32).save_pretrained(os.path.join(outdir, "gpt2_lora_f32"), safe_serialization=True)
+        build(torch.float32)[1].save_pretrained(os.path.join(outdir, "gpt2_lora_adapter"))
+
+
 def cmd_fixture(a):
     torch.set_num_threads(1)
     os.makedirs(a.outdir, exist_ok=True)
     bad = 0
     for v in a.variant.split(","):
+        if v == "gpt2_lora":
+            gpt2_lora_fixture(a.outdir, a.hf)
+            continue
         s = shape(v)
         W, pad = init_weights(s)
         tokens, targets = batch(s)
@@ -685,7 +798,7 @@ def main():
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("fixture")
     p.add_argument("outdir")
-    p.add_argument("--variant", default=",".join(VARIANTS))
+    p.add_argument("--variant", default=",".join(list(VARIANTS) + ["gpt2_lora"]))
     p.add_argument("--hf", action="store_true", help="also the Hugging Face folders")
     p = sub.add_parser("compare")
     p.add_argument("dir")

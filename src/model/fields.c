@@ -35,9 +35,9 @@ static const fsdp_model_field fields[] = {
      llama_only},
     {"recompute", I(recompute), "recompute", 0, FSDP_FIELD_SET, NULL},
     /* LoRA: not in a Hugging Face config.json (hf.c leaves the lora_ fields to the flags) */
-    {"lora_rank", I(lora_rank), "lora-rank", 1, FSDP_FIELD_ZERO_DEFAULT, llama_only},
-    {"lora_alpha", D(lora_alpha), "lora-alpha", 1, FSDP_FIELD_ZERO_DEFAULT, llama_only},
-    {"lora_targets", I(lora_targets), NULL, 1, FSDP_FIELD_ZERO_DEFAULT, llama_only}, /* --lora-targets */
+    {"lora_rank", I(lora_rank), "lora-rank", 1, FSDP_FIELD_ZERO_DEFAULT, NULL},
+    {"lora_alpha", D(lora_alpha), "lora-alpha", 1, FSDP_FIELD_ZERO_DEFAULT, NULL},
+    {"lora_targets", I(lora_targets), NULL, 1, FSDP_FIELD_ZERO_DEFAULT, NULL}, /* --lora-targets */
 };
 #undef I
 #undef D

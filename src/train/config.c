@@ -96,13 +96,13 @@ static const opt_def opts[] = {
     {"rope-original-max-pos", OPT_INT, F(rope_original_max_pos), 0, 1 << 24, NULL, C_TRAIN,
      "llama3 scaling: original_max_position_embeddings"},
     {"lora-rank", OPT_INT, F(lora_rank), 0, 4096, NULL, C_TRAIN,
-     "llama: train LoRA adapters of this rank on a frozen base (0: full fine-tuning); each targeted "
+     "train LoRA adapters of this rank on a frozen base (0: full fine-tuning); each targeted "
      "projection W gets A (rank x in, Kaiming-uniform as PEFT) and B (out x rank, zero): "
      "y = x W^T + (alpha / rank) x A^T B^T"},
     {"lora-alpha", OPT_DBL, F(lora_alpha), 0, 1e6, NULL, C_TRAIN, "LoRA's alpha (0: 2 x --lora-rank)"},
     {"lora-targets", OPT_STR, F(lora_targets), 0, 0, NULL, C_TRAIN,
-     "the projections with adapters, comma-separated from q,k,v,o,gate,up,down (PEFT's q_proj, ...; "
-     "default: all seven)"},
+     "the projections with adapters, comma-separated: llama from q,k,v,o,gate,up,down (PEFT's q_proj, ...), "
+     "gpt2 from c_attn,attn.c_proj,c_fc,mlp.c_proj (c_proj: both); default: every projection of the blocks"},
     {"init-adapter", OPT_STR, F(init_adapter), 0, 0, NULL, C_TRAIN,
      "a PEFT LoRA folder (adapter_config.json, adapter_model.safetensors) the adapters start from; its r, "
      "lora_alpha and target_modules must be this run's --lora-rank, --lora-alpha and --lora-targets"},

@@ -7,6 +7,7 @@
  * that restores the frozen ones from where the run started, and they are read from it. */
 #include "train/train.h"
 #include "train/model_load.h"
+#include "train/hf.h"
 
 #include "core/core.h"
 #include "fsdp_model.h"
@@ -31,28 +32,21 @@ typedef struct {
     int64_t shape[2];  /* exported shape */
     size_t row0, rows; /* the model tensor's rows this file tensor holds */
     uint64_t begin, end;
-    int lora;     /* --merge: the LoRA projection (0..6: q, k, v, o, gate, up, down) to fold in, or -1 */
-    float lscale; /* its alpha / r */
+    int lora;              /* --merge: the LoRA projection to fold in (fsdp_hf_lora_modules), or -1 */
+    float lscale;          /* its alpha / r */
+    const char *lora_ours; /* its adapters' suffix (lora_a_<ours>) */
 } export_tensor;
 
-/* LoRA's projections by PEFT's module names and the adapter tensors' names in a block unit. */
-static const char *const LORA_MOD[7] = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
-                                        "gate_proj", "up_proj", "down_proj"};
-static const char *const LORA_C[7] = {"q", "k", "v", "o", "gate", "up", "down"};
-
-/* The projection a map entry's Hugging Face name is ("model.layers.3.mlp.up_proj.weight": 5), or -1. */
-static int lora_proj_of(const char *hf_name) {
-    const char *w = strstr(hf_name, ".weight");
-    for (int p = 0; p < 7 && w && w[7] == '\0'; p++) {
-        char mod[24];
-        snprintf(mod, sizeof mod, ".%s.weight", LORA_MOD[p]);
+/* The LoRA projection (an index into fsdp_hf_lora_modules) a map entry is: its Hugging Face name ends
+ * in ".<module>.weight" ("model.layers.3.mlp.up_proj.weight", "h.0.attn.c_attn.weight"), or -1. */
+static int lora_proj_of(const fsdp_model_config *mc, const char *hf_name) {
+    const fsdp_hf_lora_module *mods = fsdp_hf_lora_modules(mc);
+    for (int p = 0; mods[p].hf; p++) {
+        char mod[64];
+        snprintf(mod, sizeof mod, ".%s.weight", mods[p].hf);
         if (strlen(hf_name) >= strlen(mod) && !strcmp(hf_name + strlen(hf_name) - strlen(mod), mod)) return p;
     }
     return -1;
-}
-
-static int lora_targets_of(const fsdp_model_config *mc) {
-    return mc->lora_rank > 0 ? (mc->lora_targets ? mc->lora_targets : FSDP_LORA_ALL) : 0;
 }
 
 static float lora_scale_of(const fsdp_model_config *mc) {
@@ -76,18 +70,20 @@ static fsdp_status plan(fsdp_ckpt_reader *r, const fsdp_model_config *mc, size_t
     fsdp_status s = ts ? FSDP_OK : FSDP_ERR(FSDP_ENOMEM, "no memory for %d tensors", map.n);
     int n = 0;
     uint64_t off = 0;
-    const int targets = lora_targets_of(mc);
+    const int targets = fsdp_hf_lora_targets(mc);
+    const fsdp_hf_lora_module *mods = fsdp_hf_lora_modules(mc);
     for (int k = 0; k < map.n && s == FSDP_OK; k++) {
         const fsdp_hf_tensor *m = &map.t[k];
         if (m->tied) continue;
-        const int lp = lora_proj_of(m->hf_name);
+        const int lp = lora_proj_of(mc, m->hf_name);
         if (adapter) { /* PEFT's adapter file: A (r, in) and B (out, r) of each targeted projection */
-            if (lp < 0 || !(targets & (FSDP_LORA_Q << lp))) continue;
+            int layer;
+            if (lp < 0 || !(targets & mods[lp].bit) || sscanf(m->unit, "h%d", &layer) != 1) continue;
             const int u = ckpt_unit(r, m->unit);
             const fsdp_ckpt_unit *U = u >= 0 ? fsdp_ckpt_unit_desc(r, u) : NULL;
             for (int ab = 0; ab < 2 && s == FSDP_OK; ab++) {
                 char tn[32];
-                snprintf(tn, sizeof tn, "lora_%c_%s", ab ? 'b' : 'a', LORA_C[lp]);
+                snprintf(tn, sizeof tn, "lora_%c_%s", ab ? 'b' : 'a', mods[lp].ours);
                 int t = -1;
                 for (int i = 0; U && i < U->n_tensors && t < 0; i++)
                     if (!strcmp(U->tensors[i].name, tn)) t = i;
@@ -97,9 +93,8 @@ static fsdp_status plan(fsdp_ckpt_reader *r, const fsdp_model_config *mc, size_t
                     break;
                 }
                 export_tensor *e = &ts[n++];
-                const size_t len = strlen(m->hf_name) - strlen(".weight");
-                snprintf(e->name, sizeof e->name, "base_model.model.%.*s.lora_%c.weight", (int)len,
-                         m->hf_name, ab ? 'B' : 'A');
+                snprintf(e->name, sizeof e->name, "%s%d.%s.lora_%c.weight", fsdp_hf_lora_prefix(mc), layer,
+                         mods[lp].hf, ab ? 'B' : 'A');
                 e->unit = u, e->tensor = t, e->ndim = 2, e->lora = -1;
                 e->rows = (size_t)U->tensors[t].shape[0];
                 e->shape[0] = U->tensors[t].shape[0], e->shape[1] = U->tensors[t].shape[1];
@@ -134,8 +129,9 @@ static fsdp_status plan(fsdp_ckpt_reader *r, const fsdp_model_config *mc, size_t
         e->begin = off;
         off += esize * (uint64_t)e->rows * (uint64_t)cols;
         e->end = off;
-        e->lora = lp >= 0 && (targets & (FSDP_LORA_Q << lp)) ? lp : -1; /* folded in (--merge) */
+        e->lora = lp >= 0 && (targets & mods[lp].bit) ? lp : -1; /* folded in (--merge) */
         e->lscale = lora_scale_of(mc);
+        e->lora_ours = e->lora >= 0 ? mods[lp].ours : NULL;
     }
     /* Nothing of the checkpoint may be left behind (a tensor no entry names; LoRA's adapters are folded
      * in, or are the adapter file). */
@@ -503,8 +499,8 @@ static fsdp_status merge_lora(fsdp_engine_t *feng, const export_tensor *e, const
     if (!feng) return FSDP_ERR(FSDP_EINTERNAL, "--merge without a model");
     fsdp_unit_t *U = fsdp_engine_unit(feng, e->unit);
     char na[32], nb[32];
-    snprintf(na, sizeof na, "lora_a_%s", LORA_C[e->lora]);
-    snprintf(nb, sizeof nb, "lora_b_%s", LORA_C[e->lora]);
+    snprintf(na, sizeof na, "lora_a_%s", e->lora_ours);
+    snprintf(nb, sizeof nb, "lora_b_%s", e->lora_ours);
     const int ta = fsdp_unit_find(U, na), tb = fsdp_unit_find(U, nb);
     fsdp_tensor_info ia, ib;
     if (ta < 0 || tb < 0)
@@ -638,17 +634,19 @@ static fsdp_status write_adapter_config(const char *out, const fsdp_model_config
     fsdp_path_dirname(out, dir, sizeof dir);
     char *path = fsdp_strdupf("%s/adapter_config.json", dir), *text = NULL;
     cJSON *j = cJSON_CreateObject(), *tm = j ? cJSON_AddArrayToObject(j, "target_modules") : NULL;
-    const int targets = lora_targets_of(mc);
-    for (int p = 0; tm && p < 7; p++)
-        if (targets & (FSDP_LORA_Q << p)) cJSON_AddItemToArray(tm, cJSON_CreateString(LORA_MOD[p]));
+    const int targets = fsdp_hf_lora_targets(mc), gpt2 = !strcmp(mc->family->name, "gpt2");
+    const fsdp_hf_lora_module *mods = fsdp_hf_lora_modules(mc);
+    for (int p = 0; tm && mods[p].hf; p++)
+        if (targets & mods[p].bit) cJSON_AddItemToArray(tm, cJSON_CreateString(mods[p].peft));
     const double alpha = mc->lora_alpha > 0 ? mc->lora_alpha : 2.0 * mc->lora_rank;
     int ok = path && tm && cJSON_AddStringToObject(j, "peft_type", "LORA") &&
              cJSON_AddStringToObject(j, "task_type", "CAUSAL_LM") &&
              cJSON_AddNumberToObject(j, "r", mc->lora_rank) &&
              cJSON_AddNumberToObject(j, "lora_alpha", alpha) &&
              cJSON_AddNumberToObject(j, "lora_dropout", 0) && cJSON_AddStringToObject(j, "bias", "none") &&
-             cJSON_AddFalseToObject(j, "fan_in_fan_out") && cJSON_AddTrueToObject(j, "inference_mode") &&
-             cJSON_AddFalseToObject(j, "use_rslora") && cJSON_AddFalseToObject(j, "use_dora") &&
+             cJSON_AddBoolToObject(j, "fan_in_fan_out", gpt2) /* GPT-2's Conv1D */ &&
+             cJSON_AddTrueToObject(j, "inference_mode") && cJSON_AddFalseToObject(j, "use_rslora") &&
+             cJSON_AddFalseToObject(j, "use_dora") &&
              (base ? cJSON_AddStringToObject(j, "base_model_name_or_path", base)
                    : cJSON_AddNullToObject(j, "base_model_name_or_path")) &&
              (text = cJSON_Print(j)) != NULL;

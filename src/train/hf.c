@@ -548,6 +548,15 @@ fsdp_status fsdp_hf_load(fsdp_engine_t *eng, const char *dir, const fsdp_model_c
     /* LoRA adapters are no part of a Hugging Face folder: the built model's, initialised below */
     file_mc.lora_rank = mc->lora_rank, file_mc.lora_alpha = mc->lora_alpha;
     file_mc.lora_targets = mc->lora_targets;
+    /* a model built from a checkpoint's manifest got its real-valued fields through JSON text (15
+     * significant digits): within a relative 1e-9 of the file's is the same (as a resume judges them) */
+    int nf;
+    const fsdp_model_field *f = fsdp_model_fields(&nf);
+    for (int i = 0; i < nf && s == FSDP_OK; i++) {
+        if (f[i].type != FSDP_FIELD_DOUBLE) continue;
+        const double a = fsdp_model_field_get(mc, &f[i]), b = fsdp_model_field_get(&file_mc, &f[i]);
+        if (fabs(a - b) <= 1e-9 * fmax(fabs(a), fabs(b))) fsdp_model_field_set(&file_mc, &f[i], a);
+    }
     if (s == FSDP_OK && fsdp_model_config_diff(mc, &file_mc))
         s = fsdp_set_error(FSDP_EINVAL, "%s/config.json describes another model than the one built (%s)", dir,
                            fsdp_model_config_diff(mc, &file_mc));
@@ -611,10 +620,32 @@ fsdp_status fsdp_hf_fingerprint(const char *dir, uint32_t *crc) {
 
 /* ---------------------------------------------------------------- PEFT adapters (--init-adapter) */
 
-static const char *const PEFT_MOD[7] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
-                                        "self_attn.o_proj", "mlp.gate_proj",    "mlp.up_proj",
-                                        "mlp.down_proj"};
-static const char *const ADAPTER_C[7] = {"q", "k", "v", "o", "gate", "up", "down"};
+static const fsdp_hf_lora_module LLAMA_MODS[] = {
+    {"self_attn.q_proj", "q_proj", "q", FSDP_LORA_Q},       {"self_attn.k_proj", "k_proj", "k", FSDP_LORA_K},
+    {"self_attn.v_proj", "v_proj", "v", FSDP_LORA_V},       {"self_attn.o_proj", "o_proj", "o", FSDP_LORA_O},
+    {"mlp.gate_proj", "gate_proj", "gate", FSDP_LORA_GATE}, {"mlp.up_proj", "up_proj", "up", FSDP_LORA_UP},
+    {"mlp.down_proj", "down_proj", "down", FSDP_LORA_DOWN}, {NULL, NULL, NULL, 0}};
+static const fsdp_hf_lora_module GPT2_MODS[] = {
+    {"attn.c_attn", "c_attn", "c_attn", FSDP_LORA_C_ATTN},
+    {"attn.c_proj", "attn.c_proj", "attn_proj", FSDP_LORA_ATTN_PROJ},
+    {"mlp.c_fc", "c_fc", "c_fc", FSDP_LORA_C_FC},
+    {"mlp.c_proj", "mlp.c_proj", "mlp_proj", FSDP_LORA_MLP_PROJ},
+    {NULL, NULL, NULL, 0}};
+
+static int is_gpt2(const fsdp_model_config *mc) { return !strcmp(mc->family->name, "gpt2"); }
+
+const fsdp_hf_lora_module *fsdp_hf_lora_modules(const fsdp_model_config *mc) {
+    return is_gpt2(mc) ? GPT2_MODS : LLAMA_MODS;
+}
+
+const char *fsdp_hf_lora_prefix(const fsdp_model_config *mc) {
+    return is_gpt2(mc) ? "base_model.model.transformer.h." : "base_model.model.model.layers.";
+}
+
+int fsdp_hf_lora_targets(const fsdp_model_config *mc) {
+    if (mc->lora_rank <= 0) return 0;
+    return mc->lora_targets ? mc->lora_targets : is_gpt2(mc) ? FSDP_LORA_GPT2_ALL : FSDP_LORA_ALL;
+}
 
 /* adapter_config.json against mc: FSDP_EFORMAT naming the file and the field. */
 static fsdp_status check_adapter_config(const char *path, const fsdp_model_config *mc) {
@@ -628,9 +659,11 @@ static fsdp_status check_adapter_config(const char *path, const fsdp_model_confi
                 *r = cJSON_GetObjectItemCaseSensitive(j, "r"),
                 *al = cJSON_GetObjectItemCaseSensitive(j, "lora_alpha"),
                 *tm = cJSON_GetObjectItemCaseSensitive(j, "target_modules"),
-                *bias = cJSON_GetObjectItemCaseSensitive(j, "bias");
+                *bias = cJSON_GetObjectItemCaseSensitive(j, "bias"),
+                *ff = cJSON_GetObjectItemCaseSensitive(j, "fan_in_fan_out");
     const double alpha = mc->lora_alpha > 0 ? mc->lora_alpha : 2.0 * mc->lora_rank;
-    const int targets = mc->lora_targets ? mc->lora_targets : FSDP_LORA_ALL;
+    const int targets = fsdp_hf_lora_targets(mc);
+    const fsdp_hf_lora_module *mods = fsdp_hf_lora_modules(mc);
     int want = 0;
     fsdp_status s = FSDP_OK;
     if (!cJSON_IsString(pt) || strcmp(pt->valuestring, "LORA"))
@@ -643,10 +676,16 @@ static fsdp_status check_adapter_config(const char *path, const fsdp_model_confi
                            cJSON_IsNumber(al) ? al->valuedouble : -1.0, alpha);
     else if (bias && !(cJSON_IsString(bias) && !strcmp(bias->valuestring, "none")))
         s = fsdp_set_error(FSDP_EUNSUPPORTED, "%s: bias adapters (bias != \"none\") are not supported", path);
-    static const char *const off[4] = {"use_dora", "use_rslora", "fan_in_fan_out", "modules_to_save"};
-    for (int k = 0; k < 4 && s == FSDP_OK; k++) {
+    else if (ff && !cJSON_IsNull(ff) && cJSON_IsTrue(ff) != is_gpt2(mc)) /* GPT-2's Conv1D: true */
+        s = fsdp_set_error(FSDP_EUNSUPPORTED, "%s: fan_in_fan_out is %s; this model's is %s", path,
+                           cJSON_IsTrue(ff) ? "true" : "false", is_gpt2(mc) ? "true" : "false");
+    /* what would change the adapters' meaning: absent, false, null or empty, else refused by name */
+    static const char *const off[7] = {"use_dora",         "use_rslora",    "modules_to_save",
+                                       "rank_pattern",     "alpha_pattern", "layers_to_transform",
+                                       "layer_replication"};
+    for (int k = 0; k < 7 && s == FSDP_OK; k++) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, off[k]);
-        if (v && !cJSON_IsFalse(v) && !cJSON_IsNull(v))
+        if (v && !cJSON_IsFalse(v) && !cJSON_IsNull(v) && !(cJSON_IsObject(v) && !v->child))
             s = fsdp_set_error(FSDP_EUNSUPPORTED, "%s: %s is set; only plain LoRA adapters load", path,
                                off[k]);
     }
@@ -655,17 +694,18 @@ static fsdp_status check_adapter_config(const char *path, const fsdp_model_confi
     const cJSON *e;
     const cJSON *list = s == FSDP_OK ? tm : (const cJSON *)NULL;
     cJSON_ArrayForEach(e, list) {
-        int hit = -1;
-        for (int p = 0; p < 7 && cJSON_IsString(e); p++)
-            if (!strcmp(e->valuestring, strchr(PEFT_MOD[p], '.') + 1)) hit = p;
-        if (hit < 0) {
+        int bits = 0;
+        for (int p = 0; mods[p].hf && cJSON_IsString(e); p++) /* PEFT's name, or the module's last part */
+            if (!strcmp(e->valuestring, mods[p].peft) ||
+                !strcmp(e->valuestring, strrchr(mods[p].hf, '.') + 1))
+                bits |= mods[p].bit;
+        if (!bits) {
             s = fsdp_set_error(FSDP_EUNSUPPORTED,
-                               "%s: target_modules has %s, not one of q_proj, k_proj, v_proj, "
-                               "o_proj, gate_proj, up_proj, down_proj",
-                               path, cJSON_IsString(e) ? e->valuestring : "a non-string");
+                               "%s: target_modules has %s, not one of this model's projections", path,
+                               cJSON_IsString(e) ? e->valuestring : "a non-string");
             break;
         }
-        want |= FSDP_LORA_Q << hit;
+        want |= bits;
     }
     if (s == FSDP_OK && want != targets)
         s = fsdp_set_error(FSDP_EINVAL,
@@ -680,7 +720,8 @@ fsdp_status fsdp_hf_load_adapter(fsdp_engine_t *eng, const char *dir, const fsdp
     char *cpath = fsdp_strdupf("%s/adapter_config.json", dir),
          *mpath = fsdp_strdupf("%s/adapter_model.safetensors", dir);
     fsdp_safetensors st = {0};
-    const int targets = mc->lora_targets ? mc->lora_targets : FSDP_LORA_ALL;
+    const int targets = fsdp_hf_lora_targets(mc);
+    const fsdp_hf_lora_module *mods = fsdp_hf_lora_modules(mc);
     fsdp_status s =
         cpath && mpath ? check_adapter_config(cpath, mc) : FSDP_ERR(FSDP_ENOMEM, "no memory for a path");
     if (s == FSDP_OK) s = fsdp_st_open(&st, mpath);
@@ -690,12 +731,12 @@ fsdp_status fsdp_hf_load_adapter(fsdp_engine_t *eng, const char *dir, const fsdp
         fsdp_unit_t *u = fsdp_engine_unit(eng, k);
         int l;
         if (sscanf(fsdp_unit_name(u), "h%d", &l) != 1) continue;
-        for (int p = 0; p < 7 && s == FSDP_OK; p++)
-            for (int ab = 0; ab < 2 && s == FSDP_OK && (targets & (FSDP_LORA_Q << p)); ab++) {
-                char name[160], tn[32];
-                snprintf(name, sizeof name, "base_model.model.model.layers.%d.%s.lora_%c.weight", l,
-                         PEFT_MOD[p], ab ? 'B' : 'A');
-                snprintf(tn, sizeof tn, "lora_%c_%s", ab ? 'b' : 'a', ADAPTER_C[p]);
+        for (int p = 0; mods[p].hf && s == FSDP_OK; p++)
+            for (int ab = 0; ab < 2 && s == FSDP_OK && (targets & mods[p].bit); ab++) {
+                char name[192], tn[40];
+                snprintf(name, sizeof name, "%s%d.%s.lora_%c.weight", fsdp_hf_lora_prefix(mc), l, mods[p].hf,
+                         ab ? 'B' : 'A');
+                snprintf(tn, sizeof tn, "lora_%c_%s", ab ? 'b' : 'a', mods[p].ours);
                 const int i = fsdp_st_find(&st, name), t = fsdp_unit_find(u, tn);
                 fsdp_tensor_info ti;
                 if (t < 0 || fsdp_unit_tensor_info(u, t, &ti) != FSDP_OK)
@@ -720,12 +761,12 @@ fsdp_status fsdp_hf_load_adapter(fsdp_engine_t *eng, const char *dir, const fsdp
         fsdp_unit_t *u = fsdp_engine_unit(eng, k);
         int l;
         if (sscanf(fsdp_unit_name(u), "h%d", &l) != 1) continue;
-        for (int p = 0; p < 7 && s == FSDP_OK; p++)
-            for (int ab = 0; ab < 2 && s == FSDP_OK && (targets & (FSDP_LORA_Q << p)); ab++) {
-                char name[160], tn[32];
-                snprintf(name, sizeof name, "base_model.model.model.layers.%d.%s.lora_%c.weight", l,
-                         PEFT_MOD[p], ab ? 'B' : 'A');
-                snprintf(tn, sizeof tn, "lora_%c_%s", ab ? 'b' : 'a', ADAPTER_C[p]);
+        for (int p = 0; mods[p].hf && s == FSDP_OK; p++)
+            for (int ab = 0; ab < 2 && s == FSDP_OK && (targets & mods[p].bit); ab++) {
+                char name[192], tn[40];
+                snprintf(name, sizeof name, "%s%d.%s.lora_%c.weight", fsdp_hf_lora_prefix(mc), l, mods[p].hf,
+                         ab ? 'B' : 'A');
+                snprintf(tn, sizeof tn, "lora_%c_%s", ab ? 'b' : 'a', mods[p].ours);
                 const int i = fsdp_st_find(&st, name), t = fsdp_unit_find(u, tn);
                 const size_t n = (size_t)(st.t[i].shape[0] * st.t[i].shape[1]);
                 float *nb = realloc(buf, n * sizeof *buf);

@@ -40,11 +40,24 @@ fsdp_status fsdp_hf_load(fsdp_engine_t *eng, const char *dir, const fsdp_model_c
  * the whole model on one rank). Changes when the folder's config, tensor list, shapes or offsets do. */
 fsdp_status fsdp_hf_fingerprint(const char *dir, uint32_t *crc);
 
+/* LoRA's projections of mc's family as PEFT names them (NULL-terminated): hf the module inside a layer
+ * ("self_attn.q_proj", "attn.c_attn"), peft its target_modules name ("q_proj", "attn.c_proj"), ours the
+ * adapter tensors' suffix (lora_a_<ours>, lora_b_<ours>), bit its FSDP_LORA_* bit. */
+typedef struct {
+    const char *hf, *peft, *ours;
+    int bit;
+} fsdp_hf_lora_module;
+const fsdp_hf_lora_module *fsdp_hf_lora_modules(const fsdp_model_config *mc);
+/* What PEFT's tensor names start with before the layer index ("base_model.model.model.layers."). */
+const char *fsdp_hf_lora_prefix(const fsdp_model_config *mc);
+/* mc's targeted projections (FSDP_LORA_* bits; 0 without LoRA; the family's all for 0). */
+int fsdp_hf_lora_targets(const fsdp_model_config *mc);
+
 /* Collective: the LoRA adapters of a PEFT folder (DIR/adapter_config.json, DIR/adapter_model.safetensors)
- * into eng's model mc (lora_rank > 0, llama family): its config must be LORA with mc's r, lora_alpha and
- * target_modules, no bias, DoRA or rsLoRA; every targeted projection's lora_A / lora_B of every layer
- * present with its shape, and nothing else in the file. Errors name the file and the field or tensor;
- * nothing is loaded unless everything checks. */
+ * into eng's model mc (lora_rank > 0): its config must be LORA with mc's r, lora_alpha and
+ * target_modules, no bias, DoRA or rsLoRA (fan_in_fan_out for GPT-2's Conv1D only); every targeted
+ * projection's lora_A / lora_B of every layer present with its shape, and nothing else in the file. Errors
+ * name the file and the field or tensor; nothing is loaded unless everything checks. */
 fsdp_status fsdp_hf_load_adapter(fsdp_engine_t *eng, const char *dir, const fsdp_model_config *mc);
 
 #endif

@@ -34,20 +34,34 @@ fsdp_status fsdp_train_model_config(const fsdp_train_config *cfg, fsdp_model_con
         fsdp_model_field_set(mc, &f[i], v);
     }
     mc->padded_vocab_size = 0; /* the family's rounding of --vocab, whatever its default shape pads to */
-    if (cfg->lora_targets) {   /* --lora-targets q,k,v,o,gate,up,down */
-        static const char *const names[7] = {"q", "k", "v", "o", "gate", "up", "down"};
+    if (cfg->lora_targets) {   /* --lora-targets: the family's projections by PEFT's module names */
+        static const struct {
+            const char *name;
+            int bits;
+        } llama[] = {{"q", FSDP_LORA_Q},       {"k", FSDP_LORA_K},
+                     {"v", FSDP_LORA_V},       {"o", FSDP_LORA_O},
+                     {"gate", FSDP_LORA_GATE}, {"up", FSDP_LORA_UP},
+                     {"down", FSDP_LORA_DOWN}, {NULL, 0}},
+          gpt2[] = {{"c_attn", FSDP_LORA_C_ATTN},
+                    {"attn.c_proj", FSDP_LORA_ATTN_PROJ},
+                    {"c_fc", FSDP_LORA_C_FC},
+                    {"mlp.c_proj", FSDP_LORA_MLP_PROJ},
+                    {"c_proj", FSDP_LORA_ATTN_PROJ | FSDP_LORA_MLP_PROJ},
+                    {NULL, 0}};
+        const int is_gpt2 = !strcmp(mc->family->name, "gpt2");
+        const __typeof__(llama[0]) *names = is_gpt2 ? gpt2 : llama;
         const char *p = cfg->lora_targets;
         mc->lora_targets = 0;
         while (*p) {
             size_t len = strcspn(p, ",");
             int hit = -1;
-            for (int k = 0; k < 7; k++)
-                if (strlen(names[k]) == len && !strncmp(p, names[k], len)) hit = k;
+            for (int k = 0; names[k].name; k++)
+                if (strlen(names[k].name) == len && !strncmp(p, names[k].name, len)) hit = k;
             if (hit < 0)
-                return fsdp_set_error(FSDP_EINVAL,
-                                      "--lora-targets: \"%.*s\" is none of q, k, v, o, gate, up, down",
-                                      (int)len, p);
-            mc->lora_targets |= FSDP_LORA_Q << hit;
+                return fsdp_set_error(FSDP_EINVAL, "--lora-targets: \"%.*s\" is none of %s", (int)len, p,
+                                      is_gpt2 ? "c_attn, attn.c_proj, c_fc, mlp.c_proj, c_proj (GPT-2)"
+                                              : "q, k, v, o, gate, up, down");
+            mc->lora_targets |= names[hit].bits;
             p += len;
             if (*p == ',') p++;
         }

@@ -10,7 +10,7 @@ add_test(NAME model/llama_fixtures
   COMMAND ${FSDP_TEST_PYTHON} ${PROJECT_SOURCE_DIR}/tools/llama_reference.py fixture ${FSDP_LLAMA_FX} --hf)
 set_tests_properties(model/llama_fixtures PROPERTIES LABELS "script;model;hf" TIMEOUT 600
   FIXTURES_SETUP llama_fx)
-foreach(v llama qwen2 qwen3 smollm mistral llama_frozen llama_lora qwen2_lora)
+foreach(v llama qwen2 qwen3 smollm mistral llama_frozen llama_lora qwen2_lora gpt2_lora)
   foreach(np 1 2 3)
     add_test(NAME model/llama_ref/${v}/np${np}
       COMMAND ${FSDP_MPIRUN} ${np} $<TARGET_FILE:llama_ref> ${FSDP_LLAMA_FX}/${v}.bin)

@@ -1,4 +1,5 @@
-/* llama_ref.c — the Llama family against PyTorch: one fixture of tools/llama_reference.py (argv[1]:
+/* llama_ref.c — the Llama family (and GPT-2 with LoRA: a fixture with a "gpt2" record) against PyTorch: one
+ * fixture of tools/llama_reference.py (argv[1]:
  * transformers' LlamaForCausalLM / Qwen2 / Mistral in float64, or the tool's Qwen3 reference) — logits,
  * the loss over counted targets (FSDP_IGNORE_INDEX positions in the batch), every parameter gradient,
  * and the losses and pre-clip gradient norms of 10 torch.optim.AdamW steps with clipping; in fp32,
@@ -88,6 +89,7 @@ static fsdp_status run(fsdp_comm_t *comm, const gpt_fixture *fx, const char *nam
     const int nb = b1 - b0;
     fsdp_engine_t *e = NULL;
     void *m = NULL;
+    const fsdp_model_family *fam = lt_fixture_gpt2(fx) ? fsdp_model_family_find("gpt2") : &fsdp_llama_family;
     int *tok = malloc((size_t)B * T * sizeof(int)), *tgt = malloc((size_t)B * T * sizeof(int));
     float *ref_logits = malloc((size_t)B * T * V * sizeof(float));
     double *ref_losses = malloc((size_t)fx->steps * sizeof(double)),
@@ -111,7 +113,7 @@ static fsdp_status run(fsdp_comm_t *comm, const gpt_fixture *fx, const char *nam
     ec.freeze = fx_freeze; /* the fixture's frozen tensors (requires_grad=False in PyTorch), or NULL */
     CHECK_OK(s = fsdp_engine_init(&e, comm, &ec));
     if (s != FSDP_OK) goto done;
-    CHECK_OK(s = fsdp_llama_family.init(&m, e, &mcfg));
+    CHECK_OK(s = fam->init(&m, e, &mcfg));
     if (s != FSDP_OK) goto done;
     CHECK_OK(s = lt_load_weights(e, fx));
     if (s != FSDP_OK) goto done;
@@ -130,14 +132,14 @@ static fsdp_status run(fsdp_comm_t *comm, const gpt_fixture *fx, const char *nam
         CHECK_OK(s = fsdp_engine_begin_step(e, 1));
         CHECK_OK(s = fsdp_engine_begin_micro(e, 0));
         fsdp_model_batch bt = {tok + (size_t)b0 * T, tgt + (size_t)b0 * T, NULL, nb, T};
-        CHECK_OK(s = fsdp_llama_family.forward(m, &bt, &loss_local));
+        CHECK_OK(s = fam->forward(m, &bt, &loss_local));
         if (s != FSDP_OK) goto done;
         float wl = loss_local * (float)n_mine / (float)n_all;
         CHECK_OK(s = fsdp_comm_all_reduce(comm, &wl, &wl, 1, FSDP_F32, FSDP_SUM));
         if (step == 0) {
             const float *lg;
             int lb, lt, lvp;
-            CHECK_OK(s = fsdp_llama_family.logits(m, &lg, &lb, &lt, &lvp));
+            CHECK_OK(s = fam->logits(m, &lg, &lb, &lt, &lvp));
             if (s != FSDP_OK) goto done;
             CHECK(lb == nb && lt == T && lvp == fx->Vp);
             double el = 0, bmax = 0, dmax = 0;
@@ -154,7 +156,7 @@ static fsdp_status run(fsdp_comm_t *comm, const gpt_fixture *fx, const char *nam
                    eloss, tol->loss);
             if (verbose && rank == 0) printf("%s: logits %.3g loss %.3g\n", mode, el, eloss);
         }
-        CHECK_OK(s = fsdp_llama_family.backward(m, loss_scale));
+        CHECK_OK(s = fam->backward(m, loss_scale));
         if (s != FSDP_OK) goto done;
         if (step == 0)
             for (int ui = 0; ui < fsdp_engine_num_units(e); ui++) {
@@ -212,7 +214,7 @@ static fsdp_status run(fsdp_comm_t *comm, const gpt_fixture *fx, const char *nam
                fx_freeze[0] ? " (frozen tensors as PyTorch's requires_grad=False)" : "");
     if (fx_freeze[0]) CHECKF(n_frozen > 0, "%s: --freeze %s froze no tensor", mode, fx_freeze);
 done:
-    fsdp_llama_family.free(m);
+    if (m) fam->free(m);
     fsdp_engine_free(e);
     free(ref_norms);
     free(ref_losses);

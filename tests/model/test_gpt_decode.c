@@ -20,7 +20,28 @@ static double max_rel(const float *a, const float *b, int V) {
     return d / (mx > 0 ? mx : 1);
 }
 
-static void run(fsdp_comm_t *comm, fsdp_dtype dt, double tol) {
+/* LoRA (lora > 0): every B (zero at initialisation) set to small values, so the adapters count. */
+static void lora_b_on(fsdp_engine_t *e) {
+    unsigned seed = 5u;
+    for (int i = 0; i < fsdp_engine_num_units(e); i++) {
+        fsdp_unit_t *u = fsdp_engine_unit(e, i);
+        for (int t = 0; t < fsdp_unit_num_tensors(u); t++) {
+            fsdp_tensor_info ti;
+            CHECK_OK(fsdp_unit_tensor_info(u, t, &ti));
+            if (strncmp(ti.name, "lora_b_", 7) != 0) continue;
+            float *v = malloc(ti.numel * sizeof *v);
+            for (size_t k = 0; v && k < ti.numel; k++) {
+                seed = seed * 1103515245u + 12345u;
+                v[k] = 0.1f * ((float)((seed >> 8) % 2001u) / 1000.0f - 1.0f);
+            }
+            CHECK(v != NULL);
+            if (v) CHECK_OK(fsdp_unit_load_tensor(u, t, v, -1));
+            free(v);
+        }
+    }
+}
+
+static void run(fsdp_comm_t *comm, fsdp_dtype dt, double tol, int lora) {
     fsdp_engine_config ec = fsdp_engine_config_default();
     ec.compute_dtype = dt;
     ec.seed = 7;
@@ -30,8 +51,10 @@ static void run(fsdp_comm_t *comm, fsdp_dtype dt, double tol) {
     gpt_config gc = gpt_config_default();
     gc.n_layer = 2, gc.n_embd = 32, gc.n_head = 4, gc.vocab_size = 300, gc.padded_vocab_size = 0,
     gc.max_seq_len = 24;
+    gc.lora_rank = lora; /* LoRA: decode adds every adapter as the forward does */
     CHECK_OK(gpt_init(&m, e, &gc));
     CHECK_OK(fsdp_engine_init_params(e));
+    if (lora) lora_b_on(e);
     const int V = gc.vocab_size, T = gc.max_seq_len, P = 5;
     int toks[24];
     for (int i = 0; i < T; i++)
@@ -51,10 +74,10 @@ static void run(fsdp_comm_t *comm, fsdp_dtype dt, double tol) {
         CHECK_OK(gpt_logits(m, &full, NULL, NULL, &Vp));
         worst = fmax(worst, max_rel(ref, full + (size_t)(len - 1) * (size_t)Vp, V));
     }
-    CHECKF(worst <= tol, "%s: decode vs forward logits differ by %.3g of the largest (tol %g)",
-           dt == FSDP_F32 ? "fp32" : "mixed", worst, tol);
-    fprintf(stderr, "%s: max |decode - forward| / max |logit| over lengths %d..%d = %.3g\n",
-            dt == FSDP_F32 ? "fp32" : "mixed", P, T, worst);
+    CHECKF(worst <= tol, "%s lora %d: decode vs forward logits differ by %.3g of the largest (tol %g)",
+           dt == FSDP_F32 ? "fp32" : "mixed", lora, worst, tol);
+    fprintf(stderr, "%s lora %d: max |decode - forward| / max |logit| over lengths %d..%d = %.3g\n",
+            dt == FSDP_F32 ? "fp32" : "mixed", lora, P, T, worst);
     /* Argument checks. */
     const float *lg = NULL;
     CHECK_ERR(gpt_decode(m, toks, 1, 3, &lg), FSDP_EINVAL, "cached");
@@ -71,8 +94,10 @@ int main(void) {
     fsdp_comm_config cc = fsdp_comm_config_default();
     cc.backend = FSDP_COMM_SELF;
     if (fsdp_comm_init(&comm, &cc, NULL, NULL) != FSDP_OK) return 1;
-    run(comm, FSDP_F32, 1e-5);
-    run(comm, FSDP_BF16, 1e-3);
+    run(comm, FSDP_F32, 1e-5, 0);
+    run(comm, FSDP_BF16, 1e-3, 0);
+    run(comm, FSDP_F32, 1e-5, 3);
+    run(comm, FSDP_BF16, 1e-3, 2);
     fsdp_comm_free(comm);
     return TEST_MAIN_END();
 }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # lora.sh — fsdp-train --lora-rank end to end against PEFT, on the Hugging Face folders of
 # tools/llama_reference.py (model/llama_fixtures): a Llama (GQA, untied) with adapters on all seven
-# projections at 2 ranks, and a Qwen2 (q/k/v biases, tied head) with adapters on q and v at 1 rank:
+# projections at 2 ranks, a Qwen2 (q/k/v biases, tied head) with adapters on q and v at 1 rank, and a
+# GPT-2 (Conv1D weights, tied head) with adapters on c_attn and both c_proj at 2 ranks:
 #  - the report's master, optim, grad_shard, param_full and main_grad are predicted to the byte
 #    (tests/train/check_report.py), and a checkpoint holds the adapters alone (its shard files under a
 #    fifth of a full fine-tune's: 12 bytes a parameter, 3 x the base's fp32 file);
@@ -9,16 +10,17 @@
 #    fsdp.c's fp32 logits (export --logits) to 1e-5; export --merge writes a folder transformers loads
 #    to the same logits; a plain export of a LoRA checkpoint is refused, naming both;
 #  - a resume from the mid-run checkpoint ends in the same checkpoint files (2 ranks), and resumes at
-#    1 rank; bad --lora-targets, --lora-alpha without --lora-rank, LoRA on GPT-2 are refused;
-#  - --init-adapter of PEFT's own save_pretrained folder (2 ranks, one step at learning rate 0): fsdp.c's
-#    fp32 logits equal PeftModel's with that folder to 1e-5; an adapter of another rank is refused.
+#    1 rank; bad --lora-targets (of either family) and --lora-alpha without --lora-rank are refused;
+#  - --init-adapter of PEFT's own save_pretrained folder (Llama at 2 ranks, GPT-2 at 1; one step at
+#    learning rate 0): fsdp.c's fp32 logits equal PeftModel's with that folder to 1e-5; an adapter of
+#    another rank is refused.
 # usage: lora.sh FSDP_TRAIN MPIRUN_SH PYTHON FIXTURE_DIR WORKDIR
 set -uo pipefail
 BIN=$1 MPIRUN=$2 PY=$3 FX=$4 WORK=$5
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 TOOL="$SRC/tools/llama_reference.py"
 rm -rf "$WORK" && mkdir -p "$WORK" && cd "$WORK" || exit 1
-export OMP_NUM_THREADS=1 PYTHONWARNINGS=ignore
+export OMP_NUM_THREADS=1 PYTHONWARNINGS=ignore HF_HUB_OFFLINE=1
 fails=0 pass=0
 ok() { pass=$((pass + 1)); }
 bad() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
@@ -27,7 +29,7 @@ run() {
     shift
     if [ "$np" = 1 ]; then "$BIN" "$@" </dev/null; else "$MPIRUN" "$np" "$BIN" "$@" </dev/null; fi
 }
-for d in llama_lora_f32 qwen2_lora_f32 llama_lora_adapter; do
+for d in llama_lora_f32 qwen2_lora_f32 llama_lora_adapter gpt2_lora_f32 gpt2_lora_adapter; do
     [ -d "$FX/$d" ] || { echo "FAIL: no fixture folder $FX/$d"; exit 1; }
 done
 head -c 100000 /usr/share/games/fortunes/fortunes >t.txt
@@ -70,6 +72,7 @@ lora() {
 }
 lora llama 2 "$FX/llama_lora_f32" --lora-rank 4 --lora-alpha 8
 lora qwen2 1 "$FX/qwen2_lora_f32" --lora-rank 3 --lora-targets q,v
+lora gpt2 2 "$FX/gpt2_lora_f32" --lora-rank 4 --lora-alpha 8 --lora-targets c_attn,c_proj
 
 # resume: bit-identical at 2 ranks, and at 1 rank
 mkdir -p ck2 && cp -r ck_llama/step_000003 ck2/ && echo step_000003 >ck2/latest
@@ -95,6 +98,16 @@ else
     bad "--init-adapter: $(tail -2 ia.log) $(tail -1 iax.log 2>/dev/null)"
 fi
 
+# --init-adapter: PEFT's own GPT-2 folder (Conv1D: fan_in_fan_out), at 1 rank
+if run 1 "${A[@]}" --init-from "$FX/gpt2_lora_f32" --lora-rank 4 --lora-alpha 8 --init-adapter "$FX/gpt2_lora_adapter" \
+    --steps 1 --lr 0 --min-lr 0 --checkpoint-dir ck_ig >ig.log 2>&1 &&
+    run 1 export --checkpoint ck_ig --merge --out ig/model.safetensors --logits l_ig.bin >igx.log 2>&1; then
+    "$PY" "$TOOL" compare "$FX/gpt2_lora_f32" l_ig.bin --adapter "$FX/gpt2_lora_adapter" && ok ||
+        bad "--init-adapter (GPT-2): logits against PeftModel with the same folder"
+else
+    bad "--init-adapter (GPT-2): $(tail -2 ig.log) $(tail -1 igx.log 2>/dev/null)"
+fi
+
 # --freeze on top of LoRA (h0's adapters kept at their initialisation): the adapter export reads the
 # frozen ones from the restored model, and PEFT reproduces the logits
 if run 1 "${A[@]}" --init-from "$FX/llama_lora_f32" --lora-rank 4 --lora-alpha 8 --freeze 'h0.lora_*' --steps 3 \
@@ -118,7 +131,8 @@ expect_error() { # PATTERN ARGS...: the run fails, printing PATTERN
 }
 expect_error '"vv" is none of q, k, v, o, gate, up, down' --init-from "$FX/llama_lora_f32" --lora-rank 4 --lora-targets q,vv
 expect_error "lora-alpha needs --lora-rank" --init-from "$FX/llama_lora_f32" --lora-alpha 4
-expect_error "lora_rank = 4: this family does not use it" --layers 2 --width 64 --heads 4 --lora-rank 4
+expect_error '"q" is none of c_attn, attn.c_proj, c_fc, mlp.c_proj, c_proj (GPT-2)' --layers 2 --width 64 --heads 4 \
+    --lora-rank 4 --lora-targets q
 expect_error "r is 4, this run's --lora-rank 8" --init-from "$FX/llama_lora_f32" --lora-rank 8 \
     --init-adapter "$FX/llama_lora_adapter"
 expect_error "init-adapter .* needs --lora-rank" --init-from "$FX/llama_lora_f32" --init-adapter "$FX/llama_lora_adapter"

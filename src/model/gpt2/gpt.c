@@ -26,7 +26,15 @@ typedef struct {
     float *ln2_rstd; /* (N) */
     float *fch;      /* (N, 4C)  MLP pre-activation */
     float *fch_gelu; /* (N, 4C) */
+    float *lt[4];    /* (N, r) x A^T of each LoRA-targeted projection (c_attn, attn_proj, c_fc, mlp_proj) */
 } block_acts;
+
+/* LoRA's four projections (c_attn, attn_proj, c_fc, mlp_proj): input and output widths in units of C. */
+static const int GPT_LORA_IN[4] = {1, 1, 1, 4}, GPT_LORA_OUT[4] = {3, 1, 4, 1};
+static int gpt_lora_targets(int rank, int targets) {
+    return rank > 0 ? (targets ? targets : FSDP_LORA_GPT2_ALL) : 0;
+}
+static int gpt_lora_on(int targets, int p) { return (targets & (FSDP_LORA_C_ATTN << p)) != 0; }
 
 /* ---------------------------------------------------------------- config */
 
@@ -66,6 +74,17 @@ fsdp_status gpt_config_validate(const gpt_config *c) {
         return FSDP_ERR(FSDP_EINVAL, "gpt_config.max_seq_len = %d: need 1..2^20", c->max_seq_len);
     if (c->recompute != 0 && c->recompute != 1)
         return FSDP_ERR(FSDP_EINVAL, "gpt_config.recompute = %d: need 0 or 1", c->recompute);
+    if (c->lora_rank < 0 || c->lora_rank > 4096)
+        return FSDP_ERR(FSDP_EINVAL, "gpt_config.lora_rank = %d: need 0 (no LoRA) or 1..4096", c->lora_rank);
+    if (c->lora_targets & ~FSDP_LORA_GPT2_ALL)
+        return FSDP_ERR(FSDP_EINVAL,
+                        "gpt_config.lora_targets = %#x: GPT-2's projections are c_attn, attn_proj, "
+                        "c_fc and mlp_proj",
+                        (unsigned)c->lora_targets);
+    if (!(c->lora_alpha >= 0 && isfinite(c->lora_alpha)))
+        return FSDP_ERR(FSDP_EINVAL, "gpt_config.lora_alpha = %g: need a finite value >= 0", c->lora_alpha);
+    if (c->lora_rank == 0 && (c->lora_alpha != 0 || c->lora_targets != 0))
+        return FSDP_ERR(FSDP_EINVAL, "gpt_config: lora_alpha and lora_targets need lora_rank > 0");
     return FSDP_OK;
 }
 
@@ -81,6 +100,9 @@ size_t gpt_num_params(const gpt_config *cfg) {
     size_t C = (size_t)c.n_embd, L = (size_t)c.n_layer;
     size_t root = (size_t)c.padded_vocab_size * C + (size_t)c.max_seq_len * C + 2 * C;
     size_t block = 2 * C + 3 * C * C + 3 * C + C * C + C + 2 * C + 4 * C * C + 4 * C + 4 * C * C + C;
+    const int tg = gpt_lora_targets(c.lora_rank, c.lora_targets);
+    for (int p = 0; p < 4; p++) /* LoRA adapters: A (r, in) and B (out, r) */
+        if (gpt_lora_on(tg, p)) block += (size_t)c.lora_rank * C * (size_t)(GPT_LORA_IN[p] + GPT_LORA_OUT[p]);
     return root + L * block;
 }
 
@@ -91,6 +113,12 @@ typedef struct {
     float *lnf_mean, *lnf_rstd; /* (N) */
     float *dqkv;                /* (N, 3C) */
     float *d4C;                 /* (N, 4C) */
+    /* LoRA: each projection's adapter tensor indices (-1: not targeted), its scale, and the scratch of
+     * one projection at a time (lu (N, 4C), ldt (N, r)) */
+    int la[4], lb[4];
+    int R;
+    float lscale;
+    float *lu, *ldt;
 } gpt2_state;
 
 static fsdp_model_config gpt2_resolve(const fsdp_model_config *c) {
@@ -100,9 +128,18 @@ static fsdp_model_config gpt2_resolve(const fsdp_model_config *c) {
 }
 
 static fsdp_status state_init(const fsdp_model_config *c, void **fam) {
-    (void)c;
-    *fam = calloc(1, sizeof(gpt2_state));
-    return *fam ? FSDP_OK : FSDP_ERR(FSDP_ENOMEM, "cannot allocate the model's state");
+    gpt2_state *s = calloc(1, sizeof(gpt2_state));
+    if (!s) return FSDP_ERR(FSDP_ENOMEM, "cannot allocate the model's state");
+    const int tg = gpt_lora_targets(c->lora_rank, c->lora_targets);
+    int next = GPT_BLOCK_NTENSORS; /* the adapters follow the block's own tensors, A then B */
+    for (int p = 0; p < 4; p++) {
+        s->la[p] = gpt_lora_on(tg, p) ? next++ : -1;
+        s->lb[p] = gpt_lora_on(tg, p) ? next++ : -1;
+    }
+    s->R = c->lora_rank;
+    if (s->R > 0) s->lscale = (float)((c->lora_alpha > 0 ? c->lora_alpha : 2.0 * s->R) / s->R);
+    *fam = s;
+    return FSDP_OK;
 }
 
 static void state_free(void *fam) { free(fam); }
@@ -122,13 +159,17 @@ static void carve_block(const fsdp_model_config *c, fsdp_carve *k, size_t B, siz
     a->ln2_rstd = fsdp_carve_take(k, N);
     a->fch = fsdp_carve_take(k, 4 * N * C);
     a->fch_gelu = fsdp_carve_take(k, 4 * N * C);
+    const int tg = gpt_lora_targets(c->lora_rank, c->lora_targets);
+    for (int p = 0; p < 4; p++)
+        a->lt[p] = gpt_lora_on(tg, p) ? fsdp_carve_take(k, N * (size_t)c->lora_rank) : NULL;
 }
 
 static void carve_head(const fsdp_model_config *c, fsdp_carve *k, size_t N, void *fam) {
-    (void)c;
     gpt2_state tmp, *s = fam ? fam : &tmp;
     s->lnf_mean = fsdp_carve_take(k, N);
     s->lnf_rstd = fsdp_carve_take(k, N);
+    s->lu = c->lora_rank > 0 ? fsdp_carve_take(k, 4 * N * (size_t)c->n_embd) : NULL;
+    s->ldt = c->lora_rank > 0 ? fsdp_carve_take(k, N * (size_t)c->lora_rank) : NULL;
 }
 
 static void carve_grad(const fsdp_model_config *c, fsdp_carve *k, size_t N, void *fam) {
@@ -145,14 +186,22 @@ size_t gpt2_other_bytes(const fsdp_model_config *cfg, int B, int T, fsdp_dtype c
     const fsdp_model_config c = gpt2_resolve(cfg);
     const size_t N = (size_t)B * (size_t)T;
     const int C = c.n_embd;
-    const fsdp_gemm_shape w[5] = {{C, 3 * C, 1, 0, 0},
-                                  {C, C, 1, 0, 0},
-                                  {C, 4 * C, 1, 0, 0},
-                                  {4 * C, C, 1, 0, 0},
-                                  {C, c.padded_vocab_size, 0, 0, 0}};
+    const int fz = c.lora_rank > 0; /* LoRA: the base is frozen, so no weight-gradient GEMM of its own */
+    fsdp_gemm_shape w[13] = {{C, 3 * C, 1, fz, 0},
+                             {C, C, 1, fz, 0},
+                             {C, 4 * C, 1, fz, 0},
+                             {4 * C, C, 1, fz, 0},
+                             {C, c.padded_vocab_size, 0, fz, 0}};
+    int n = 5;
+    const int tg = gpt_lora_targets(c.lora_rank, c.lora_targets);
+    for (int p = 0; p < 4; p++) /* LoRA: x A^T (in -> r, dx accumulates) and t B^T (r -> out) */
+        if (gpt_lora_on(tg, p)) {
+            w[n++] = (fsdp_gemm_shape){GPT_LORA_IN[p] * C, c.lora_rank, 0, 0, 1};
+            w[n++] = (fsdp_gemm_shape){c.lora_rank, GPT_LORA_OUT[p] * C, 0, 0, 0};
+        }
     size_t transient = N * sizeof(double);
     if (2 * (size_t)C * sizeof(float) > transient) transient = 2 * (size_t)C * sizeof(float);
-    return fsdp_gemm_workspace_bytes(N, w, 5, compute) + transient;
+    return fsdp_gemm_workspace_bytes(N, w, n, compute) + transient;
 }
 
 /* ---------------------------------------------------------------- units */
@@ -168,7 +217,7 @@ fsdp_status gpt_units_init(gpt_units *out, const gpt_config *cfg) {
     out->units = calloc((size_t)L + 1, sizeof *out->units);
     out->names = calloc((size_t)L + 1, sizeof *out->names);
     out->root = calloc(GPT_ROOT_NTENSORS, sizeof *out->root);
-    out->block = calloc(GPT_BLOCK_NTENSORS, sizeof *out->block);
+    out->block = calloc(GPT_BLOCK_NTENSORS + 8, sizeof *out->block);
     out->root_cfg = calloc(1, sizeof *out->root_cfg);
     if (!out->units || !out->names || !out->root || !out->block || !out->root_cfg) {
         gpt_units_free(out);
@@ -218,13 +267,39 @@ fsdp_status gpt_units_init(gpt_units *out, const gpt_config *cfg) {
     b[GPT_FCPROJ_B] = (fsdp_tensor_spec){
         .name = "fcproj_b", .ndim = 1, .shape = {C}, .init = FSDP_INIT_ZEROS, .no_decay = 1};
 
+    out->n_block = GPT_BLOCK_NTENSORS;
+    if (c.lora_rank > 0) { /* LoRA: the base frozen, an adapter pair per targeted projection */
+        static const char *const names[4][2] = {{"lora_a_c_attn", "lora_b_c_attn"},
+                                                {"lora_a_attn_proj", "lora_b_attn_proj"},
+                                                {"lora_a_c_fc", "lora_b_c_fc"},
+                                                {"lora_a_mlp_proj", "lora_b_mlp_proj"}};
+        const int tg = gpt_lora_targets(c.lora_rank, c.lora_targets);
+        const int64_t R = c.lora_rank;
+        for (int k = 0; k < GPT_ROOT_NTENSORS; k++)
+            r[k].frozen = 1;
+        for (int k = 0; k < GPT_BLOCK_NTENSORS; k++)
+            b[k].frozen = 1;
+        for (int p = 0; p < 4; p++) {
+            if (!gpt_lora_on(tg, p)) continue;
+            const int64_t in = GPT_LORA_IN[p] * C, o = GPT_LORA_OUT[p] * C;
+            /* PEFT's A: kaiming_uniform_(a=sqrt(5)), uniform on +-1/sqrt(in); B: zeros */
+            b[out->n_block++] = (fsdp_tensor_spec){.name = names[p][0],
+                                                   .ndim = 2,
+                                                   .shape = {R, in},
+                                                   .init = FSDP_INIT_UNIFORM,
+                                                   .std = (float)(1.0 / sqrt((double)in))};
+            b[out->n_block++] =
+                (fsdp_tensor_spec){.name = names[p][1], .ndim = 2, .shape = {o, R}, .init = FSDP_INIT_ZEROS};
+        }
+    }
+
     snprintf(out->names[0], sizeof out->names[0], "root");
     out->units[0] = (fsdp_plan_unit){
         .name = out->names[0], .specs = r, .n_specs = GPT_ROOT_NTENSORS, .cfg = out->root_cfg};
     for (int l = 0; l < L; l++) {
         snprintf(out->names[l + 1], sizeof out->names[l + 1], "h%d", l);
-        out->units[l + 1] = (fsdp_plan_unit){
-            .name = out->names[l + 1], .specs = b, .n_specs = GPT_BLOCK_NTENSORS, .cfg = NULL};
+        out->units[l + 1] =
+            (fsdp_plan_unit){.name = out->names[l + 1], .specs = b, .n_specs = out->n_block, .cfg = NULL};
     }
     return FSDP_OK;
 }
@@ -255,6 +330,38 @@ static fsdp_status grad_pair(fsdp_unit_t *u, int t0, int t1, float **g0, float *
     return FSDP_OK;
 }
 
+/* ---- LoRA: projection p's adapter over the shared code (model/decoder.h); A NULL when not targeted */
+static fsdp_lora gpt_lora(const gpt2_state *s, const void *const *w, int p, int C) {
+    if (s->la[p] < 0) return (fsdp_lora){0};
+    const int n = GPT_LORA_OUT[p] * C;
+    return (fsdp_lora){.A = w[s->la[p]],
+                       .B = w[s->lb[p]],
+                       .in = GPT_LORA_IN[p] * C,
+                       .n = n,
+                       .ldy = n,
+                       .R = s->R,
+                       .scale = s->lscale};
+}
+
+/* y += scale (x A^T) B^T, x A^T into t (kept for backward, or decode's scratch). */
+static fsdp_status lora_fwd(const gpt2_state *s, const void *const *w, int p, int C, const float *x, float *t,
+                            float *y, float *u, int N, fsdp_dtype pdt) {
+    const fsdp_lora l = gpt_lora(s, w, p, C);
+    if (!l.A) return FSDP_OK;
+    FSDP_TRY(fsdp_lora_xa(&l, x, t, N, pdt));
+    return fsdp_lora_add(&l, t, y, u, N, pdt);
+}
+
+static fsdp_status lora_bwd(const gpt2_state *s, fsdp_unit_t *u, const void *const *w, int p, int C,
+                            const float *dy, const float *x, const float *t, float *dx, int N,
+                            fsdp_dtype pdt) {
+    fsdp_lora l = gpt_lora(s, w, p, C);
+    if (!l.A) return FSDP_OK;
+    FSDP_TRY(fsdp_unit_main_grad(u, s->lb[p], &l.gB, &l.aB));
+    FSDP_TRY(fsdp_unit_main_grad(u, s->la[p], &l.gA, &l.aA));
+    return fsdp_lora_backward(&l, dy, x, t, dx, s->lu, s->ldt, N, pdt);
+}
+
 static fsdp_status embed_forward(fsdp_decoder *d, float *out) {
     const fsdp_model_config *c = &d->cfg;
     return fsdp_encoder_forward_pos(out, d->tokens, d->has_doc ? d->pos : NULL, d->root_w[GPT_WTE],
@@ -268,26 +375,33 @@ static fsdp_status block_forward(fsdp_decoder *d, int l, const float *x, void *a
     const int B = d->act_B, T = d->act_T, N = B * T, C = d->cfg.n_embd, NH = d->cfg.n_head;
     const fsdp_dtype pdt = d->pdt;
     block_acts *a = acts;
-    const void *w[GPT_BLOCK_NTENSORS];
-    FSDP_TRY(fsdp_decoder_views(d->blocks[l], GPT_BLOCK_NTENSORS, w));
+    const gpt2_state *s = d->fam;
+    const void *w[GPT_BLOCK_NTENSORS + 8];
+    FSDP_TRY(fsdp_decoder_views(d->blocks[l], fsdp_unit_num_tensors(d->blocks[l]), w));
     FSDP_TRY(
         fsdp_layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, w[GPT_LN1_W], w[GPT_LN1_B], pdt, N, C));
     FSDP_TRY(fsdp_matmul_forward(a->qkv, a->ln1, w[GPT_QKV_W], w[GPT_QKV_B], pdt, N, C, 3 * C));
+    FSDP_TRY(lora_fwd(s, w, 0, C, a->ln1, a->lt[0], a->qkv, s->lu, N, pdt));
     fsdp_decoder_progress(d);
     /* with document ids the same kernel masks other documents' keys (its backward reads only att) */
     FSDP_TRY(d->has_doc ? fsdp_attention_forward_doc(a->atty, NULL, a->att, a->qkv, d->doc, B, T, C, NH)
                         : fsdp_attention_forward(a->atty, NULL, a->att, a->qkv, B, T, C, NH));
     fsdp_decoder_progress(d);
     FSDP_TRY(fsdp_matmul_forward(d->tmpC, a->atty, w[GPT_ATTPROJ_W], w[GPT_ATTPROJ_B], pdt, N, C, C));
+    FSDP_TRY(lora_fwd(s, w, 1, C, a->atty, a->lt[1], d->tmpC, s->lu, N, pdt));
     fsdp_decoder_progress(d);
     FSDP_TRY(fsdp_residual_forward(a->res2, x, d->tmpC, (size_t)N * C));
     FSDP_TRY(fsdp_layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w[GPT_LN2_W], w[GPT_LN2_B],
                                     pdt, N, C));
     FSDP_TRY(fsdp_matmul_forward(a->fch, a->ln2, w[GPT_FC_W], w[GPT_FC_B], pdt, N, C, 4 * C));
+    FSDP_TRY(lora_fwd(s, w, 2, C, a->ln2, a->lt[2], a->fch, s->lu, N, pdt));
     fsdp_decoder_progress(d);
     FSDP_TRY(fsdp_gelu_forward(a->fch_gelu, a->fch, (size_t)N * 4 * C));
+    const fsdp_lora lp = gpt_lora(s, w, 3, C);
+    if (lp.A) FSDP_TRY(fsdp_lora_xa(&lp, a->fch_gelu, a->lt[3], N, pdt)); /* saved: recompute too */
     if (out == NULL) return FSDP_OK;
     FSDP_TRY(fsdp_matmul_forward(d->tmpC, a->fch_gelu, w[GPT_FCPROJ_W], w[GPT_FCPROJ_B], pdt, N, 4 * C, C));
+    if (lp.A) FSDP_TRY(fsdp_lora_add(&lp, a->lt[3], d->tmpC, s->lu, N, pdt));
     fsdp_decoder_progress(d);
     return fsdp_residual_forward(out, a->res2, d->tmpC, (size_t)N * C);
 }
@@ -299,8 +413,8 @@ static fsdp_status block_backward(fsdp_decoder *d, int l, const float *x, void *
     const block_acts *a = acts;
     gpt2_state *s = d->fam;
     fsdp_unit_t *u = d->blocks[l];
-    const void *w[GPT_BLOCK_NTENSORS];
-    FSDP_TRY(fsdp_decoder_views(u, GPT_BLOCK_NTENSORS, w));
+    const void *w[GPT_BLOCK_NTENSORS + 8];
+    FSDP_TRY(fsdp_decoder_views(u, fsdp_unit_num_tensors(u), w));
     float *gw, *gb;
     int aw, ab, acc;
 
@@ -310,12 +424,14 @@ static fsdp_status block_backward(fsdp_decoder *d, int l, const float *x, void *
     fsdp_decoder_progress(d);
     FSDP_TRY(fsdp_matmul_backward(s->d4C, 0, gw, aw, gb, ab, d->dres, a->fch_gelu, w[GPT_FCPROJ_W], pdt, N,
                                   4 * C, C));
+    FSDP_TRY(lora_bwd(s, u, w, 3, C, d->dres, a->fch_gelu, a->lt[3], s->d4C, N, pdt));
     fsdp_decoder_progress(d);
     FSDP_TRY(fsdp_gelu_backward(s->d4C, a->fch, s->d4C, (size_t)N * 4 * C));
     FSDP_TRY(fsdp_unit_main_grad(u, GPT_FC_W, &gw, &aw));
     FSDP_TRY(fsdp_unit_main_grad(u, GPT_FC_B, &gb, &ab));
     FSDP_TRY(
         fsdp_matmul_backward(d->dtmpC, 0, gw, aw, gb, ab, s->d4C, a->ln2, w[GPT_FC_W], pdt, N, C, 4 * C));
+    FSDP_TRY(lora_bwd(s, u, w, 2, C, s->d4C, a->ln2, a->lt[2], d->dtmpC, N, pdt));
     fsdp_decoder_progress(d);
     FSDP_TRY(grad_pair(u, GPT_LN2_W, GPT_LN2_B, &gw, &gb, &acc));
     FSDP_TRY(fsdp_layernorm_backward(d->dres, 1, gw, gb, acc, d->dtmpC, a->res2, w[GPT_LN2_W], pdt,
@@ -325,6 +441,7 @@ static fsdp_status block_backward(fsdp_decoder *d, int l, const float *x, void *
     FSDP_TRY(fsdp_unit_main_grad(u, GPT_ATTPROJ_B, &gb, &ab));
     FSDP_TRY(
         fsdp_matmul_backward(d->dtmpC, 0, gw, aw, gb, ab, d->dres, a->atty, w[GPT_ATTPROJ_W], pdt, N, C, C));
+    FSDP_TRY(lora_bwd(s, u, w, 1, C, d->dres, a->atty, a->lt[1], d->dtmpC, N, pdt));
     fsdp_decoder_progress(d);
     FSDP_TRY(fsdp_attention_backward(s->dqkv, d->dtmpC, a->qkv, a->att, B, T, C, NH));
     fsdp_decoder_progress(d);
@@ -332,6 +449,7 @@ static fsdp_status block_backward(fsdp_decoder *d, int l, const float *x, void *
     FSDP_TRY(fsdp_unit_main_grad(u, GPT_QKV_B, &gb, &ab));
     FSDP_TRY(
         fsdp_matmul_backward(d->dtmpC, 0, gw, aw, gb, ab, s->dqkv, a->ln1, w[GPT_QKV_W], pdt, N, C, 3 * C));
+    FSDP_TRY(lora_bwd(s, u, w, 0, C, s->dqkv, a->ln1, a->lt[0], d->dtmpC, N, pdt));
     fsdp_decoder_progress(d);
     FSDP_TRY(grad_pair(u, GPT_LN1_W, GPT_LN1_B, &gw, &gb, &acc));
     return fsdp_layernorm_backward(d->dres, 1, gw, gb, acc, d->dtmpC, x, w[GPT_LN1_W], pdt, a->ln1_mean,
@@ -342,15 +460,22 @@ static fsdp_status block_backward(fsdp_decoder *d, int l, const float *x, void *
  * (4C each), mean, rstd (1 each). */
 typedef struct {
     float *ln, *tmp, *atty, *qkv, *fch, *fcg, *mean, *rstd;
+    float *lt, *lu; /* LoRA: (R, r) and (R, 4C); NULL without */
 } dec_bufs;
 
-static size_t decode_floats(const fsdp_model_config *c, size_t R) { return R * (14 * (size_t)c->n_embd + 2); }
+static size_t decode_floats(const fsdp_model_config *c, size_t R) {
+    const size_t lora = c->lora_rank > 0 ? (size_t)c->lora_rank + 4 * (size_t)c->n_embd : 0;
+    return R * (14 * (size_t)c->n_embd + 2 + lora);
+}
 
 static dec_bufs dec_of(const fsdp_decoder *d) {
     const size_t R = (size_t)d->dec_rows, C = (size_t)d->cfg.n_embd;
     dec_bufs b;
     b.ln = d->dec_scratch, b.tmp = b.ln + R * C, b.atty = b.tmp + R * C, b.qkv = b.atty + R * C;
     b.fch = b.qkv + 3 * R * C, b.fcg = b.fch + 4 * R * C, b.mean = b.fcg + 4 * R * C, b.rstd = b.mean + R;
+    const size_t r = d->cfg.lora_rank > 0 ? (size_t)d->cfg.lora_rank : 0;
+    b.lt = r ? b.rstd + R : NULL;
+    b.lu = r ? b.lt + R * r : NULL;
     return b;
 }
 
@@ -400,10 +525,12 @@ static fsdp_status block_decode(fsdp_decoder *d, int l, float *x, int n, int pos
     const size_t Cz = (size_t)C;
     const fsdp_dtype pdt = d->pdt;
     const dec_bufs b = dec_of(d);
-    const void *w[GPT_BLOCK_NTENSORS];
-    FSDP_TRY(fsdp_decoder_views(d->blocks[l], GPT_BLOCK_NTENSORS, w));
+    const gpt2_state *s = d->fam;
+    const void *w[GPT_BLOCK_NTENSORS + 8];
+    FSDP_TRY(fsdp_decoder_views(d->blocks[l], fsdp_unit_num_tensors(d->blocks[l]), w));
     FSDP_TRY(fsdp_layernorm_forward(b.ln, b.mean, b.rstd, x, w[GPT_LN1_W], w[GPT_LN1_B], pdt, n, C));
     FSDP_TRY(fsdp_matmul_forward(b.qkv, b.ln, w[GPT_QKV_W], w[GPT_QKV_B], pdt, n, C, 3 * C));
+    FSDP_TRY(lora_fwd(s, w, 0, C, b.ln, b.lt, b.qkv, b.lu, n, pdt));
     for (int i = 0; i < n; i++) {
         memcpy(K + (size_t)(pos + i) * Cz, b.qkv + (size_t)i * 3 * Cz + Cz, Cz * sizeof(float));
         memcpy(V + (size_t)(pos + i) * Cz, b.qkv + (size_t)i * 3 * Cz + 2 * Cz, Cz * sizeof(float));
@@ -412,11 +539,14 @@ static fsdp_status block_decode(fsdp_decoder *d, int l, float *x, int n, int pos
     FSDP_TRY(fsdp_decode_attention(b.atty, C, b.qkv, 3 * C, K, V, C, att, nthr, n, pos, NH, NH, C / NH, scale,
                                    d->cfg.max_seq_len));
     FSDP_TRY(fsdp_matmul_forward(b.tmp, b.atty, w[GPT_ATTPROJ_W], w[GPT_ATTPROJ_B], pdt, n, C, C));
+    FSDP_TRY(lora_fwd(s, w, 1, C, b.atty, b.lt, b.tmp, b.lu, n, pdt));
     FSDP_TRY(fsdp_residual_forward(x, x, b.tmp, (size_t)n * Cz));
     FSDP_TRY(fsdp_layernorm_forward(b.ln, b.mean, b.rstd, x, w[GPT_LN2_W], w[GPT_LN2_B], pdt, n, C));
     FSDP_TRY(fsdp_matmul_forward(b.fch, b.ln, w[GPT_FC_W], w[GPT_FC_B], pdt, n, C, 4 * C));
+    FSDP_TRY(lora_fwd(s, w, 2, C, b.ln, b.lt, b.fch, b.lu, n, pdt));
     FSDP_TRY(fsdp_gelu_forward(b.fcg, b.fch, (size_t)n * 4 * Cz));
     FSDP_TRY(fsdp_matmul_forward(b.tmp, b.fcg, w[GPT_FCPROJ_W], w[GPT_FCPROJ_B], pdt, n, 4 * C, C));
+    FSDP_TRY(lora_fwd(s, w, 3, C, b.fcg, b.lt, b.tmp, b.lu, n, pdt));
     return fsdp_residual_forward(x, x, b.tmp, (size_t)n * Cz);
 }
 

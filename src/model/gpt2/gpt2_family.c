@@ -23,6 +23,9 @@ static gpt_config to_gpt(const fsdp_model_config *c) {
     g.padded_vocab_size = c->padded_vocab_size;
     g.max_seq_len = c->max_seq_len;
     g.recompute = c->recompute;
+    g.lora_rank = c->lora_rank;
+    g.lora_alpha = c->lora_alpha;
+    g.lora_targets = c->lora_targets;
     return g;
 }
 
@@ -48,7 +51,10 @@ static fsdp_status validate(const fsdp_model_config *c) {
                                                .vocab_size = c->vocab_size,
                                                .padded_vocab_size = c->padded_vocab_size,
                                                .max_seq_len = c->max_seq_len,
-                                               .recompute = c->recompute}));
+                                               .recompute = c->recompute,
+                                               .lora_rank = c->lora_rank,
+                                               .lora_alpha = c->lora_alpha,
+                                               .lora_targets = c->lora_targets}));
     const int hs = c->n_embd / c->n_head;
     const char *bad = NULL;
     if (c->n_kv_head != 0 && c->n_kv_head != c->n_head)
@@ -77,7 +83,14 @@ static double flops_per_token(const fsdp_model_config *c, int T) {
     double C = c->n_embd, L = c->n_layer;
     double Vp = c->padded_vocab_size ? c->padded_vocab_size : (double)((c->vocab_size + 127) / 128 * 128);
     double matmul = L * 12.0 * C * C + Vp * C;
-    return 6.0 * matmul + 12.0 * L * (double)T * C;
+    if (c->lora_rank <= 0) return 6.0 * matmul + 12.0 * L * (double)T * C;
+    /* LoRA: the frozen base has no weight-gradient GEMM (4 FLOPs per weight); each adapter all 6 */
+    const int tg = c->lora_targets ? c->lora_targets : FSDP_LORA_GPT2_ALL;
+    static const double in_out[4] = {4, 2, 5, 5}; /* (in + out) / C of c_attn, attn_proj, c_fc, mlp_proj */
+    double ad = 0;
+    for (int p = 0; p < 4; p++)
+        if (tg & (FSDP_LORA_C_ATTN << p)) ad += c->lora_rank * in_out[p] * C;
+    return 4.0 * matmul + 6.0 * L * ad + 12.0 * L * (double)T * C;
 }
 
 static void release_units(void *owner) {

@@ -31,6 +31,9 @@ static fsdp_model_config to_model(const gpt_config *g) {
     c.padded_vocab_size = g->padded_vocab_size;
     c.max_seq_len = g->max_seq_len;
     c.recompute = g->recompute;
+    c.lora_rank = g->lora_rank;
+    c.lora_alpha = g->lora_alpha;
+    c.lora_targets = g->lora_targets;
     return c;
 }
 
