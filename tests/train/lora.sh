@@ -135,6 +135,15 @@ expect_error '"q" is none of c_attn, attn.c_proj, c_fc, mlp.c_proj, c_proj (GPT-
     --lora-rank 4 --lora-targets q
 expect_error "r is 4, this run's --lora-rank 8" --init-from "$FX/llama_lora_f32" --lora-rank 8 \
     --init-adapter "$FX/llama_lora_adapter"
+cp -r "$FX/llama_lora_adapter" ad_pattern
+"$PY" - ad_pattern/adapter_config.json <<'EOF2' || bad "editing adapter_config.json"
+import json, sys
+c = json.load(open(sys.argv[1]))
+c["rank_pattern"] = {"q_proj": 8}
+json.dump(c, open(sys.argv[1], "w"))
+EOF2
+expect_error "rank_pattern is set; only plain LoRA adapters load" --init-from "$FX/llama_lora_f32" --lora-rank 4 \
+    --lora-alpha 8 --init-adapter ad_pattern
 expect_error "init-adapter .* needs --lora-rank" --init-from "$FX/llama_lora_f32" --init-adapter "$FX/llama_lora_adapter"
 [ ! -e refused/latest ] && ok || bad "a refused run wrote a checkpoint"
 
