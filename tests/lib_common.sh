@@ -31,8 +31,10 @@ same_losses() {
 
 # loads CKPT_DIR: the checkpoint `latest` names reads back completely (every shard file's checksum
 # is verified by the export), into a safetensors file; bounded to 60 s.
-loads() {
-    timeout 60 "$BIN" export --checkpoint "$1" --out "$1.export/model.safetensors" >"$1.export.log" 2>&1
+loads() { # DIR [EXPORT FLAGS...]
+    local d=$1
+    shift
+    timeout 60 "$BIN" export --checkpoint "$d" --out "$d.export/model.safetensors" "$@" >"$d.export.log" 2>&1
 }
 
 # dir_snapshot DIR: every file's checksum and every name under DIR ("absent" when there is none).

@@ -22,6 +22,12 @@ if(TARGET fsdp-train)
                 $<TARGET_FILE:fsdp_fault_inject>)
       set_tests_properties(fault/${part} PROPERTIES LABELS "script;fault" TIMEOUT 600)
     endforeach()
+    # A rank killed mid-training of a LoRA run: the adapter-only checkpoint resumes bit for bit.
+    add_test(NAME fault/kill_train_lora
+      COMMAND ${PROJECT_SOURCE_DIR}/tests/fault/fault_kill_train.sh $<TARGET_FILE:fsdp-train>
+              ${PROJECT_SOURCE_DIR}/tests/mpirun.sh ${PROJECT_BINARY_DIR}/tmp_fault_kill_train_lora
+              $<TARGET_FILE:fsdp_fault_inject> lora)
+    set_tests_properties(fault/kill_train_lora PROPERTIES LABELS "script;fault" TIMEOUT 600)
     # Files that changed under us (issue 28 items 2, 3a): manifest bit flips, a NaN in a shard, a
     # mapped safetensors file that shrinks.
     foreach(part manifest nonfinite shrink)

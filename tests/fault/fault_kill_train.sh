@@ -2,9 +2,10 @@
 # fault_kill_train.sh — a rank killed with SIGKILL in the middle of training, at a random step and on a
 # random rank, repeated: the job ends non-zero in bounded time; the checkpoint `latest` names loads;
 # resuming from it reproduces the uninterrupted run's loss and gradient norm bit for bit, and the
-# same final checkpoint files.
-# usage: fault_kill_train.sh FSDP_TRAIN MPIRUN_SH WORKDIR FAULT_LIB
-BIN=$1 MPIRUN=$2 WORK=$3 FAULT_LIB=$4
+# same final checkpoint files. MODE lora: the same with LoRA adapters on a frozen base (--lora-rank 4):
+# the checkpoint holds the adapters alone, the resume restores the base from --seed.
+# usage: fault_kill_train.sh FSDP_TRAIN MPIRUN_SH WORKDIR FAULT_LIB [MODE]
+BIN=$1 MPIRUN=$2 WORK=$3 FAULT_LIB=$4 MODE=${5:-full}
 source "$(dirname "$0")/lib.sh"
 NP=2
 STEPS=2000 # the LR schedule's length; runs end earlier with --stop-at
@@ -16,6 +17,12 @@ seed=${FSDP_FAULT_SEED:-$$}
 RANDOM=$seed
 echo "random seed $seed (FSDP_FAULT_SEED=$seed reproduces the kill points)"
 RUN=("${TINY[@]}" --steps $STEPS --checkpoint-every $EVERY)
+EXPORT=()
+if [ "$MODE" = lora ]; then
+    RUN+=(--lora-rank 4)
+    EXPORT=(--merge)
+    REPEATS=${FSDP_FAULT_REPEATS:-1}
+fi
 
 "$MPIRUN" $NP "$BIN" "${RUN[@]}" --stop-at $REF --checkpoint-dir ck_ref --metrics ref.jsonl >ref.log 2>&1 ||
     bad "reference run: $(tail -3 ref.log)"
@@ -39,7 +46,7 @@ for rep in $(seq 1 "$REPEATS"); do
     [ $rc -ne 0 ] && [ $rc -ne 124 ] && ok || bad "$name: the job exited $rc after a rank was killed (124: it hung)"
     python3 -c "import sys; sys.exit(0 if $el <= $BOUND else 1)" && ok || bad "$name: the job took ${el}s to end, more than $BOUND s"
     [ -n "$latest" ] && [ -f "ck_$name/$latest/manifest.json" ] && ok || bad "$name: latest '$latest' names no checkpoint"
-    loads "ck_$name" && ok || bad "$name: the latest checkpoint does not load: $(tail -2 "ck_$name.export.log")"
+    loads "ck_$name" "${EXPORT[@]}" && ok || bad "$name: the latest checkpoint does not load: $(tail -2 "ck_$name.export.log")"
     from=$((10#${latest#step_}))
     [ "$from" -lt $REF ] || { bad "$name: latest $latest is past the reference's $REF steps"; continue; }
     # The killed run's own steps were already the reference's.
