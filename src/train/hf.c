@@ -725,56 +725,48 @@ fsdp_status fsdp_hf_load_adapter(fsdp_engine_t *eng, const char *dir, const fsdp
     fsdp_status s =
         cpath && mpath ? check_adapter_config(cpath, mc) : FSDP_ERR(FSDP_ENOMEM, "no memory for a path");
     if (s == FSDP_OK) s = fsdp_st_open(&st, mpath);
-    /* every tensor first: names, shapes, and nothing left over */
+    /* pass 0: every tensor's name and shape, and nothing left over; pass 1: every rank loads them (each
+     * reads the whole small file) */
     int found = 0;
-    for (int k = 0; s == FSDP_OK && k < fsdp_engine_num_units(eng); k++) {
-        fsdp_unit_t *u = fsdp_engine_unit(eng, k);
-        int l;
-        if (sscanf(fsdp_unit_name(u), "h%d", &l) != 1) continue;
-        for (int p = 0; mods[p].hf && s == FSDP_OK; p++)
-            for (int ab = 0; ab < 2 && s == FSDP_OK && (targets & mods[p].bit); ab++) {
-                char name[192], tn[40];
-                snprintf(name, sizeof name, "%s%d.%s.lora_%c.weight", fsdp_hf_lora_prefix(mc), l, mods[p].hf,
-                         ab ? 'B' : 'A');
-                snprintf(tn, sizeof tn, "lora_%c_%s", ab ? 'b' : 'a', mods[p].ours);
-                const int i = fsdp_st_find(&st, name), t = fsdp_unit_find(u, tn);
-                fsdp_tensor_info ti;
-                if (t < 0 || fsdp_unit_tensor_info(u, t, &ti) != FSDP_OK)
-                    s = FSDP_ERR(FSDP_EINTERNAL, "unit %s has no %s", fsdp_unit_name(u), tn);
-                else if (i < 0)
-                    s = fsdp_set_error(FSDP_EFORMAT, "%s: no tensor %s", mpath, name);
-                else if (st.t[i].ndim != 2 || st.t[i].shape[0] != ti.shape[0] ||
-                         st.t[i].shape[1] != ti.shape[1] || st.t[i].dtype == FSDP_ST_OTHER)
-                    s = fsdp_set_error(FSDP_EFORMAT, "%s: tensor %s is not %lld x %lld F32/BF16/F16", mpath,
-                                       name, (long long)ti.shape[0], (long long)ti.shape[1]);
-                found++;
-            }
-    }
-    if (s == FSDP_OK && found != st.n)
-        s = fsdp_set_error(FSDP_EFORMAT,
-                           "%s holds %d tensors, this run's adapters are %d: other modules or layers", mpath,
-                           st.n, found);
-    s = fsdp_comm_agree(fsdp_engine_comm(eng), s, "checking --init-adapter");
-    /* then every rank loads them (each reads the whole small file) */
     float *buf = NULL;
-    for (int k = 0; s == FSDP_OK && k < fsdp_engine_num_units(eng); k++) {
-        fsdp_unit_t *u = fsdp_engine_unit(eng, k);
-        int l;
-        if (sscanf(fsdp_unit_name(u), "h%d", &l) != 1) continue;
-        for (int p = 0; mods[p].hf && s == FSDP_OK; p++)
-            for (int ab = 0; ab < 2 && s == FSDP_OK && (targets & mods[p].bit); ab++) {
-                char name[192], tn[40];
-                snprintf(name, sizeof name, "%s%d.%s.lora_%c.weight", fsdp_hf_lora_prefix(mc), l, mods[p].hf,
-                         ab ? 'B' : 'A');
-                snprintf(tn, sizeof tn, "lora_%c_%s", ab ? 'b' : 'a', mods[p].ours);
-                const int i = fsdp_st_find(&st, name), t = fsdp_unit_find(u, tn);
-                const size_t n = (size_t)(st.t[i].shape[0] * st.t[i].shape[1]);
-                float *nb = realloc(buf, n * sizeof *buf);
-                s = nb ? fsdp_st_read_f32(&st, i, 0, n, nb) : FSDP_ERR(FSDP_ENOMEM, "no memory for %s", name);
-                if (nb) buf = nb;
-                s = fsdp_comm_agree(fsdp_engine_comm(eng), s, "reading --init-adapter");
-                if (s == FSDP_OK) s = fsdp_unit_load_tensor(u, t, buf, -1);
-            }
+    for (int pass = 0; pass < 2 && (pass == 0 || s == FSDP_OK); pass++) { /* pass 0 always agrees */
+        for (int k = 0; s == FSDP_OK && k < fsdp_engine_num_units(eng); k++) {
+            fsdp_unit_t *u = fsdp_engine_unit(eng, k);
+            int l;
+            if (sscanf(fsdp_unit_name(u), "h%d", &l) != 1) continue;
+            for (int p = 0; mods[p].hf && s == FSDP_OK; p++)
+                for (int ab = 0; ab < 2 && s == FSDP_OK && (targets & mods[p].bit); ab++) {
+                    char name[192], tn[40];
+                    snprintf(name, sizeof name, "%s%d.%s.lora_%c.weight", fsdp_hf_lora_prefix(mc), l,
+                             mods[p].hf, ab ? 'B' : 'A');
+                    snprintf(tn, sizeof tn, "lora_%c_%s", ab ? 'b' : 'a', mods[p].ours);
+                    const int i = fsdp_st_find(&st, name), t = fsdp_unit_find(u, tn);
+                    fsdp_tensor_info ti;
+                    if (pass == 1) {
+                        const size_t n = (size_t)(st.t[i].shape[0] * st.t[i].shape[1]);
+                        float *nb = realloc(buf, n * sizeof *buf);
+                        s = nb ? fsdp_st_read_f32(&st, i, 0, n, nb)
+                               : FSDP_ERR(FSDP_ENOMEM, "no memory for %s", name);
+                        if (nb) buf = nb;
+                        s = fsdp_comm_agree(fsdp_engine_comm(eng), s, "reading --init-adapter");
+                        if (s == FSDP_OK) s = fsdp_unit_load_tensor(u, t, buf, -1);
+                    } else if (t < 0 || fsdp_unit_tensor_info(u, t, &ti) != FSDP_OK) {
+                        s = FSDP_ERR(FSDP_EINTERNAL, "unit %s has no %s", fsdp_unit_name(u), tn);
+                    } else if (i < 0) {
+                        s = fsdp_set_error(FSDP_EFORMAT, "%s: no tensor %s", mpath, name);
+                    } else if (st.t[i].ndim != 2 || st.t[i].shape[0] != ti.shape[0] ||
+                               st.t[i].shape[1] != ti.shape[1] || st.t[i].dtype == FSDP_ST_OTHER) {
+                        s = fsdp_set_error(FSDP_EFORMAT, "%s: tensor %s is not %lld x %lld F32/BF16/F16",
+                                           mpath, name, (long long)ti.shape[0], (long long)ti.shape[1]);
+                    }
+                    found += pass == 0;
+                }
+        }
+        if (pass == 0 && s == FSDP_OK && found != st.n)
+            s = fsdp_set_error(FSDP_EFORMAT,
+                               "%s holds %d tensors, this run's adapters are %d: other modules or layers",
+                               mpath, st.n, found);
+        if (pass == 0) s = fsdp_comm_agree(fsdp_engine_comm(eng), s, "checking --init-adapter");
     }
     free(buf);
     fsdp_st_close(&st);
