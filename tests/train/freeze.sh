@@ -15,9 +15,7 @@ BIN=$1 MPIRUN=$2 PY=$3 FX=$4 WORK=$5
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 rm -rf "$WORK" && mkdir -p "$WORK" && cd "$WORK" || exit 1
 export OMP_NUM_THREADS=1 PYTHONWARNINGS=ignore
-fails=0 pass=0
-ok() { pass=$((pass + 1)); }
-bad() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
+source "$SRC/tests/lib_common.sh" # ok, bad, finish
 run() {
     local np=$1
     shift
@@ -111,5 +109,4 @@ run 1 "${A[@]}" "${S[@]}" --seed 7 --steps 3 --checkpoint-dir cs --resume >s3.lo
     bad "seed resume: $(tail -2 s3.log)"
 run 2 sample --checkpoint cs --logits cs.bin >s4.log 2>&1 && [ -s cs.bin ] && ok || bad "sample of the seed run: $(tail -2 s4.log)"
 
-echo "freeze: $pass passed, $fails failed"
-[ "$fails" = 0 ]
+finish

@@ -21,9 +21,7 @@ SRC=$(cd "$(dirname "$0")/../.." && pwd)
 TOOL="$SRC/tools/llama_reference.py"
 rm -rf "$WORK" && mkdir -p "$WORK" && cd "$WORK" || exit 1
 export OMP_NUM_THREADS=1 PYTHONWARNINGS=ignore HF_HUB_OFFLINE=1
-fails=0 pass=0
-ok() { pass=$((pass + 1)); }
-bad() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
+source "$SRC/tests/lib_common.sh" # ok, bad, finish
 run() {
     local np=$1
     shift
@@ -88,25 +86,22 @@ mkdir -p ck3 && cp -r ck_llama/step_000003 ck3/ && echo step_000003 >ck3/latest
 run 1 "${A[@]}" --init-from "$FX/llama_lora_f32" --steps 4 --checkpoint-dir ck3 --resume --lora-rank 4 --lora-alpha 8 \
     >res1.log 2>&1 && ok || bad "LoRA resume at 1 rank: $(tail -3 res1.log)"
 
-# --init-adapter: PEFT's own folder
-if run 2 "${A[@]}" --init-from "$FX/llama_lora_f32" --lora-rank 4 --lora-alpha 8 --init-adapter "$FX/llama_lora_adapter" \
-    --steps 1 --lr 0 --min-lr 0 --checkpoint-dir ck_ia >ia.log 2>&1 &&
-    run 1 export --checkpoint ck_ia --merge --out ia/model.safetensors --logits l_ia.bin >iax.log 2>&1; then
-    "$PY" "$TOOL" compare "$FX/llama_lora_f32" l_ia.bin --adapter "$FX/llama_lora_adapter" && ok ||
-        bad "--init-adapter: logits against PeftModel with the same folder"
-else
-    bad "--init-adapter: $(tail -2 ia.log) $(tail -1 iax.log 2>/dev/null)"
-fi
-
-# --init-adapter: PEFT's own GPT-2 folder (Conv1D: fan_in_fan_out), at 1 rank
-if run 1 "${A[@]}" --init-from "$FX/gpt2_lora_f32" --lora-rank 4 --lora-alpha 8 --init-adapter "$FX/gpt2_lora_adapter" \
-    --steps 1 --lr 0 --min-lr 0 --checkpoint-dir ck_ig >ig.log 2>&1 &&
-    run 1 export --checkpoint ck_ig --merge --out ig/model.safetensors --logits l_ig.bin >igx.log 2>&1; then
-    "$PY" "$TOOL" compare "$FX/gpt2_lora_f32" l_ig.bin --adapter "$FX/gpt2_lora_adapter" && ok ||
-        bad "--init-adapter (GPT-2): logits against PeftModel with the same folder"
-else
-    bad "--init-adapter (GPT-2): $(tail -2 ig.log) $(tail -1 igx.log 2>/dev/null)"
-fi
+# init_adapter NAME NP MODEL: --init-adapter of PEFT's own folder FX/MODEL_adapter on FX/MODEL_f32 (one
+# step at learning rate 0); fsdp.c's fp32 logits against PeftModel with the same folder
+init_adapter() {
+    local name=$1 np=$2 base="$FX/$3_f32" adapter="$FX/$3_adapter"
+    if run "$np" "${A[@]}" --init-from "$base" --lora-rank 4 --lora-alpha 8 --init-adapter "$adapter" --steps 1 \
+        --lr 0 --min-lr 0 --checkpoint-dir "ck_$name" >"$name.log" 2>&1 &&
+        run 1 export --checkpoint "ck_$name" --merge --out "$name/model.safetensors" --logits "l_$name.bin" \
+            >"${name}x.log" 2>&1; then
+        "$PY" "$TOOL" compare "$base" "l_$name.bin" --adapter "$adapter" && ok ||
+            bad "--init-adapter ($3): logits against PeftModel with the same folder"
+    else
+        bad "--init-adapter ($3): $(tail -2 "$name.log") $(tail -1 "${name}x.log" 2>/dev/null)"
+    fi
+}
+init_adapter ia 2 llama_lora
+init_adapter ig 1 gpt2_lora # GPT-2's Conv1D: fan_in_fan_out
 
 # --freeze on top of LoRA (h0's adapters kept at their initialisation): the adapter export reads the
 # frozen ones from the restored model, and PEFT reproduces the logits
@@ -147,5 +142,4 @@ expect_error "rank_pattern is set; only plain LoRA adapters load" --init-from "$
 expect_error "init-adapter .* needs --lora-rank" --init-from "$FX/llama_lora_f32" --init-adapter "$FX/llama_lora_adapter"
 [ ! -e refused/latest ] && ok || bad "a refused run wrote a checkpoint"
 
-echo "lora: $pass passed, $fails failed"
-[ "$fails" = 0 ]
+finish
