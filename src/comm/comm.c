@@ -115,7 +115,6 @@ fsdp_status fsdp_comm_init(fsdp_comm_t **out, const fsdp_comm_config *cfg, int *
     c->timeout_s = cfg->timeout_s;
     c->stuck_exit = cfg->stuck_exit;
     c->shm_allowed = cfg->shm != 0;
-    c->shm_win = MPI_WIN_NULL;
     c->int_limit = INT_MAX;
     c->agreed_rank = -1;
     c->agreed_status = FSDP_OK;
@@ -132,6 +131,8 @@ fsdp_status fsdp_comm_init(fsdp_comm_t **out, const fsdp_comm_config *cfg, int *
     s = parse_skip(c->fault);
     if (s != FSDP_OK) goto fail;
     c->be = c->backend == FSDP_COMM_MPI ? &comm_transport_mpi : &comm_transport_self;
+    c->rows[0] = c->be;
+    c->nrows = 1;
     c->poll = poll_backend;
     if (c->be->init != NULL) {
         s = c->be->init(c, argc, argv);
@@ -157,12 +158,13 @@ fsdp_status fsdp_comm_split(fsdp_comm_t *c, int color, int key, fsdp_comm_t **ou
     n->timeout_s = c->timeout_s;
     n->stuck_exit = c->stuck_exit; /* watched by the parent's watchdog (one per process) */
     n->shm_allowed = c->shm_allowed;
-    n->shm_win = MPI_WIN_NULL;
     n->int_limit = INT_MAX;
     n->rank = 0;
     n->size = 1;
     n->local_size = 1;
     n->be = c->be;
+    n->rows[0] = n->be;
+    n->nrows = 1;
     n->poll = poll_backend;
     if (n->be->split != NULL) {
         fsdp_status s = n->be->split(c, color, key, n);
@@ -192,7 +194,6 @@ void fsdp_comm_free(fsdp_comm_t *c) {
 int fsdp_comm_rank(const fsdp_comm_t *c) { return c ? c->rank : 0; }
 int fsdp_comm_size(const fsdp_comm_t *c) { return c ? c->size : 1; }
 int fsdp_comm_local_size(const fsdp_comm_t *c) { return c ? c->local_size : 1; }
-int fsdp_comm_shm_active(const fsdp_comm_t *c) { return c ? c->shm_on : 0; }
 const char *fsdp_comm_backend_name(const fsdp_comm_t *c) {
     if (c == NULL) return "none";
     return c->backend == FSDP_COMM_MPI ? "mpi" : "self";
@@ -274,7 +275,6 @@ static fsdp_status check_args(fsdp_comm_t *c, comm_coll k, const void *send, voi
     req->t = t;
     req->op = op;
     req->root = root;
-    req->blk_type = MPI_DATATYPE_NULL;
     if (k == COLL_BARRIER || count == 0) return FSDP_OK; /* count 0: a no-op, buffers may be NULL */
 
     size_t n = count * es, nw = big; /* bytes of one rank's block, of all blocks */
@@ -336,7 +336,7 @@ static void req_free(fsdp_comm_req_t *r) {
     fsdp_comm_t *c = r->c;
     comm_lock(c);
     inflight_unlink(r);
-    if (c->be->release != NULL) c->be->release(r);
+    if (r->tp != NULL && r->tp->release != NULL) r->tp->release(r);
     comm_unlock(c);
     for (int k = 0; k < 2; k++)
         fsdp_mem_free(r->adopted[k]);
@@ -359,8 +359,16 @@ static int live(const fsdp_comm_req_t *q) {
  * shared-memory row posts everything at its start, so nothing of it is ever deferred. */
 static int posts_pending(const fsdp_comm_t *c, const comm_transport *tp) {
     for (const fsdp_comm_req_t *q = c->inflight; q != NULL; q = q->next_inflight)
-        if (q->tp == tp && live(q) && (q->deferred || !tp->posted_all(q))) return 1;
+        if (q->tp == tp && live(q) && (q->deferred || (tp->posted_all != NULL && !tp->posted_all(q))))
+            return 1;
     return 0;
+}
+
+/* The first row of an ordered list that takes r. The backend's row, last, takes every request. */
+static const comm_transport *row_for(const comm_transport *const *rows, int n, const fsdp_comm_req_t *r) {
+    for (int i = 0; i < n - 1; i++)
+        if (rows[i]->takes == NULL || rows[i]->takes(r)) return rows[i];
+    return rows[n - 1];
 }
 
 /* Validates, then starts the collective. A count-0 call, the self backend and a fault-injected skip
@@ -378,9 +386,14 @@ static fsdp_status start_req(fsdp_comm_req_t *tmp, fsdp_comm_req_t **out) {
     c->coll_elems[k] += k == COLL_REDUCE_SCATTER ? (uint64_t)count * (uint64_t)c->size : (uint64_t)count;
     if (count == 0 && k != COLL_BARRIER) {
         r->done = 1;
-    } else if (c->backend == FSDP_COMM_SELF) {
-        r->tp = &comm_transport_self;
-        (void)r->tp->start(r); /* done: a copy */
+    } else if (c->backend == FSDP_COMM_SELF) { /* no test faults alone */
+        r->tp = row_for(c->rows, c->nrows, r);
+        fsdp_status s = r->tp->start(r); /* the self row: done, a copy */
+        if (s != FSDP_OK) {
+            comm_unlock(c);
+            req_free(r);
+            return s;
+        }
     } else {
         comm_fault *f = c->fault;
         uint64_t seq = f->seq++;
@@ -394,7 +407,7 @@ static fsdp_status start_req(fsdp_comm_req_t *tmp, fsdp_comm_req_t **out) {
         } else if (me && f->skip_hang && seq == f->skip_seq) {
             r->hang = 1; /* test fault: its first progress call never returns */
         } else {
-            const comm_transport *tp = comm_transport_shm.takes(r) ? &comm_transport_shm : c->be;
+            const comm_transport *tp = row_for(c->rows, c->nrows, r);
             r->tp = tp;
             if (posts_pending(c, tp)) {
                 r->deferred = 1; /* posted once every earlier request has made all its posts */
@@ -460,7 +473,7 @@ static void advance(fsdp_comm_t *c, const comm_transport *tp, const fsdp_comm_re
                          fsdp_last_error());
             } else if (d) {
                 q->done = 1;
-            } else if (!tp->posted_all(q)) {
+            } else if (tp->posted_all != NULL && !tp->posted_all(q)) {
                 pending = 1;
             }
         }
@@ -485,15 +498,18 @@ static fsdp_status progress_locked(fsdp_comm_req_t *r, int *done) {
         if (s == FSDP_OK && *done) r->done = 1;
         return s;
     }
-    /* Both transports move, whichever r uses: a peer may be waiting for this rank's part of another
+    /* Every row moves, whichever carries r: a peer may be waiting for this rank's part of another
      * request (it waits for them in its own order), and nothing else moves that part while this rank
-     * waits here. Shared-memory requests up to r (a later one's copies can wait), or all of them when
-     * r is an MPI request; every MPI request (cheap tests; the progress thread, where it runs, does
-     * the same). Before this, a rank waiting for an I64 all-reduce (MPI) and a peer waiting for a
-     * shared-memory all-reduce started before it waited for each other forever. */
+     * waits here. A row ahead of the backend's (shared memory: its requests cost copies) up to r (a
+     * later one's copies can wait), or all of its requests when r is another row's; the backend's row
+     * every request (cheap tests; the progress thread, where it runs, does the same). Before this, a
+     * rank waiting for an I64 all-reduce (MPI) and a peer waiting for a shared-memory all-reduce
+     * started before it waited for each other forever. */
     fsdp_comm_t *c = r->c;
-    advance(c, &comm_transport_shm, r->tp == &comm_transport_shm ? r : NULL, 1);
-    advance(c, c->be, NULL, 0);
+    for (int i = 0; i < c->nrows; i++) {
+        const comm_transport *tp = c->rows[i];
+        advance(c, tp, tp != c->be && r->tp == tp ? r : NULL, i == 0);
+    }
     if (r->failed) return fsdp_set_error(r->failed, "%s", r->errmsg);
     *done = r->done;
     return FSDP_OK;
@@ -582,10 +598,9 @@ void fsdp_comm_progress(fsdp_comm_t *c) {
     if (c->inflight == NULL) return;
     FSDP_PROF_SCOPE(FSDP_PROF_COMM);
     comm_lock(c);
-    if (c->inflight != NULL) {
-        advance(c, &comm_transport_shm, NULL, 1);
-        if (!c->thr_on) poll_backend(c); /* the thread does it otherwise */
-    }
+    for (int i = 0; c->inflight != NULL && i < c->nrows; i++)
+        if (c->rows[i] != c->be || !c->row_thread) /* the backend row's thread does it otherwise */
+            advance(c, c->rows[i], NULL, i == 0);
     comm_unlock(c);
 }
 
@@ -713,19 +728,42 @@ fsdp_status fsdp_comm_ireduce_scatter(fsdp_comm_t *c, const void *send, void *re
     return start(c, COLL_REDUCE_SCATTER, send, recv, count, t, op, 0, req);
 }
 
-/* The row that would carry a collective over w ranks (as start_req picks it: shared memory when it is
- * on and there are peers, else the backend's row), asked for its staging. */
+/* The row that would carry a collective over w ranks, picked from the ordered list a live communicator
+ * of backend be would have (the shared-memory row first where it would be on: one host, peers),
+ * exactly as start_req picks it, asked for its staging. */
 size_t comm_plan_staging_bytes(fsdp_comm_backend be, int shm, comm_plan_coll coll, int w, size_t count,
                                fsdp_dtype t) {
-    const comm_transport *tp = shm && w > 1          ? &comm_transport_shm
-                               : be == FSDP_COMM_MPI ? &comm_transport_mpi
-                                                     : &comm_transport_self;
-    if (tp->staging_bytes == NULL) return 0;
-    return tp->staging_bytes(coll == COMM_PLAN_ALL_REDUCE ? COLL_ALL_REDUCE : COLL_REDUCE_SCATTER, w, count,
-                             t);
+    const comm_transport *rows[COMM_ROWS];
+    int n = 0;
+    if (be == FSDP_COMM_MPI && shm && w > 1) rows[n++] = &comm_transport_shm;
+    rows[n++] = be == FSDP_COMM_MPI ? &comm_transport_mpi : &comm_transport_self;
+    fsdp_comm_req_t q = {
+        .coll = coll == COMM_PLAN_ALL_REDUCE ? COLL_ALL_REDUCE : COLL_REDUCE_SCATTER, .count = count, .t = t};
+    const comm_transport *tp = row_for(rows, n, &q);
+    return tp->staging_bytes == NULL ? 0 : tp->staging_bytes(q.coll, w, count, t);
 }
 
+/* The row that carries a floating-point collective of c: the engine's gathers and reductions. */
 unsigned comm_caps(const fsdp_comm_t *c) {
     if (c == NULL) return 0;
-    return c->shm_on && c->size > 1 ? comm_transport_shm.caps : c->be->caps;
+    fsdp_comm_req_t q = {.coll = COLL_REDUCE_SCATTER, .t = FSDP_F32};
+    unsigned caps = row_for(c->rows, c->nrows, &q)->caps;
+    q.coll = COLL_ALL_GATHER;
+    return caps & row_for(c->rows, c->nrows, &q)->caps;
+}
+
+/* ---------------------------------------------------------------------------------- stream waits */
+
+fsdp_status fsdp_comm_wait_stream(fsdp_comm_req_t *req, fsdp_device_t *d, fsdp_stream_t *s) {
+    if (req == NULL) return FSDP_ERR(FSDP_EINVAL, "request is NULL");
+    if (d == NULL) d = fsdp_device_cpu();
+    /* Not started on a row (count 0, a test fault's skip or stall): nothing of a row to order. */
+    if (req->tp == NULL || req->tp->wait_stream == NULL || req->done || req->stalled || req->hang)
+        return fsdp_comm_wait(req);
+    comm_lock(req->c);
+    fsdp_status st =
+        req->failed ? fsdp_set_error(req->failed, "%s", req->errmsg) : req->tp->wait_stream(req, d, s);
+    comm_unlock(req->c);
+    req_free(req); /* the row keeps what the device still needs (its events) past its release */
+    return st;
 }

@@ -10,9 +10,10 @@
 
 #include "core/core.h"
 #include "comm/comm_plan.h"
+#include "core/device.h"
 
-#include <mpi.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdint.h>
 
 typedef struct comm_transport comm_transport;
@@ -25,18 +26,25 @@ typedef enum {
     COLL_BARRIER
 } comm_coll;
 
-/* Where an MPI request is in its sequence of steps (what to do when the posted step completes). */
-typedef enum {
-    PH_NONE = 0,    /* nothing posted: done */
-    PH_FINAL,       /* the posted step is the last one; nothing to do after it */
-    PH_RS_A2A,      /* MPI_Ialltoall into stage: reduce the world contributions into recv afterwards */
-    PH_AR_BF16_A2A, /* MPI_Ialltoallv of chunk blocks into stage: reduce own block, then all-gatherv */
-    PH_AR_BF16_AG   /* MPI_Iallgatherv of the reduced blocks of the chunk: then the next chunk */
-} comm_phase;
+/* Slots of a communicator's per-row private state (fsdp_comm.state): one per row of the table. A new
+ * transport adds one here, its row, and its own file; nothing else in this header. */
+enum { COMM_ROW_SELF = 0, COMM_ROW_SHM, COMM_ROW_MPI, COMM_ROWS };
+
+/* Bytes of a request's private state (fsdp_comm_req.priv) that the row carrying it may use as its own
+ * type; each row checks its type fits (_Static_assert in its file). */
+#define COMM_REQ_PRIV_BYTES 128
 
 struct fsdp_comm {
     fsdp_comm_backend backend; /* SELF or MPI (AUTO resolved at init) */
     const comm_transport *be;  /* its row: communicator set-up, shut-down, abort (self or mpi) */
+    /* The ordered list of rows that carry this communicator's collectives: a request goes to the first
+     * whose takes() accepts it (NULL takes: any). The front end puts the backend's row in; its init or
+     * split puts the rows it set up before it (comm_rows_prepend: mpi puts shm first on one host). */
+    const comm_transport *rows[COMM_ROWS];
+    int nrows;
+    void *state[COMM_ROWS]; /* each row's private state, of its own type (comm_<row>.c), or NULL */
+    int row_thread;         /* the backend row's requests are moved by its own thread (mpi, across
+                               hosts): fsdp_comm_progress leaves them to it */
     /* Set by the front end before be->init: advances every in-flight request of the backend's row once
      * (lock held), in start order; what the MPI progress thread runs. */
     void (*poll)(fsdp_comm_t *c);
@@ -50,34 +58,12 @@ struct fsdp_comm {
                                        reduce-scatter's: count x size, its send buffer), for tests */
     int stuck_exit;                 /* fsdp_comm_config.stuck_exit */
     int stuck_watch;                /* this communicator holds a reference on the stuck watchdog */
-    size_t int_limit;               /* largest count handed to MPI as an int (INT_MAX; tests lower it) */
-    struct fsdp_comm_req *stale;    /* timed-out requests MPI still owns (list via next_stale) */
-    int mpi_inited_here;            /* fsdp_comm_init called MPI_Init_thread: free finalises */
-    MPI_Comm comm;                  /* MPI backend: a duplicate of MPI_COMM_WORLD with MPI_ERRORS_RETURN */
+    size_t int_limit;               /* largest count a row may hand on as an int (INT_MAX; tests lower it) */
+    struct fsdp_comm_req *stale;    /* timed-out requests a row still owns (list via next_stale) */
     struct fsdp_comm_req *inflight; /* started, not yet complete, in start order (via next_inflight) */
-    /* MPI progress thread (comm_mpi.c), across hosts: moves MPI requests while the caller computes.
-     * When it runs, mu serialises every MPI call and every use of the in-flight list. */
-    int thr_on;
-    volatile int thr_stop;
-    pthread_t thr;
-    long thr_interval_us;
-    int agreed_rank;           /* fsdp_comm_agree: lowest failing rank of the last one, or -1 */
-    fsdp_status agreed_status; /* its status (FSDP_OK with agreed_rank -1) */
-    /* Shared-memory transport (comm_shm.c), when every rank is on this host. */
-    int shm_allowed;            /* from the config */
-    int shm_on;                 /* set up and in use */
-    MPI_Win shm_win;            /* the window holding every rank's segment */
-    char **shm_seg;             /* (size) each rank's segment as mapped here */
-    const void **shm_src;       /* (size) scratch: one round's contributions */
-    size_t shm_slot;            /* bytes per slot (two per rank) */
-    uint64_t shm_round;         /* rounds handed out so far */
-    int shm_cma;                /* peers' memory readable with process_vm_readv (single-copy path) */
-    size_t shm_cma_min;         /* bytes per rank block from which the single-copy path is used */
-    int *shm_pid;               /* (size) each rank's process id */
-    char *shm_tile;             /* (size x SHM_TILE bytes) reduce-scatter: one tile of every rank's block */
-    int shm_heap;               /* every rank maps every peer's shared heap (core_heap_open): direct reads */
-    const char **shm_heap_peer; /* (size) each rank's heap as mapped here (read-only for peers) */
-    size_t *shm_heap_size;      /* (size) its size */
+    int agreed_rank;                /* fsdp_comm_agree: lowest failing rank of the last one, or -1 */
+    fsdp_status agreed_status;      /* its status (FSDP_OK with agreed_rank -1) */
+    int shm_allowed;                /* from the config: a backend may set up the shared-memory row */
 };
 
 /* Test faults (FSDP_TEST_SKIP_COLLECTIVE, comm.c), parsed once by fsdp_comm_init and shared by every
@@ -104,7 +90,7 @@ struct fsdp_comm_req {
     int done;
     int stalled;  /* test fault (":stall"): never posted, never completes */
     int hang;     /* test fault (":hang"): its first progress call never returns */
-    int deferred; /* MPI: not posted yet; an earlier request had posts to make (comm.c) */
+    int deferred; /* not posted yet; an earlier request of its row had posts to make (comm.c) */
     /* The call's arguments. Element counts; recv/send as given by the caller. */
     const void *send;
     void *recv;
@@ -116,28 +102,12 @@ struct fsdp_comm_req {
     int acc;         /* fsdp_comm_ireduce_scatter_acc: recv is the accumulator, += acc_scale * sum */
     float acc_scale; /* its scale */
     int acc_discard; /* timed out: the result is no longer written */
-    /* MPI progress state. */
-    MPI_Request mreq;
-    comm_phase phase;
-    size_t off, len;       /* all-reduce: the chunk in flight, elements */
-    size_t blk;            /* BF16 all-reduce: elements per rank block of the chunk */
-    void *stage;           /* FSDP_MEM_COMM staging (alltoall receive), or NULL */
-    MPI_Datatype blk_type; /* a derived "count elements" type for counts > int_limit */
-    int blk_type_owned;
-    int *counts; /* BF16 all-reduce: 4*world ints: scount, sdispl, rcount, rdispl */
-    /* Shared-memory transport state. */
-    int shm;                   /* runs on comm_shm.c */
-    uint64_t shm_round0;       /* its first round */
-    size_t shm_chunk;          /* elements per round (reduce-scatter: per rank block) */
-    size_t shm_nchunks, shm_k; /* rounds in all, rounds read */
-    int shm_wrote;             /* round shm_k published, not yet read */
-    int shm_cma;               /* single copy: one round, peers read this rank's buffer directly */
-    int shm_read;              /* single copy: this rank has read every peer's part */
-    size_t shm_tiles;          /* single-copy reduce-scatter: tiles of this rank's block summed so far */
-    void *adopted[2];          /* buffers of a timed-out call, freed once the call completes */
-    int is_stale;              /* timed out: on c->stale, off the in-flight list */
-    fsdp_status failed;        /* an MPI failure seen by fsdp_comm_progress, reported by test/wait */
-    char errmsg[512];          /* its message, named by the label */
+    /* The carrying row's own state (its type, in its file), zero until the row starts the request. */
+    _Alignas(max_align_t) unsigned char priv[COMM_REQ_PRIV_BYTES];
+    void *adopted[2];   /* buffers of a timed-out call, freed once the call completes */
+    int is_stale;       /* timed out: on c->stale, off the in-flight list */
+    fsdp_status failed; /* a row's failure seen by fsdp_comm_progress, reported by test/wait */
+    char errmsg[512];   /* its message, named by the label */
     struct fsdp_comm_req *next_stale;
     struct fsdp_comm_req *next_inflight;
 };
@@ -145,9 +115,11 @@ struct fsdp_comm_req {
 /* A transport: one row of the table the front end runs collectives over. The front end checks the
  * arguments, keeps requests in start order, labels, times out and injects test faults; a row moves
  * bytes. Communicator-level entries (init .. abort) are used on the backend's row only (c->be: self
- * or mpi; shm is set up by mpi); NULL entries do nothing. */
+ * or mpi; shm is set up by mpi); NULL entries do nothing. A row keeps its communicator state in
+ * c->state[id] and its request state in r->priv, both of types no other file sees. */
 struct comm_transport {
     const char *name;
+    int id;        /* its COMM_ROW_* slot */
     unsigned caps; /* COMM_CAP_* (comm_plan.h) */
     /* Bytes of category comm it holds for one collective of count elements per rank block (dtype t)
      * over w ranks, from the start to the completion: what the memory plan counts (shard/plan.c asks
@@ -160,17 +132,26 @@ struct comm_transport {
     /* shut-down; drained 0: a timed-out request is still pending after grace seconds */
     void (*free)(fsdp_comm_t *c, int drained, double grace);
     void (*abort)(fsdp_comm_t *c, int code); /* does not return */
-    /* Requests. takes: 1 if this row carries r (asked of shm only; self and mpi take what is left). */
+    /* Requests. takes: 1 if this row would carry r (NULL: every request). It reads r's collective,
+     * dtype and count only (r->c is NULL when the memory plan asks). */
     int (*takes)(const fsdp_comm_req_t *r);
     /* Posts r's first step (arguments already checked); may complete it (r->done). */
     fsdp_status (*start)(fsdp_comm_req_t *r);
     /* Drives r: tests the posted step and posts the next ones; *done = 1 once all completed. */
     fsdp_status (*progress)(fsdp_comm_req_t *r, int *done);
     /* 1 when r has posted every step it will post: a later request of the same row is posted only
-     * then, so every rank posts them in the program's order (comm.c, start_req). */
+     * then, so every rank posts them in the program's order (comm.c, start_req). NULL: always 1. */
     int (*posted_all)(const fsdp_comm_req_t *r);
     void (*release)(fsdp_comm_req_t *r); /* what r holds (staging, types), once nothing uses it */
+    /* Makes stream s of device d wait on the device for r's completion (lock held); the front end
+     * gives r up afterwards (release: the row keeps past it what the device still needs). NULL: a
+     * host-polled row, whose collective has written its buffers once the host saw it complete: the
+     * front end waits on the host (timeouts included) and nothing remains to order. */
+    fsdp_status (*wait_stream)(fsdp_comm_req_t *r, fsdp_device_t *d, fsdp_stream_t *s);
 };
+
+/* Puts tp before the rows already in c's ordered list (a backend's init, for the rows it set up). */
+void comm_rows_prepend(fsdp_comm_t *c, const comm_transport *tp);
 
 /* ---------------------------------------------------------------------------- comm_util.c */
 

@@ -6,6 +6,7 @@
 #ifndef FSDP_COMM_PLAN_H
 #define FSDP_COMM_PLAN_H
 
+#include "core/device.h"
 #include "fsdp.h"
 
 /* What a row can do (comm_transport.caps). */
@@ -16,9 +17,15 @@ enum {
     COMM_CAP_DEVICE_MEM = 1u << 2, /* reads and writes device memory in place, ordered on a stream */
 };
 
-/* The capabilities of the row that carries c's collectives (shared memory when it is on, else the
- * backend's row). */
+/* The capabilities of the rows that carry c's floating-point gathers and reductions (the first row of
+ * c's ordered list that takes them: shared memory when it is on, else the backend's row), both. */
 unsigned comm_caps(const fsdp_comm_t *c);
+
+/* Waits for req as fsdp_comm_wait does, as far as stream s of device d (NULL: the CPU) needs: later
+ * work queued on s runs after the collective wrote its buffers, and req is given up. A host-polled row
+ * (COMM_CAP_HOST_POLL: every row today) completes it on the host first, with the timeout; a
+ * stream-ordered row (COMM_CAP_DEVICE_MEM) makes s wait for it on the device and returns at once. */
+fsdp_status fsdp_comm_wait_stream(fsdp_comm_req_t *req, fsdp_device_t *d, fsdp_stream_t *s);
 
 typedef enum { COMM_PLAN_REDUCE_SCATTER = 0, COMM_PLAN_ALL_REDUCE } comm_plan_coll;
 

@@ -31,5 +31,7 @@ static fsdp_status self_start(fsdp_comm_req_t *r) {
     return FSDP_OK;
 }
 
-const comm_transport comm_transport_self = {
-    .name = "self", .caps = COMM_CAP_ACCUMULATE | COMM_CAP_HOST_POLL, .start = self_start};
+const comm_transport comm_transport_self = {.name = "self",
+                                            .id = COMM_ROW_SELF,
+                                            .caps = COMM_CAP_ACCUMULATE | COMM_CAP_HOST_POLL,
+                                            .start = self_start};

@@ -57,9 +57,47 @@ typedef struct {
 
 #define SHM_HDR 4096 /* bytes before slot 0 (keeps the slots page-aligned) */
 
-static shm_ctl *ctl_of(const fsdp_comm_t *c, int r) { return (shm_ctl *)c->shm_seg[r]; }
+/* The row's communicator state (c->state[COMM_ROW_SHM]; NULL: the row is off). */
+typedef struct {
+    MPI_Win win;            /* the window holding every rank's segment */
+    char **seg;             /* (size) each rank's segment as mapped here */
+    const void **src;       /* (size) scratch: one round's contributions */
+    size_t slot;            /* bytes per slot (two per rank) */
+    uint64_t round;         /* rounds handed out so far */
+    int cma;                /* peers' memory readable with process_vm_readv (single-copy path) */
+    size_t cma_min;         /* bytes per rank block from which the single-copy path is used */
+    int *pid;               /* (size) each rank's process id */
+    char *tile;             /* (size x SHM_TILE bytes) reduce-scatter: one tile of every rank's block */
+    int heap;               /* every rank maps every peer's shared heap (core_heap_open): direct reads */
+    const char **heap_peer; /* (size) each rank's heap as mapped here (read-only for peers) */
+    size_t *heap_size;      /* (size) its size */
+} shm_state;
+
+/* A request's state (r->priv; zero before the start). */
+typedef struct {
+    uint64_t round0;   /* its first round */
+    size_t chunk;      /* elements per round (reduce-scatter: per rank block) */
+    size_t nchunks, k; /* rounds in all, rounds read */
+    int wrote;         /* round k published, not yet read */
+    int cma;           /* single copy: one round, peers read this rank's buffer directly */
+    int read;          /* single copy: this rank has read every peer's part */
+    size_t tiles;      /* single-copy reduce-scatter: tiles of this rank's block summed so far */
+} shm_req;
+_Static_assert(sizeof(shm_req) <= COMM_REQ_PRIV_BYTES, "shm_req must fit fsdp_comm_req.priv");
+
+static shm_state *sh(const fsdp_comm_t *c) { return c->state[COMM_ROW_SHM]; }
+static shm_req *rq(fsdp_comm_req_t *r) { return (shm_req *)(void *)r->priv; }
+
+static shm_ctl *ctl_of(const fsdp_comm_t *c, int r) { return (shm_ctl *)sh(c)->seg[r]; }
 static char *slot_of(const fsdp_comm_t *c, int r, uint64_t round) {
-    return c->shm_seg[r] + SHM_HDR + (size_t)(round & 1) * c->shm_slot;
+    return sh(c)->seg[r] + SHM_HDR + (size_t)(round & 1) * sh(c)->slot;
+}
+
+int fsdp_comm_shm_active(const fsdp_comm_t *c) { return c != NULL && sh(c) != NULL; }
+
+void comm_shm_test_info(const fsdp_comm_t *c, int *cma, int *heap) {
+    *cma = sh(c) ? sh(c)->cma : 0;
+    *heap = sh(c) ? sh(c)->heap : 0;
 }
 
 static uint64_t load_acq(const uint64_t *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
@@ -87,24 +125,28 @@ static fsdp_status read_knobs(shm_knobs *k) {
 }
 
 fsdp_status comm_shm_init(fsdp_comm_t *c, MPI_Comm node, int node_size) {
-    c->shm_on = 0;
-    c->shm_win = MPI_WIN_NULL;
     shm_knobs k;
     FSDP_TRY(read_knobs(&k));
     if (!c->shm_allowed || !k.on) return FSDP_OK;
     if (node_size != c->size || c->size < 2) return FSDP_OK; /* several hosts (or one rank): MPI */
-    c->shm_slot = (size_t)k.slot_kib * 1024;
-    c->shm_seg = calloc((size_t)c->size, sizeof *c->shm_seg);
-    c->shm_src = calloc((size_t)c->size, sizeof *c->shm_src);
-    if (c->shm_seg == NULL || c->shm_src == NULL)
+    shm_state *S = calloc(1, sizeof *S);
+    if (S == NULL) return FSDP_ERR(FSDP_ENOMEM, "the shared-memory row's state");
+    S->win = MPI_WIN_NULL;
+    c->state[COMM_ROW_SHM] = S;
+    sh(c)->slot = (size_t)k.slot_kib * 1024;
+    sh(c)->seg = calloc((size_t)c->size, sizeof *sh(c)->seg);
+    sh(c)->src = calloc((size_t)c->size, sizeof *sh(c)->src);
+    if (sh(c)->seg == NULL || sh(c)->src == NULL) {
+        comm_shm_free(c);
         return FSDP_ERR(FSDP_ENOMEM, "shared-memory segment table (%d ranks)", c->size);
+    }
     char *base = NULL;
-    MPI_Aint bytes = (MPI_Aint)(SHM_HDR + 2 * c->shm_slot);
-    int rc = MPI_Win_allocate_shared(bytes, 1, MPI_INFO_NULL, node, &base, &c->shm_win);
+    MPI_Aint bytes = (MPI_Aint)(SHM_HDR + 2 * sh(c)->slot);
+    int rc = MPI_Win_allocate_shared(bytes, 1, MPI_INFO_NULL, node, &base, &sh(c)->win);
     if (rc != MPI_SUCCESS) {
         /* Not fatal: the MPI collectives still work. Every rank sees the same failure (the call is
          * collective), so every rank falls back together. */
-        c->shm_win = MPI_WIN_NULL;
+        sh(c)->win = MPI_WIN_NULL;
         comm_shm_free(c);
         return FSDP_OK;
     }
@@ -119,8 +161,8 @@ fsdp_status comm_shm_init(fsdp_comm_t *c, MPI_Comm node, int node_size) {
         int du = 0;
         char *p = NULL;
         /* node ranks were split with key = world rank, so node rank r is world rank r */
-        rc = MPI_Win_shared_query(c->shm_win, r, &sz, &du, &p);
-        c->shm_seg[r] = p;
+        rc = MPI_Win_shared_query(sh(c)->win, r, &sz, &du, &p);
+        sh(c)->seg[r] = p;
     }
     if (rc == MPI_SUCCESS) rc = MPI_Barrier(node); /* every control line zeroed before first use */
     if (rc != MPI_SUCCESS || node_rank != c->rank) {
@@ -130,11 +172,11 @@ fsdp_status comm_shm_init(fsdp_comm_t *c, MPI_Comm node, int node_size) {
     /* Single copy where every rank can read every peer's memory (a container or a hardened kernel may
      * forbid it): each rank reads each peer's probe value; all ranks must agree. */
     int can = k.cma;
-    c->shm_pid = calloc((size_t)c->size, sizeof *c->shm_pid);
-    if (c->shm_pid == NULL) can = 0;
+    sh(c)->pid = calloc((size_t)c->size, sizeof *sh(c)->pid);
+    if (sh(c)->pid == NULL) can = 0;
     for (int r = 0; can && r < c->size; r++) {
-        const shm_ctl *pc = (const shm_ctl *)c->shm_seg[r];
-        c->shm_pid[r] = (int)pc->pid;
+        const shm_ctl *pc = (const shm_ctl *)sh(c)->seg[r];
+        sh(c)->pid[r] = (int)pc->pid;
         uint64_t v = 0;
         struct iovec lo = {&v, sizeof v}, re = {(void *)(uintptr_t)pc->probe, sizeof v};
         if (r != c->rank &&
@@ -144,16 +186,16 @@ fsdp_status comm_shm_init(fsdp_comm_t *c, MPI_Comm node, int node_size) {
     int all = 0;
     if (MPI_Allreduce(&can, &all, 1, MPI_INT, MPI_MIN, node) != MPI_SUCCESS) all = 0;
     if (all) {
-        c->shm_tile = malloc((size_t)c->size * SHM_TILE);
-        all = c->shm_tile != NULL;
+        sh(c)->tile = malloc((size_t)c->size * SHM_TILE);
+        all = sh(c)->tile != NULL;
     }
     /* every rank ran the same checks; a failed malloc on one rank alone must not split them */
     int agreed = 0;
     if (MPI_Allreduce(&all, &agreed, 1, MPI_INT, MPI_MIN, node) != MPI_SUCCESS) agreed = 0;
-    c->shm_cma = agreed;
+    sh(c)->cma = agreed;
     if (agreed) heap_init(c, node, k.heap);
-    c->shm_cma_min = (size_t)k.cma_min_kib * 1024;
-    c->shm_on = 1;
+    sh(c)->cma_min = (size_t)k.cma_min_kib * 1024;
+    comm_rows_prepend(c, &comm_transport_shm); /* on: it carries what it takes, before the backend */
     return FSDP_OK;
 }
 
@@ -162,22 +204,22 @@ fsdp_status comm_shm_init(fsdp_comm_t *c, MPI_Comm node, int node_size) {
  * single-copy path this needs a kernel that lets a rank see its peers (a hardened one may refuse);
  * all ranks must succeed, or none uses it. FSDP_COMM_SHM_HEAP=0 turns it off. */
 static void heap_unmap(fsdp_comm_t *c) {
-    for (int r = 0; c->shm_heap_peer != NULL && r < c->size; r++)
-        if (r != c->rank && c->shm_heap_peer[r] != NULL)
-            munmap((void *)c->shm_heap_peer[r], c->shm_heap_size[r]);
-    free(c->shm_heap_peer);
-    free(c->shm_heap_size);
-    c->shm_heap_peer = NULL;
-    c->shm_heap_size = NULL;
+    for (int r = 0; sh(c)->heap_peer != NULL && r < c->size; r++)
+        if (r != c->rank && sh(c)->heap_peer[r] != NULL)
+            munmap((void *)sh(c)->heap_peer[r], sh(c)->heap_size[r]);
+    free(sh(c)->heap_peer);
+    free(sh(c)->heap_size);
+    sh(c)->heap_peer = NULL;
+    sh(c)->heap_size = NULL;
 }
 
 static void heap_init(fsdp_comm_t *c, MPI_Comm node, int allowed) {
     int ok = allowed, opened = 0;
     core_heap_info hi = {.fd = -1};
     shm_ctl *me = ctl_of(c, c->rank);
-    c->shm_heap_peer = calloc((size_t)c->size, sizeof *c->shm_heap_peer);
-    c->shm_heap_size = calloc((size_t)c->size, sizeof *c->shm_heap_size);
-    if (c->shm_heap_peer == NULL || c->shm_heap_size == NULL) ok = 0;
+    sh(c)->heap_peer = calloc((size_t)c->size, sizeof *sh(c)->heap_peer);
+    sh(c)->heap_size = calloc((size_t)c->size, sizeof *sh(c)->heap_size);
+    if (sh(c)->heap_peer == NULL || sh(c)->heap_size == NULL) ok = 0;
     if (ok) ok = opened = core_heap_open(c->size, &hi) == FSDP_OK; /* not fatal: the single-copy path stays */
     me->heap_fd = ok ? (uint64_t)hi.fd : 0;
     me->heap_size = ok ? (uint64_t)hi.size : 0;
@@ -185,8 +227,8 @@ static void heap_init(fsdp_comm_t *c, MPI_Comm node, int allowed) {
     for (int r = 0; ok && r < c->size; r++) {
         const shm_ctl *pc = ctl_of(c, r);
         if (r == c->rank) {
-            c->shm_heap_peer[r] = hi.base;
-            c->shm_heap_size[r] = hi.size;
+            sh(c)->heap_peer[r] = hi.base;
+            sh(c)->heap_size[r] = hi.size;
             continue;
         }
         if (pc->heap_size == 0 || pc->heap_fd > INT32_MAX) {
@@ -194,7 +236,7 @@ static void heap_init(fsdp_comm_t *c, MPI_Comm node, int allowed) {
             break;
         }
         char path[64];
-        snprintf(path, sizeof path, "/proc/%d/fd/%d", c->shm_pid[r], (int)pc->heap_fd);
+        snprintf(path, sizeof path, "/proc/%d/fd/%d", sh(c)->pid[r], (int)pc->heap_fd);
         int fd = open(path, O_RDONLY | O_CLOEXEC);
         if (fd < 0) {
             ok = 0;
@@ -206,12 +248,12 @@ static void heap_init(fsdp_comm_t *c, MPI_Comm node, int allowed) {
             ok = 0;
             break;
         }
-        c->shm_heap_peer[r] = p;
-        c->shm_heap_size[r] = (size_t)pc->heap_size;
+        sh(c)->heap_peer[r] = p;
+        sh(c)->heap_size[r] = (size_t)pc->heap_size;
     }
     int all = 0;
     if (MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, node) != MPI_SUCCESS) all = 0;
-    c->shm_heap = all;
+    sh(c)->heap = all;
     if (!all) {
         heap_unmap(c);
         if (opened) core_heap_close();
@@ -219,27 +261,27 @@ static void heap_init(fsdp_comm_t *c, MPI_Comm node, int allowed) {
 }
 
 void comm_shm_free(fsdp_comm_t *c) {
-    if (c->shm_heap) core_heap_close();
+    if (sh(c) == NULL) return;
+    if (sh(c)->heap) core_heap_close();
     heap_unmap(c);
-    c->shm_heap = 0;
-    if (c->shm_win != MPI_WIN_NULL) MPI_Win_free(&c->shm_win);
-    c->shm_win = MPI_WIN_NULL;
-    free(c->shm_seg);
-    c->shm_seg = NULL;
-    free(c->shm_src);
-    c->shm_src = NULL;
-    free(c->shm_pid);
-    c->shm_pid = NULL;
-    free(c->shm_tile);
-    c->shm_tile = NULL;
-    c->shm_cma = 0;
-    c->shm_on = 0;
+    sh(c)->heap = 0;
+    if (sh(c)->win != MPI_WIN_NULL) MPI_Win_free(&sh(c)->win);
+    sh(c)->win = MPI_WIN_NULL;
+    free(sh(c)->seg);
+    sh(c)->seg = NULL;
+    free(sh(c)->src);
+    sh(c)->src = NULL;
+    free(sh(c)->pid);
+    sh(c)->pid = NULL;
+    free(sh(c)->tile);
+    free(sh(c));
+    c->state[COMM_ROW_SHM] = NULL;
 }
 
 /* F32/BF16 only: the integer and byte types are small control values (sizes, ids, texts) that Open
  * MPI's collectives carry well enough, and the transport's reductions are floating-point ones. */
 static int comm_shm_eligible(const fsdp_comm_req_t *r) {
-    return r->c->shm_on && (r->t == FSDP_F32 || r->t == FSDP_BF16) &&
+    return (r->t == FSDP_F32 || r->t == FSDP_BF16) &&
            (r->coll == COLL_ALL_GATHER || r->coll == COLL_REDUCE_SCATTER || r->coll == COLL_ALL_REDUCE);
 }
 
@@ -247,26 +289,25 @@ static int comm_shm_eligible(const fsdp_comm_req_t *r) {
  * round; reduce-scatter moves `chunk` elements of every rank's block (world sub-blocks per slot). */
 static void comm_shm_start(fsdp_comm_req_t *r) {
     fsdp_comm_t *c = r->c;
-    size_t es = fsdp_dtype_size(r->t), per = c->shm_slot / es;
-    r->shm = 1;
-    r->shm_k = 0;
-    r->shm_wrote = 0;
-    r->shm_read = 0;
-    r->shm_tiles = 0;
-    if (c->shm_cma && r->coll != COLL_ALL_REDUCE && r->count * es >= c->shm_cma_min) {
-        r->shm_cma = 1;
-        r->shm_nchunks = 1;
-        r->shm_round0 = c->shm_round++;
+    size_t es = fsdp_dtype_size(r->t), per = sh(c)->slot / es;
+    rq(r)->k = 0;
+    rq(r)->wrote = 0;
+    rq(r)->read = 0;
+    rq(r)->tiles = 0;
+    if (sh(c)->cma && r->coll != COLL_ALL_REDUCE && r->count * es >= sh(c)->cma_min) {
+        rq(r)->cma = 1;
+        rq(r)->nchunks = 1;
+        rq(r)->round0 = sh(c)->round++;
         return;
     }
-    r->shm_cma = 0;
+    rq(r)->cma = 0;
     if (r->coll == COLL_REDUCE_SCATTER) per /= (size_t)c->size;
     if (per > 64) per -= per % 16; /* sub-blocks start on 64-byte lines */
     if (per == 0) per = 1;
-    r->shm_chunk = per;
-    r->shm_nchunks = (r->count + per - 1) / per;
-    r->shm_round0 = c->shm_round;
-    c->shm_round += r->shm_nchunks;
+    rq(r)->chunk = per;
+    rq(r)->nchunks = (r->count + per - 1) / per;
+    rq(r)->round0 = sh(c)->round;
+    sh(c)->round += rq(r)->nchunks;
 }
 
 static int all_at_least(const fsdp_comm_t *c, size_t field, uint64_t v) {
@@ -281,7 +322,7 @@ static int all_at_least(const fsdp_comm_t *c, size_t field, uint64_t v) {
 static fsdp_status cma_read(const fsdp_comm_t *c, int peer, void *dst, uint64_t src, size_t n) {
     while (n > 0) {
         struct iovec lo = {dst, n}, re = {(void *)(uintptr_t)src, n};
-        ssize_t got = process_vm_readv((pid_t)c->shm_pid[peer], &lo, 1, &re, 1, 0);
+        ssize_t got = process_vm_readv((pid_t)sh(c)->pid[peer], &lo, 1, &re, 1, 0);
         if (got <= 0)
             return FSDP_ERR(FSDP_ECOMM, "rank %d: reading %zu bytes of rank %d's buffer failed: %s", c->rank,
                             n, peer, got < 0 ? strerror(errno) : "nothing read");
@@ -296,16 +337,16 @@ static fsdp_status cma_read(const fsdp_comm_t *c, int peer, void *dst, uint64_t 
  * n bytes (NULL when it is not in the heap). A peer's offset is checked against its heap's size. */
 static fsdp_status heap_src(const fsdp_comm_t *c, int peer, size_t at, size_t n, const char **out) {
     *out = NULL;
-    if (!c->shm_heap) return FSDP_OK;
+    if (!sh(c)->heap) return FSDP_OK;
     uint64_t ho = __atomic_load_n(&ctl_of(c, peer)->heap_off, __ATOMIC_ACQUIRE);
     if (ho == 0) return FSDP_OK;
-    size_t size = c->shm_heap_size[peer];
+    size_t size = sh(c)->heap_size[peer];
     if (ho - 1 > size || at > size - (ho - 1) || n > size - (ho - 1) - at)
         return FSDP_ERR(FSDP_ECOMM,
                         "rank %d: rank %d published a buffer at offset %llu of its %zu-byte shared heap, "
                         "outside it (a corrupted control line)",
                         c->rank, peer, (unsigned long long)(ho - 1), size);
-    *out = c->shm_heap_peer[peer] + (ho - 1) + at;
+    *out = sh(c)->heap_peer[peer] + (ho - 1) + at;
     return FSDP_OK;
 }
 
@@ -324,34 +365,34 @@ static fsdp_status cma_reduce(fsdp_comm_req_t *r, char *dst, int *finished) {
     fsdp_comm_t *c = r->c;
     const size_t es = fsdp_dtype_size(r->t), per = SHM_TILE / es, blk = (size_t)c->rank * r->count * es;
     const char *mine = (const char *)r->send + blk;
-    const uint64_t round = r->shm_round0;
+    const uint64_t round = rq(r)->round0;
     const int front = r->in_place && c->rank > 0;
     shm_ctl *me = ctl_of(c, c->rank), *first = ctl_of(c, 0);
     *finished = 0;
-    for (size_t off = r->shm_tiles * per; off < r->count; off += per) {
+    for (size_t off = rq(r)->tiles * per; off < r->count; off += per) {
         size_t len = r->count - off < per ? r->count - off : per;
-        if (front && load_acq(&first->prog) < (round << 32) + r->shm_tiles + 1 &&
+        if (front && load_acq(&first->prog) < (round << 32) + rq(r)->tiles + 1 &&
             load_acq(&first->done) < round + 1)
             return FSDP_OK; /* rank 0 still reads this tile of block 0 */
         for (int s = 0; s < c->size; s++) {
             if (s == c->rank) {
-                c->shm_src[s] = mine + off * es;
+                sh(c)->src[s] = mine + off * es;
                 continue;
             }
             const char *direct = NULL;
             FSDP_TRY(heap_src(c, s, blk + off * es, len * es, &direct));
             if (direct != NULL) {
-                c->shm_src[s] = direct;
+                sh(c)->src[s] = direct;
                 continue;
             }
-            char *tile = c->shm_tile + (size_t)s * SHM_TILE;
+            char *tile = sh(c)->tile + (size_t)s * SHM_TILE;
             uint64_t at = __atomic_load_n(&ctl_of(c, s)->addr, __ATOMIC_ACQUIRE) + blk + off * es;
             FSDP_TRY(cma_read(c, s, tile, at, len * es));
-            c->shm_src[s] = tile;
+            sh(c)->src[s] = tile;
         }
-        comm_req_reduce(r, dst + off * es, c->shm_src, len);
-        r->shm_tiles++;
-        store_rel(&me->prog, (round << 32) + r->shm_tiles);
+        comm_req_reduce(r, dst + off * es, sh(c)->src, len);
+        rq(r)->tiles++;
+        store_rel(&me->prog, (round << 32) + rq(r)->tiles);
     }
     *finished = 1;
     return FSDP_OK;
@@ -360,21 +401,21 @@ static fsdp_status cma_reduce(fsdp_comm_req_t *r, char *dst, int *finished) {
 static fsdp_status cma_progress(fsdp_comm_req_t *r, int *done) {
     fsdp_comm_t *c = r->c;
     shm_ctl *me = ctl_of(c, c->rank);
-    const uint64_t round = r->shm_round0;
+    const uint64_t round = rq(r)->round0;
     const size_t es = fsdp_dtype_size(r->t), n = r->count * es;
     *done = 0;
-    if (!r->shm_wrote) {
+    if (!rq(r)->wrote) {
         if (me->done != round) return FSDP_OK; /* an earlier round of this rank is not finished */
         /* every rank is done with this rank's previous round: the address may change */
         if (round >= 1 && !all_at_least(c, offsetof(shm_ctl, done), round)) return FSDP_OK;
         __atomic_store_n(&me->addr, (uint64_t)(uintptr_t)r->send, __ATOMIC_RELAXED);
         size_t send_bytes = r->coll == COLL_ALL_GATHER ? n : n * (size_t)c->size;
-        __atomic_store_n(&me->heap_off, c->shm_heap ? core_heap_offset(r->send, send_bytes) : 0,
+        __atomic_store_n(&me->heap_off, sh(c)->heap ? core_heap_offset(r->send, send_bytes) : 0,
                          __ATOMIC_RELAXED);
         store_rel(&me->pub, round + 1);
-        r->shm_wrote = 1;
+        rq(r)->wrote = 1;
     }
-    if (!r->shm_read) {
+    if (!rq(r)->read) {
         if (!all_at_least(c, offsetof(shm_ctl, pub), round + 1)) return FSDP_OK;
         if (r->coll == COLL_ALL_GATHER) {
             char *recv = r->recv;
@@ -397,26 +438,26 @@ static fsdp_status cma_progress(fsdp_comm_req_t *r, int *done) {
             if (!finished) return FSDP_OK;
         }
         store_rel(&me->done, round + 1);
-        r->shm_read = 1;
+        rq(r)->read = 1;
     }
     if (!all_at_least(c, offsetof(shm_ctl, done), round + 1)) return FSDP_OK; /* peers still read */
-    r->shm_k = 1;
+    rq(r)->k = 1;
     *done = 1;
     return FSDP_OK;
 }
 
 /* Advances r as far as the peers allow; *done = 1 once its last round is read. */
 static fsdp_status comm_shm_progress(fsdp_comm_req_t *r, int *done) {
-    if (r->shm_cma) return cma_progress(r, done);
+    if (rq(r)->cma) return cma_progress(r, done);
     fsdp_comm_t *c = r->c;
     const size_t es = fsdp_dtype_size(r->t), w = (size_t)c->size;
     shm_ctl *me = ctl_of(c, c->rank);
-    while (r->shm_k < r->shm_nchunks) {
-        uint64_t round = r->shm_round0 + r->shm_k;
+    while (rq(r)->k < rq(r)->nchunks) {
+        uint64_t round = rq(r)->round0 + rq(r)->k;
         if (me->done != round) break; /* an earlier round of this rank is not finished */
-        size_t off = r->shm_k * r->shm_chunk;
-        size_t len = r->count - off < r->shm_chunk ? r->count - off : r->shm_chunk;
-        if (!r->shm_wrote) {
+        size_t off = rq(r)->k * rq(r)->chunk;
+        size_t len = r->count - off < rq(r)->chunk ? r->count - off : rq(r)->chunk;
+        if (!rq(r)->wrote) {
             /* The slot was last used by round - 2: every rank must have read it. */
             if (round >= 2 && !all_at_least(c, offsetof(shm_ctl, done), round - 1)) break;
             char *slot = slot_of(c, c->rank, round);
@@ -430,13 +471,13 @@ static fsdp_status comm_shm_progress(fsdp_comm_req_t *r, int *done) {
                 break;
             case COLL_REDUCE_SCATTER:
                 for (size_t s = 0; s < w; s++)
-                    memcpy(slot + s * r->shm_chunk * es, send + (s * r->count + off) * es, len * es);
+                    memcpy(slot + s * rq(r)->chunk * es, send + (s * r->count + off) * es, len * es);
                 break;
             case COLL_ALL_REDUCE: memcpy(slot, send + off * es, len * es); break;
             default: break;
             }
             store_rel(&me->pub, round + 1);
-            r->shm_wrote = 1;
+            rq(r)->wrote = 1;
         }
         if (!all_at_least(c, offsetof(shm_ctl, pub), round + 1)) break;
         char *recv = r->recv;
@@ -448,8 +489,8 @@ static fsdp_status comm_shm_progress(fsdp_comm_req_t *r, int *done) {
             break;
         case COLL_REDUCE_SCATTER:
         case COLL_ALL_REDUCE: {
-            const void **src = c->shm_src;
-            size_t sub = r->coll == COLL_REDUCE_SCATTER ? (size_t)c->rank * r->shm_chunk * es : 0;
+            const void **src = sh(c)->src;
+            size_t sub = r->coll == COLL_REDUCE_SCATTER ? (size_t)c->rank * rq(r)->chunk * es : 0;
             for (size_t s = 0; s < w; s++)
                 src[s] = slot_of(c, (int)s, round) + sub;
             comm_req_reduce(r, recv + off * es, src, len);
@@ -458,10 +499,10 @@ static fsdp_status comm_shm_progress(fsdp_comm_req_t *r, int *done) {
         default: break;
         }
         store_rel(&me->done, round + 1);
-        r->shm_wrote = 0;
-        r->shm_k++;
+        rq(r)->wrote = 0;
+        rq(r)->k++;
     }
-    *done = r->shm_k == r->shm_nchunks;
+    *done = rq(r)->k == rq(r)->nchunks;
     return FSDP_OK;
 }
 
@@ -478,6 +519,7 @@ static int shm_posted_all(const fsdp_comm_req_t *r) {
 
 const comm_transport comm_transport_shm = {
     .name = "shm",
+    .id = COMM_ROW_SHM,
     .caps = COMM_CAP_ACCUMULATE | COMM_CAP_HOST_POLL, /* no staging: ranks read each other's buffers */
     .takes = comm_shm_eligible,
     .start = shm_start,

@@ -178,3 +178,10 @@ void comm_req_reduce_blocks(const fsdp_comm_req_t *r, void *dst, const void *src
     else if (!r->acc_discard)
         f32_sum(dst, NULL, src, stride, r->c->size, n, &r->acc_scale);
 }
+
+void comm_rows_prepend(fsdp_comm_t *c, const comm_transport *tp) {
+    if (c->nrows >= COMM_ROWS) return; /* every row is in already: not reached */
+    memmove(c->rows + 1, c->rows, (size_t)c->nrows * sizeof c->rows[0]);
+    c->rows[0] = tp;
+    c->nrows++;
+}

@@ -241,7 +241,7 @@ fsdp_status shard_reduce_finish(fsdp_unit_t *u) {
     fsdp_status st = FSDP_OK;
     if (u->reduce != NULL) { /* the exposed part: the trace span covers only the wait */
         fsdp_trace_unit_begin(u->name, phase);
-        st = fsdp_comm_wait(u->reduce);
+        st = fsdp_comm_wait_stream(u->reduce, e->dev, e->compute); /* the upcast or add below reads it */
         fsdp_trace_unit_end(u->name, phase);
         u->reduce = NULL;
     }

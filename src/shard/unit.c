@@ -2,6 +2,7 @@
  * world-size-independent initialisation, the unshard/reshard lifecycle with its state machine, and
  * gathering/loading full tensors for export, checkpoints and tests. main_grad lives in main_grad.c. */
 #include "shard/shard.h"
+#include "comm/comm_plan.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -660,8 +661,9 @@ static fsdp_status op_unshard_wait(void *ctx, int i) {
     fsdp_unit_t *u = e->units[i];
     if (u->gather != NULL || u->gather_f != NULL) {
         fsdp_trace_unit_begin(u->name, "all-gather");
-        fsdp_status st = u->gather ? fsdp_comm_wait(u->gather) : FSDP_OK;
-        fsdp_status st_f = u->gather_f ? fsdp_comm_wait(u->gather_f) : FSDP_OK;
+        /* the kernels on compute read what the gathers wrote */
+        fsdp_status st = u->gather ? fsdp_comm_wait_stream(u->gather, e->dev, e->compute) : FSDP_OK;
+        fsdp_status st_f = u->gather_f ? fsdp_comm_wait_stream(u->gather_f, e->dev, e->compute) : FSDP_OK;
         fsdp_trace_unit_end(u->name, "all-gather");
         u->gather = u->gather_f = NULL;
         if (st == FSDP_OK) st = st_f;

@@ -6,6 +6,7 @@
  * shared-memory transport (the default on one host), on Open MPI's collectives (shm 0), and on the
  * shared-memory transport with tiny slots (many rounds per collective, partial last rounds). */
 #include "comm/comm_impl.h"
+#include "comm/comm_shm.h"
 #include "test_util.h"
 
 #include <stdint.h>
@@ -366,12 +367,13 @@ static void second_transport(int shm, const char *mode) {
     unsetenv("FSDP_COMM_SHM_CMA_MIN_KIB");
     if (c == NULL) return;
     CHECK(fsdp_comm_shm_active(c) == (shm && W > 1));
-    if (slots) CHECK(c->shm_cma == 0);
-    if (R == 0 && cma) fprintf(stderr, "single-copy path %s\n", c->shm_cma ? "on" : "refused by this kernel");
+    int on_cma = 0, on_heap = 0;
+    comm_shm_test_info(c, &on_cma, &on_heap);
+    if (slots) CHECK(on_cma == 0);
+    if (R == 0 && cma) fprintf(stderr, "single-copy path %s\n", on_cma ? "on" : "refused by this kernel");
     if (heap) {
         /* this host allows the single-copy path (the "cma" pass said so); the heap needs no more */
-        CHECKF(c->shm_cma && c->shm_heap, "shared heap not set up (single copy %d, heap %d)", c->shm_cma,
-               c->shm_heap);
+        CHECKF(on_cma && on_heap, "shared heap not set up (single copy %d, heap %d)", on_cma, on_heap);
         use_heap = 1;
         heap_allocs = heap_hits = 0;
     }

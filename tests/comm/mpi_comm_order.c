@@ -78,7 +78,8 @@ static void round_once(fsdp_comm_t *c, int round, size_t nA, size_t nB) {
         memcpy(&f, &u, 4);
         bad += f != (float)sum_val(i, round + 3);
     }
-    CHECKF(bad == 0, "round %d (nA %zu, nB %zu, shm %d): %d wrong elements", round, nA, nB, c->shm_on, bad);
+    CHECKF(bad == 0, "round %d (nA %zu, nB %zu, shm %d): %d wrong elements", round, nA, nB,
+           fsdp_comm_shm_active(c), bad);
     free(a), free(ao), free(b), free(bo), free(g), free(go);
 }
 

@@ -4,7 +4,7 @@
  * rank skip its second collective; once every other rank has reported its timeout (point-to-point on
  * MPI_COMM_WORLD, outside the communicator under test), the last rank joins the pending collective so
  * that every rank can finalise MPI. */
-#include "comm/comm_impl.h"
+#include "comm/comm_mpi.h"
 #include "test_util.h"
 
 #define TIMEOUT_S 0.5
@@ -28,7 +28,7 @@ int main(int argc, char **argv) {
         MPI_Finalize();
         return TEST_MAIN_END();
     }
-    CHECK(c->mpi_inited_here == 0);
+    CHECK(comm_mpi_inited_here(c) == 0);
     fsdp_comm_set_label(c, "unit block7 / test");
     CHECK_OK(fsdp_comm_barrier(c)); /* collective 0 */
     c->timeout_s = TIMEOUT_S;       /* white-box: a short timeout just for collective 1 */

@@ -5,6 +5,8 @@
  * collective until the launcher ends the job. Anything else prints FAIL. */
 #include "comm/comm_impl.h"
 
+#include <mpi.h>
+
 #include <stdio.h>
 #include <stdlib.h>
 

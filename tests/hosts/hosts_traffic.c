@@ -4,6 +4,8 @@
  * compares with the harness's layout, and returns non-zero on a wrong result.
  * usage: hosts_traffic MIB REPS */
 #include "comm/comm_impl.h" /* white-box: a request's done flag, set by the progress thread */
+
+#include <mpi.h>
 #include "test_util.h"
 
 #include <time.h>

@@ -12,6 +12,8 @@
  *     not freed into the allocator's reuse park; it is freed once rank 3 joins the collective late and
  *     the shard group is freed. */
 #include "comm/comm_impl.h"
+
+#include <mpi.h>
 #include "fsdp.h"
 #include "shard/shard.h"
 #include "test_util.h"
