@@ -36,6 +36,7 @@
 #ifndef FSDP_KERNELS_H
 #define FSDP_KERNELS_H
 
+#include "core/device.h"
 #include "fsdp.h"
 
 #include <stddef.h>
@@ -387,6 +388,104 @@ fsdp_status fsdp_softmax_crossentropy_count(float *losses, float *mean_loss, int
 /* probs[n,j] = softmax(logits[n,:V] / temperature)_j for j < V, 0 for j in [V,Vp). For sampling.
  * probs: float [N,Vp] (may alias logits); temperature > 0. */
 fsdp_status fsdp_softmax_forward(float *probs, const float *logits, int N, int V, int Vp, float temperature);
+
+/* ---------------------------------------------------------------- the kernels table: one row per device
+ * The models call their kernels through a context: the row of the device their engine runs on, the
+ * stream the work is queued on, the row's library handle and GEMM workspace. A row is a table of the
+ * kernels above with the context first (the same arguments, the same contracts); a device backend adds
+ * its row (its own file) and one line in fsdp_kctx_init's list. The CPU row (kernels_cpu.c) runs every
+ * kernel on the calling thread at the call, on host memory: stream, handle and workspace are unused
+ * (its oneDNN engine, stream, primitive cache and grow-only workspace are process-wide, gemm.c). The
+ * simulated device of the tests takes the CPU row: its memory is host memory, and the engine lets its
+ * compute stream catch up before it hands out a view (fsdp_engine_config.host_kernels). */
+typedef struct fsdp_kernels fsdp_kernels;
+
+typedef struct {
+    const fsdp_kernels *k; /* the device's row */
+    fsdp_device_t *dev;    /* the device (the CPU's for the CPU row) */
+    fsdp_stream_t *stream; /* where kernels are queued (NULL on the CPU) */
+    void *handle;          /* the row's library handle (a cuBLASLt handle); NULL for the CPU row */
+    void *ws;              /* the row's GEMM workspace and its size; NULL, 0 for the CPU row */
+    size_t ws_bytes;
+} fsdp_kctx;
+
+enum { FSDP_KERN_HOST = 1u << 0 }; /* the row runs its kernels on the calling thread, at the call */
+
+struct fsdp_kernels {
+    const char *name; /* "cpu" */
+    unsigned flags;   /* FSDP_KERN_* */
+    /* What the trainer asks of the row: the GEMM peak for MFU (fsdp_gemm_peak) and the mixed-precision
+     * GEMM path this process's GEMMs take (fsdp_gemm_mixed_choice_get). */
+    fsdp_status (*gemm_peak)(const fsdp_kctx *x, fsdp_dtype pdt, double budget_s, fsdp_gemm_peak_result *out);
+    fsdp_status (*gemm_choice)(const fsdp_kctx *x, fsdp_gemm_mixed_choice *out);
+    /* The models' kernels: the functions above of the same names (fsdp_<name>). */
+    fsdp_status (*matmul_forward)(const fsdp_kctx *x, float *out, const float *inp, const void *weight,
+                                  const void *bias, fsdp_dtype pdt, int M, int K, int N);
+    fsdp_status (*matmul_backward)(const fsdp_kctx *x, float *dinp, int dinp_acc, float *dweight,
+                                   int dweight_acc, float *dbias, int dbias_acc, const float *dout,
+                                   const float *inp, const void *weight, fsdp_dtype pdt, int M, int K, int N);
+    fsdp_status (*encoder_forward_pos)(const fsdp_kctx *x, float *out, const int *tokens, const int *pos,
+                                       const void *wte, const void *wpe, fsdp_dtype pdt, int B, int T, int C,
+                                       int Vrows, int maxT);
+    fsdp_status (*encoder_backward_pos)(const fsdp_kctx *x, float *dwte, int dwte_acc, float *dwpe,
+                                        int dwpe_acc, const float *dout, const int *tokens, const int *pos,
+                                        int B, int T, int C, int Vrows, int maxT);
+    fsdp_status (*layernorm_forward)(const fsdp_kctx *x, float *out, float *mean, float *rstd,
+                                     const float *inp, const void *weight, const void *bias, fsdp_dtype pdt,
+                                     int N, int C);
+    fsdp_status (*layernorm_backward)(const fsdp_kctx *x, float *dinp, int dinp_acc, float *dweight,
+                                      float *dbias, int dparam_acc, const float *dout, const float *inp,
+                                      const void *weight, fsdp_dtype pdt, const float *mean,
+                                      const float *rstd, int N, int C);
+    fsdp_status (*gelu_forward)(const fsdp_kctx *x, float *out, const float *inp, size_t n);
+    fsdp_status (*gelu_backward)(const fsdp_kctx *x, float *dinp, const float *inp, const float *dout,
+                                 size_t n);
+    fsdp_status (*residual_forward)(const fsdp_kctx *x, float *out, const float *a, const float *b, size_t n);
+    fsdp_status (*attention_forward_doc)(const fsdp_kctx *x, float *out, float *preatt, float *att,
+                                         const float *qkv, const int32_t *doc, int B, int T, int C, int NH);
+    fsdp_status (*attention_backward)(const fsdp_kctx *x, float *dqkv, const float *dout, const float *qkv,
+                                      const float *att, int B, int T, int C, int NH);
+    fsdp_status (*attention_gqa_forward)(const fsdp_kctx *x, float *out, float *lse, const float *qkv,
+                                         const int32_t *doc, int B, int T, int H, int KV, int hd);
+    fsdp_status (*attention_gqa_backward)(const fsdp_kctx *x, float *dqkv, const float *dout,
+                                          const float *qkv, const float *lse, const int32_t *doc, int B,
+                                          int T, int H, int KV, int hd);
+    fsdp_status (*decode_attention)(const fsdp_kctx *x, float *out, int ld_out, const float *qkv, int ld_q,
+                                    const float *K, const float *V, int ld_kv, float *att, int nthr, int n,
+                                    int pos, int H, int KV, int hd, float scale, int Tmax);
+    fsdp_status (*rmsnorm_forward)(const fsdp_kctx *x, float *out, int ld_out, float *rstd, const float *inp,
+                                   int ld_in, const void *weight, fsdp_dtype pdt, int N, int C, float eps);
+    fsdp_status (*rmsnorm_backward)(const fsdp_kctx *x, float *dinp, int ld_dinp, int dinp_acc,
+                                    float *dweight, int dweight_acc, const float *dout, int ld_dout,
+                                    const float *inp, int ld_in, const void *weight, fsdp_dtype pdt,
+                                    const float *rstd, int N, int C);
+    fsdp_status (*head_rmsnorm_forward)(const fsdp_kctx *x, float *out, int ld_out, float *rstd,
+                                        const float *inp, int ld_in, const void *weight, fsdp_dtype pdt,
+                                        int N_tok, int n_heads, int hd, float eps);
+    fsdp_status (*head_rmsnorm_backward)(const fsdp_kctx *x, float *dinp, int ld_dinp, int dinp_acc,
+                                         float *dweight, int dweight_acc, const float *dout, int ld_dout,
+                                         const float *inp, int ld_in, const void *weight, fsdp_dtype pdt,
+                                         const float *rstd, int N_tok, int n_heads, int hd);
+    fsdp_status (*rope_forward)(const fsdp_kctx *x, float *xs, int ld, const int *pos, const float *inv_freq,
+                                int N_tok, int n_heads, int hd);
+    fsdp_status (*rope_backward)(const fsdp_kctx *x, float *dx, int ld, const int *pos, const float *inv_freq,
+                                 int N_tok, int n_heads, int hd);
+    fsdp_status (*swiglu_forward)(const fsdp_kctx *x, float *out, const float *gu, int N, int I);
+    fsdp_status (*swiglu_backward)(const fsdp_kctx *x, float *dgu, const float *dout, const float *gu, int N,
+                                   int I);
+    fsdp_status (*softmax_crossentropy_count)(const fsdp_kctx *x, float *losses, float *mean_loss,
+                                              int *n_counted, float *dlogits, const float *logits,
+                                              const int *targets, int N, int V, int Vp, float dloss);
+    fsdp_status (*softmax_forward)(const fsdp_kctx *x, float *probs, const float *logits, int N, int V,
+                                   int Vp, float temperature);
+};
+
+/* The CPU row. */
+const fsdp_kernels *fsdp_kernels_cpu(void);
+/* A context on stream s of device d (NULL: the CPU): the row for d (by its name: "cpu" and the tests'
+ * "sim" take the CPU row), no handle or workspace yet. FSDP_EUNSUPPORTED, naming the device, when no
+ * row runs on it. */
+fsdp_status fsdp_kctx_init(fsdp_kctx *x, fsdp_device_t *d, fsdp_stream_t *s);
 
 #ifdef __cplusplus
 }

@@ -4,6 +4,7 @@
 
 #include "core/core.h"
 #include "kernels/kernels.h"
+#include "shard/shard.h"
 
 #include <math.h>
 #include <omp.h>
@@ -87,11 +88,11 @@ fsdp_status fsdp_decoder_views(fsdp_unit_t *u, int n, const void **w) {
 }
 
 fsdp_status fsdp_lora_xa(const fsdp_lora *l, const float *x, float *t, int N, fsdp_dtype pdt) {
-    return fsdp_matmul_forward(t, x, l->A, NULL, pdt, N, l->in, l->R);
+    return FSDP_KC(l->kc, matmul_forward, t, x, l->A, NULL, pdt, N, l->in, l->R);
 }
 
 fsdp_status fsdp_lora_add(const fsdp_lora *l, const float *t, float *y, float *u, int N, fsdp_dtype pdt) {
-    FSDP_TRY(fsdp_matmul_forward(u, t, l->B, NULL, pdt, N, l->R, l->n));
+    FSDP_TRY(FSDP_KC(l->kc, matmul_forward, u, t, l->B, NULL, pdt, N, l->R, l->n));
     const float sc = l->scale;
     const int n = l->n;
 #pragma omp parallel for schedule(static) if ((size_t)N * (size_t)n > 65536)
@@ -111,7 +112,8 @@ fsdp_status fsdp_lora_backward(const fsdp_lora *l, const float *dy, const float 
     if (l->ldy == l->n) { /* dy contiguous: the scale goes on the narrow side, t and g B */
         for (size_t i = 0; i < NR; i++)
             u[i] = sc * t[i];
-        FSDP_TRY(fsdp_matmul_backward(dt, 0, l->gB, l->aB, NULL, 0, dy, u, l->B, pdt, N, l->R, l->n));
+        FSDP_TRY(
+            FSDP_KC(l->kc, matmul_backward, dt, 0, l->gB, l->aB, NULL, 0, dy, u, l->B, pdt, N, l->R, l->n));
         for (size_t i = 0; i < NR; i++)
             dt[i] *= sc;
     } else { /* a column slice of a fused output: copied out, scaled */
@@ -123,9 +125,10 @@ fsdp_status fsdp_lora_backward(const fsdp_lora *l, const float *dy, const float 
             for (int j = 0; j < n; j++)
                 g[j] = sc * dr[j];
         }
-        FSDP_TRY(fsdp_matmul_backward(dt, 0, l->gB, l->aB, NULL, 0, u, t, l->B, pdt, N, l->R, l->n));
+        FSDP_TRY(
+            FSDP_KC(l->kc, matmul_backward, dt, 0, l->gB, l->aB, NULL, 0, u, t, l->B, pdt, N, l->R, l->n));
     }
-    return fsdp_matmul_backward(dx, 1, l->gA, l->aA, NULL, 0, dt, x, l->A, pdt, N, l->in, l->R);
+    return FSDP_KC(l->kc, matmul_backward, dx, 1, l->gA, l->aA, NULL, 0, dt, x, l->A, pdt, N, l->in, l->R);
 }
 
 static fsdp_status root_views(fsdp_decoder *d) {
@@ -174,6 +177,8 @@ fsdp_status fsdp_decoder_init(void **impl, fsdp_engine_t *eng, const fsdp_model_
     d->cfg = bt->resolve(c);
     d->eng = eng;
     d->pdt = fsdp_engine_get_config(eng)->compute_dtype;
+    st = fsdp_kctx_init(&d->kc, fsdp_engine_get_config(eng)->device, shard_compute_stream(eng));
+    if (st != FSDP_OK) goto fail;
     d->recompute = d->cfg.recompute;
     const size_t L = (size_t)d->cfg.n_layer;
     d->blocks = calloc(L, sizeof *d->blocks);
@@ -276,11 +281,11 @@ static fsdp_status forward(fsdp_decoder *d, const fsdp_model_batch *b, float *lo
         FSDP_TRY(fsdp_unit_post_forward(d->blocks[l]));
     }
     FSDP_TRY(d->bt->norm_forward(d, fsdp_decoder_res(d, L), N, d->xf, 0));
-    FSDP_TRY(fsdp_matmul_forward(d->logits, d->xf, d->root_w[d->bt->head], NULL, d->pdt, N, C, Vp));
+    FSDP_TRY(FSDP_K(d, matmul_forward, d->logits, d->xf, d->root_w[d->bt->head], NULL, d->pdt, N, C, Vp));
     if (b->targets) {
         float mean;
-        FSDP_TRY(fsdp_softmax_crossentropy_count(NULL, &mean, &d->n_counted, NULL, d->logits, d->targets, N,
-                                                 V, Vp, 1.0f));
+        FSDP_TRY(FSDP_K(d, softmax_crossentropy_count, NULL, &mean, &d->n_counted, NULL, d->logits,
+                        d->targets, N, V, Vp, 1.0f));
         if (loss) *loss = mean;
     } else if (loss) {
         *loss = NAN;
@@ -346,10 +351,10 @@ fsdp_status fsdp_decoder_backward(void *impl, float loss_scale) {
     FSDP_TRY(root_views(d));
     /* the mean over the counted targets (all N of them unless some are FSDP_IGNORE_INDEX) */
     const float dloss = d->n_counted > 0 ? loss_scale / (float)d->n_counted : 0.0f;
-    FSDP_TRY(
-        fsdp_softmax_crossentropy_count(NULL, NULL, NULL, d->logits, d->logits, d->targets, N, V, Vp, dloss));
-    FSDP_TRY(fsdp_matmul_backward(d->dtmpC, 0, NULL, 0, NULL, 0, d->logits, d->xf, d->root_w[d->bt->head],
-                                  d->pdt, N, C, Vp));
+    FSDP_TRY(FSDP_K(d, softmax_crossentropy_count, NULL, NULL, NULL, d->logits, d->logits, d->targets, N, V,
+                    Vp, dloss));
+    FSDP_TRY(FSDP_K(d, matmul_backward, d->dtmpC, 0, NULL, 0, NULL, 0, d->logits, d->xf,
+                    d->root_w[d->bt->head], d->pdt, N, C, Vp));
     fsdp_decoder_progress(d);
     FSDP_TRY(d->bt->norm_backward(d, fsdp_decoder_res(d, L)));
 
@@ -370,7 +375,7 @@ fsdp_status fsdp_decoder_backward(void *impl, float loss_scale) {
     float *gw;
     int aw;
     FSDP_TRY(fsdp_unit_main_grad(d->root, d->bt->head, &gw, &aw));
-    FSDP_TRY(fsdp_matmul_backward(NULL, 0, gw, aw, NULL, 0, d->logits, d->xf, NULL, d->pdt, N, C, Vp));
+    FSDP_TRY(FSDP_K(d, matmul_backward, NULL, 0, gw, aw, NULL, 0, d->logits, d->xf, NULL, d->pdt, N, C, Vp));
     fsdp_decoder_progress(d);
     FSDP_TRY(d->bt->embed_backward(d));
     return fsdp_unit_post_backward(d->root);
@@ -433,7 +438,7 @@ static fsdp_status decode_chunk(fsdp_decoder *d, const int *tokens, int n, int p
     if (want_logits) { /* only the last position's logits are needed */
         float *xf = d->dec_scratch;
         FSDP_TRY(d->bt->norm_forward(d, x + (size_t)(n - 1) * C, 1, xf, 1));
-        FSDP_TRY(fsdp_matmul_forward(out, xf, d->root_w[d->bt->head], NULL, d->pdt, 1, C, Vp));
+        FSDP_TRY(FSDP_K(d, matmul_forward, out, xf, d->root_w[d->bt->head], NULL, d->pdt, 1, C, Vp));
     }
     return fsdp_unit_post_forward(d->root);
 }

@@ -16,6 +16,7 @@
 #define FSDP_MODEL_DECODER_H
 
 #include "fsdp_model.h"
+#include "kernels/kernels.h"
 
 #include <stddef.h>
 
@@ -79,9 +80,15 @@ typedef struct {
                                 float *att, int nthr);
 } fsdp_block_table;
 
+/* A kernel call through context kc (const fsdp_kctx *): the row of the engine's device. */
+#define FSDP_KC(kc, fn, ...) ((kc)->k->fn((kc), __VA_ARGS__))
+/* The same through decoder d's context. */
+#define FSDP_K(d, fn, ...) FSDP_KC(&(d)->kc, fn, __VA_ARGS__)
+
 /* The driver's state; families read it in their hooks (and write only their own buffers). */
 struct fsdp_decoder {
     const fsdp_block_table *bt;
+    fsdp_kctx kc;          /* the kernels: the row of the engine's device, on its compute stream */
     fsdp_model_config cfg; /* resolved */
     void *fam;             /* the family's state (bt->state_init) */
     fsdp_engine_t *eng;
@@ -138,8 +145,9 @@ fsdp_status fsdp_decoder_views(fsdp_unit_t *u, int n, const void **w);
  * written at columns [0, n) of rows with stride ldy: the caller offsets y for a fused projection's part)
  * gains scale * (x A^T) B^T, A (R, in) and B (n, R) in the compute dtype pdt. */
 typedef struct {
-    const void *A, *B; /* the adapter's views */
-    float *gA, *gB;    /* main_grad views (NULL: frozen) and their accumulate flags */
+    const fsdp_kctx *kc; /* the kernels' context (the decoder's) */
+    const void *A, *B;   /* the adapter's views */
+    float *gA, *gB;      /* main_grad views (NULL: frozen) and their accumulate flags */
     int aA, aB;
     int in, n, ldy, R;
     float scale; /* alpha / R */

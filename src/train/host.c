@@ -96,15 +96,17 @@ fsdp_status fsdp_train_agree_gemm_path(train_run *r) {
     const fsdp_train_config *c = &r->cfg;
     const int mixed = c->precision == FSDP_PRECISION_MIXED;
     fsdp_gemm_mixed_choice ch0 = {0}, ch = {0}; /* rank 0's own resolution; the agreed one */
-    fsdp_status s = fsdp_gemm_set_mixed_compute((fsdp_mixed_compute)c->mixed_compute);
-    if (s == FSDP_OK && mixed && r->rank == 0) s = fsdp_gemm_mixed_choice_get(&ch0);
+    fsdp_kctx kx; /* the path is the kernels row's answer (the row of the device the model runs on) */
+    fsdp_status s = fsdp_kctx_init(&kx, r->rm.dev, NULL);
+    if (s == FSDP_OK) s = fsdp_gemm_set_mixed_compute((fsdp_mixed_compute)c->mixed_compute);
+    if (s == FSDP_OK && mixed && r->rank == 0) s = kx.k->gemm_choice(&kx, &ch0);
     FSDP_TRY(fsdp_comm_agree(r->comm, s, "choosing the mixed-precision GEMM path"));
     r->gemm_path = fsdp_gemm_path_name(FSDP_GEMM_F32);
     if (mixed) {
         int32_t m = ch0.path == FSDP_GEMM_F32_COMPUTE ? FSDP_MIXED_COMPUTE_F32 : FSDP_MIXED_COMPUTE_BF16;
         FSDP_TRY(fsdp_comm_broadcast(r->comm, &m, 1, FSDP_I32, 0));
         s = fsdp_gemm_set_mixed_compute((fsdp_mixed_compute)m);
-        if (s == FSDP_OK) s = fsdp_gemm_mixed_choice_get(&ch);
+        if (s == FSDP_OK) s = kx.k->gemm_choice(&kx, &ch);
         FSDP_TRY(fsdp_comm_agree(r->comm, s, "setting the mixed-precision GEMM path"));
         r->gemm_path = fsdp_gemm_path_name(ch.path);
     }
@@ -253,9 +255,11 @@ fsdp_status fsdp_train_setup_perf(train_run *r) {
     double cached = 0;
     int runs = 0, used_cache = 0;
     if (c->peak_gflops == 0) {
-        s = fsdp_comm_barrier(r->comm);
+        fsdp_kctx kx; /* the peak of the kernels row the model runs on */
+        s = fsdp_kctx_init(&kx, r->rm.dev, NULL);
+        if (s == FSDP_OK) s = fsdp_comm_barrier(r->comm);
         if (s == FSDP_OK)
-            s = fsdp_gemm_peak(c->precision == FSDP_PRECISION_MIXED ? FSDP_BF16 : FSDP_F32, 0.25, &pk);
+            s = kx.k->gemm_peak(&kx, c->precision == FSDP_PRECISION_MIXED ? FSDP_BF16 : FSDP_F32, 0.25, &pk);
         r->peak_rank_gflops = pk.gflops;
         if (s == FSDP_OK && cache) {
             peak_cache_key(r, key, sizeof key);

@@ -331,10 +331,11 @@ static fsdp_status grad_pair(fsdp_unit_t *u, int t0, int t1, float **g0, float *
 }
 
 /* ---- LoRA: projection p's adapter over the shared code (model/decoder.h); A NULL when not targeted */
-static fsdp_lora gpt_lora(const gpt2_state *s, const void *const *w, int p, int C) {
+static fsdp_lora gpt_lora(const gpt2_state *s, const fsdp_kctx *kc, const void *const *w, int p, int C) {
     if (s->la[p] < 0) return (fsdp_lora){0};
     const int n = GPT_LORA_OUT[p] * C;
-    return (fsdp_lora){.A = w[s->la[p]],
+    return (fsdp_lora){.kc = kc,
+                       .A = w[s->la[p]],
                        .B = w[s->lb[p]],
                        .in = GPT_LORA_IN[p] * C,
                        .n = n,
@@ -344,18 +345,18 @@ static fsdp_lora gpt_lora(const gpt2_state *s, const void *const *w, int p, int 
 }
 
 /* y += scale (x A^T) B^T, x A^T into t (kept for backward, or decode's scratch). */
-static fsdp_status lora_fwd(const gpt2_state *s, const void *const *w, int p, int C, const float *x, float *t,
-                            float *y, float *u, int N, fsdp_dtype pdt) {
-    const fsdp_lora l = gpt_lora(s, w, p, C);
+static fsdp_status lora_fwd(const gpt2_state *s, const fsdp_kctx *kc, const void *const *w, int p, int C,
+                            const float *x, float *t, float *y, float *u, int N, fsdp_dtype pdt) {
+    const fsdp_lora l = gpt_lora(s, kc, w, p, C);
     if (!l.A) return FSDP_OK;
     FSDP_TRY(fsdp_lora_xa(&l, x, t, N, pdt));
     return fsdp_lora_add(&l, t, y, u, N, pdt);
 }
 
-static fsdp_status lora_bwd(const gpt2_state *s, fsdp_unit_t *u, const void *const *w, int p, int C,
-                            const float *dy, const float *x, const float *t, float *dx, int N,
+static fsdp_status lora_bwd(const gpt2_state *s, const fsdp_kctx *kc, fsdp_unit_t *u, const void *const *w,
+                            int p, int C, const float *dy, const float *x, const float *t, float *dx, int N,
                             fsdp_dtype pdt) {
-    fsdp_lora l = gpt_lora(s, w, p, C);
+    fsdp_lora l = gpt_lora(s, kc, w, p, C);
     if (!l.A) return FSDP_OK;
     FSDP_TRY(fsdp_unit_main_grad(u, s->lb[p], &l.gB, &l.aB));
     FSDP_TRY(fsdp_unit_main_grad(u, s->la[p], &l.gA, &l.aA));
@@ -364,9 +365,8 @@ static fsdp_status lora_bwd(const gpt2_state *s, fsdp_unit_t *u, const void *con
 
 static fsdp_status embed_forward(fsdp_decoder *d, float *out) {
     const fsdp_model_config *c = &d->cfg;
-    return fsdp_encoder_forward_pos(out, d->tokens, d->has_doc ? d->pos : NULL, d->root_w[GPT_WTE],
-                                    d->root_w[GPT_WPE], d->pdt, d->B, d->T, c->n_embd, c->padded_vocab_size,
-                                    c->max_seq_len);
+    return FSDP_K(d, encoder_forward_pos, out, d->tokens, d->has_doc ? d->pos : NULL, d->root_w[GPT_WTE],
+                  d->root_w[GPT_WPE], d->pdt, d->B, d->T, c->n_embd, c->padded_vocab_size, c->max_seq_len);
 }
 
 /* Block l's forward from x (N, C) into the activations a. out (N, C) receives the block output, or
@@ -378,32 +378,33 @@ static fsdp_status block_forward(fsdp_decoder *d, int l, const float *x, void *a
     const gpt2_state *s = d->fam;
     const void *w[GPT_BLOCK_NTENSORS + 8];
     FSDP_TRY(fsdp_decoder_views(d->blocks[l], fsdp_unit_num_tensors(d->blocks[l]), w));
-    FSDP_TRY(
-        fsdp_layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, w[GPT_LN1_W], w[GPT_LN1_B], pdt, N, C));
-    FSDP_TRY(fsdp_matmul_forward(a->qkv, a->ln1, w[GPT_QKV_W], w[GPT_QKV_B], pdt, N, C, 3 * C));
-    FSDP_TRY(lora_fwd(s, w, 0, C, a->ln1, a->lt[0], a->qkv, s->lu, N, pdt));
+    FSDP_TRY(FSDP_K(d, layernorm_forward, a->ln1, a->ln1_mean, a->ln1_rstd, x, w[GPT_LN1_W], w[GPT_LN1_B],
+                    pdt, N, C));
+    FSDP_TRY(FSDP_K(d, matmul_forward, a->qkv, a->ln1, w[GPT_QKV_W], w[GPT_QKV_B], pdt, N, C, 3 * C));
+    FSDP_TRY(lora_fwd(s, &d->kc, w, 0, C, a->ln1, a->lt[0], a->qkv, s->lu, N, pdt));
     fsdp_decoder_progress(d);
     /* with document ids the same kernel masks other documents' keys (its backward reads only att) */
-    FSDP_TRY(d->has_doc ? fsdp_attention_forward_doc(a->atty, NULL, a->att, a->qkv, d->doc, B, T, C, NH)
-                        : fsdp_attention_forward(a->atty, NULL, a->att, a->qkv, B, T, C, NH));
+    FSDP_TRY(d->has_doc ? FSDP_K(d, attention_forward_doc, a->atty, NULL, a->att, a->qkv, d->doc, B, T, C, NH)
+                        : FSDP_K(d, attention_forward_doc, a->atty, NULL, a->att, a->qkv, NULL, B, T, C, NH));
     fsdp_decoder_progress(d);
-    FSDP_TRY(fsdp_matmul_forward(d->tmpC, a->atty, w[GPT_ATTPROJ_W], w[GPT_ATTPROJ_B], pdt, N, C, C));
-    FSDP_TRY(lora_fwd(s, w, 1, C, a->atty, a->lt[1], d->tmpC, s->lu, N, pdt));
+    FSDP_TRY(FSDP_K(d, matmul_forward, d->tmpC, a->atty, w[GPT_ATTPROJ_W], w[GPT_ATTPROJ_B], pdt, N, C, C));
+    FSDP_TRY(lora_fwd(s, &d->kc, w, 1, C, a->atty, a->lt[1], d->tmpC, s->lu, N, pdt));
     fsdp_decoder_progress(d);
-    FSDP_TRY(fsdp_residual_forward(a->res2, x, d->tmpC, (size_t)N * C));
-    FSDP_TRY(fsdp_layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w[GPT_LN2_W], w[GPT_LN2_B],
-                                    pdt, N, C));
-    FSDP_TRY(fsdp_matmul_forward(a->fch, a->ln2, w[GPT_FC_W], w[GPT_FC_B], pdt, N, C, 4 * C));
-    FSDP_TRY(lora_fwd(s, w, 2, C, a->ln2, a->lt[2], a->fch, s->lu, N, pdt));
+    FSDP_TRY(FSDP_K(d, residual_forward, a->res2, x, d->tmpC, (size_t)N * C));
+    FSDP_TRY(FSDP_K(d, layernorm_forward, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w[GPT_LN2_W],
+                    w[GPT_LN2_B], pdt, N, C));
+    FSDP_TRY(FSDP_K(d, matmul_forward, a->fch, a->ln2, w[GPT_FC_W], w[GPT_FC_B], pdt, N, C, 4 * C));
+    FSDP_TRY(lora_fwd(s, &d->kc, w, 2, C, a->ln2, a->lt[2], a->fch, s->lu, N, pdt));
     fsdp_decoder_progress(d);
-    FSDP_TRY(fsdp_gelu_forward(a->fch_gelu, a->fch, (size_t)N * 4 * C));
-    const fsdp_lora lp = gpt_lora(s, w, 3, C);
+    FSDP_TRY(FSDP_K(d, gelu_forward, a->fch_gelu, a->fch, (size_t)N * 4 * C));
+    const fsdp_lora lp = gpt_lora(s, &d->kc, w, 3, C);
     if (lp.A) FSDP_TRY(fsdp_lora_xa(&lp, a->fch_gelu, a->lt[3], N, pdt)); /* saved: recompute too */
     if (out == NULL) return FSDP_OK;
-    FSDP_TRY(fsdp_matmul_forward(d->tmpC, a->fch_gelu, w[GPT_FCPROJ_W], w[GPT_FCPROJ_B], pdt, N, 4 * C, C));
+    FSDP_TRY(
+        FSDP_K(d, matmul_forward, d->tmpC, a->fch_gelu, w[GPT_FCPROJ_W], w[GPT_FCPROJ_B], pdt, N, 4 * C, C));
     if (lp.A) FSDP_TRY(fsdp_lora_add(&lp, a->lt[3], d->tmpC, s->lu, N, pdt));
     fsdp_decoder_progress(d);
-    return fsdp_residual_forward(out, a->res2, d->tmpC, (size_t)N * C);
+    return FSDP_K(d, residual_forward, out, a->res2, d->tmpC, (size_t)N * C);
 }
 
 /* Block l's backward. On entry d->dres holds dL/d(block output); on exit dL/d(block input) x. */
@@ -422,38 +423,38 @@ static fsdp_status block_backward(fsdp_decoder *d, int l, const float *x, void *
     FSDP_TRY(fsdp_unit_main_grad(u, GPT_FCPROJ_W, &gw, &aw));
     FSDP_TRY(fsdp_unit_main_grad(u, GPT_FCPROJ_B, &gb, &ab));
     fsdp_decoder_progress(d);
-    FSDP_TRY(fsdp_matmul_backward(s->d4C, 0, gw, aw, gb, ab, d->dres, a->fch_gelu, w[GPT_FCPROJ_W], pdt, N,
-                                  4 * C, C));
-    FSDP_TRY(lora_bwd(s, u, w, 3, C, d->dres, a->fch_gelu, a->lt[3], s->d4C, N, pdt));
+    FSDP_TRY(FSDP_K(d, matmul_backward, s->d4C, 0, gw, aw, gb, ab, d->dres, a->fch_gelu, w[GPT_FCPROJ_W], pdt,
+                    N, 4 * C, C));
+    FSDP_TRY(lora_bwd(s, &d->kc, u, w, 3, C, d->dres, a->fch_gelu, a->lt[3], s->d4C, N, pdt));
     fsdp_decoder_progress(d);
-    FSDP_TRY(fsdp_gelu_backward(s->d4C, a->fch, s->d4C, (size_t)N * 4 * C));
+    FSDP_TRY(FSDP_K(d, gelu_backward, s->d4C, a->fch, s->d4C, (size_t)N * 4 * C));
     FSDP_TRY(fsdp_unit_main_grad(u, GPT_FC_W, &gw, &aw));
     FSDP_TRY(fsdp_unit_main_grad(u, GPT_FC_B, &gb, &ab));
-    FSDP_TRY(
-        fsdp_matmul_backward(d->dtmpC, 0, gw, aw, gb, ab, s->d4C, a->ln2, w[GPT_FC_W], pdt, N, C, 4 * C));
-    FSDP_TRY(lora_bwd(s, u, w, 2, C, s->d4C, a->ln2, a->lt[2], d->dtmpC, N, pdt));
+    FSDP_TRY(FSDP_K(d, matmul_backward, d->dtmpC, 0, gw, aw, gb, ab, s->d4C, a->ln2, w[GPT_FC_W], pdt, N, C,
+                    4 * C));
+    FSDP_TRY(lora_bwd(s, &d->kc, u, w, 2, C, s->d4C, a->ln2, a->lt[2], d->dtmpC, N, pdt));
     fsdp_decoder_progress(d);
     FSDP_TRY(grad_pair(u, GPT_LN2_W, GPT_LN2_B, &gw, &gb, &acc));
-    FSDP_TRY(fsdp_layernorm_backward(d->dres, 1, gw, gb, acc, d->dtmpC, a->res2, w[GPT_LN2_W], pdt,
-                                     a->ln2_mean, a->ln2_rstd, N, C));
+    FSDP_TRY(FSDP_K(d, layernorm_backward, d->dres, 1, gw, gb, acc, d->dtmpC, a->res2, w[GPT_LN2_W], pdt,
+                    a->ln2_mean, a->ln2_rstd, N, C));
     /* Attention: res2 = x + attproj(attention(qkv(ln1(x)))). */
     FSDP_TRY(fsdp_unit_main_grad(u, GPT_ATTPROJ_W, &gw, &aw));
     FSDP_TRY(fsdp_unit_main_grad(u, GPT_ATTPROJ_B, &gb, &ab));
-    FSDP_TRY(
-        fsdp_matmul_backward(d->dtmpC, 0, gw, aw, gb, ab, d->dres, a->atty, w[GPT_ATTPROJ_W], pdt, N, C, C));
-    FSDP_TRY(lora_bwd(s, u, w, 1, C, d->dres, a->atty, a->lt[1], d->dtmpC, N, pdt));
+    FSDP_TRY(FSDP_K(d, matmul_backward, d->dtmpC, 0, gw, aw, gb, ab, d->dres, a->atty, w[GPT_ATTPROJ_W], pdt,
+                    N, C, C));
+    FSDP_TRY(lora_bwd(s, &d->kc, u, w, 1, C, d->dres, a->atty, a->lt[1], d->dtmpC, N, pdt));
     fsdp_decoder_progress(d);
-    FSDP_TRY(fsdp_attention_backward(s->dqkv, d->dtmpC, a->qkv, a->att, B, T, C, NH));
+    FSDP_TRY(FSDP_K(d, attention_backward, s->dqkv, d->dtmpC, a->qkv, a->att, B, T, C, NH));
     fsdp_decoder_progress(d);
     FSDP_TRY(fsdp_unit_main_grad(u, GPT_QKV_W, &gw, &aw));
     FSDP_TRY(fsdp_unit_main_grad(u, GPT_QKV_B, &gb, &ab));
-    FSDP_TRY(
-        fsdp_matmul_backward(d->dtmpC, 0, gw, aw, gb, ab, s->dqkv, a->ln1, w[GPT_QKV_W], pdt, N, C, 3 * C));
-    FSDP_TRY(lora_bwd(s, u, w, 0, C, s->dqkv, a->ln1, a->lt[0], d->dtmpC, N, pdt));
+    FSDP_TRY(FSDP_K(d, matmul_backward, d->dtmpC, 0, gw, aw, gb, ab, s->dqkv, a->ln1, w[GPT_QKV_W], pdt, N, C,
+                    3 * C));
+    FSDP_TRY(lora_bwd(s, &d->kc, u, w, 0, C, s->dqkv, a->ln1, a->lt[0], d->dtmpC, N, pdt));
     fsdp_decoder_progress(d);
     FSDP_TRY(grad_pair(u, GPT_LN1_W, GPT_LN1_B, &gw, &gb, &acc));
-    return fsdp_layernorm_backward(d->dres, 1, gw, gb, acc, d->dtmpC, x, w[GPT_LN1_W], pdt, a->ln1_mean,
-                                   a->ln1_rstd, N, C);
+    return FSDP_K(d, layernorm_backward, d->dres, 1, gw, gb, acc, d->dtmpC, x, w[GPT_LN1_W], pdt, a->ln1_mean,
+                  a->ln1_rstd, N, C);
 }
 
 /* decode's scratch for R rows (after the driver's x): ln, tmp, atty (C each), qkv (3C), fch, fch_gelu
@@ -482,8 +483,8 @@ static dec_bufs dec_of(const fsdp_decoder *d) {
 static fsdp_status norm_forward(fsdp_decoder *d, const float *x, int n, float *xf, int decode) {
     const gpt2_state *s = d->fam;
     const dec_bufs b = decode ? dec_of(d) : (dec_bufs){0};
-    return fsdp_layernorm_forward(xf, decode ? b.mean : s->lnf_mean, decode ? b.rstd : s->lnf_rstd, x,
-                                  d->root_w[GPT_LNF_W], d->root_w[GPT_LNF_B], d->pdt, n, d->cfg.n_embd);
+    return FSDP_K(d, layernorm_forward, xf, decode ? b.mean : s->lnf_mean, decode ? b.rstd : s->lnf_rstd, x,
+                  d->root_w[GPT_LNF_W], d->root_w[GPT_LNF_B], d->pdt, n, d->cfg.n_embd);
 }
 
 static fsdp_status norm_backward(fsdp_decoder *d, const float *x) {
@@ -491,8 +492,8 @@ static fsdp_status norm_backward(fsdp_decoder *d, const float *x) {
     float *gw, *gb;
     int acc;
     FSDP_TRY(grad_pair(d->root, GPT_LNF_W, GPT_LNF_B, &gw, &gb, &acc));
-    return fsdp_layernorm_backward(d->dres, 0, gw, gb, acc, d->dtmpC, x, d->root_w[GPT_LNF_W], d->pdt,
-                                   s->lnf_mean, s->lnf_rstd, d->B * d->T, d->cfg.n_embd);
+    return FSDP_K(d, layernorm_backward, d->dres, 0, gw, gb, acc, d->dtmpC, x, d->root_w[GPT_LNF_W], d->pdt,
+                  s->lnf_mean, s->lnf_rstd, d->B * d->T, d->cfg.n_embd);
 }
 
 /* wte's second use (the LM head's was first) accumulates by the first-touch flag. */
@@ -502,8 +503,8 @@ static fsdp_status embed_backward(fsdp_decoder *d) {
     int awte, awpe;
     FSDP_TRY(fsdp_unit_main_grad(d->root, GPT_WTE, &gwte, &awte));
     FSDP_TRY(fsdp_unit_main_grad(d->root, GPT_WPE, &gwpe, &awpe));
-    return fsdp_encoder_backward_pos(gwte, awte, gwpe, awpe, d->dres, d->tokens, d->has_doc ? d->pos : NULL,
-                                     d->B, d->T, c->n_embd, c->padded_vocab_size, c->max_seq_len);
+    return FSDP_K(d, encoder_backward_pos, gwte, awte, gwpe, awpe, d->dres, d->tokens,
+                  d->has_doc ? d->pos : NULL, d->B, d->T, c->n_embd, c->padded_vocab_size, c->max_seq_len);
 }
 
 /* GPT-2 decodes the whole prompt as one chunk (rows = max_seq_len); keys and values are C wide. */
@@ -514,9 +515,9 @@ static size_t kv_width(const fsdp_model_config *c) { return (size_t)c->n_embd; }
 static fsdp_status embed_decode(fsdp_decoder *d, const int *tokens, int n, int pos, float *x) {
     const fsdp_model_config *c = &d->cfg;
     const size_t esz = d->pdt == FSDP_BF16 ? sizeof(fsdp_bf16) : sizeof(float);
-    return fsdp_encoder_forward(x, tokens, d->root_w[GPT_WTE],
-                                (const char *)d->root_w[GPT_WPE] + (size_t)pos * (size_t)c->n_embd * esz,
-                                d->pdt, 1, n, c->n_embd, c->padded_vocab_size, c->max_seq_len - pos);
+    return FSDP_K(d, encoder_forward_pos, x, tokens, NULL, d->root_w[GPT_WTE],
+                  (const char *)d->root_w[GPT_WPE] + (size_t)pos * (size_t)c->n_embd * esz, d->pdt, 1, n,
+                  c->n_embd, c->padded_vocab_size, c->max_seq_len - pos);
 }
 
 static fsdp_status block_decode(fsdp_decoder *d, int l, float *x, int n, int pos, float *K, float *V,
@@ -528,26 +529,26 @@ static fsdp_status block_decode(fsdp_decoder *d, int l, float *x, int n, int pos
     const gpt2_state *s = d->fam;
     const void *w[GPT_BLOCK_NTENSORS + 8];
     FSDP_TRY(fsdp_decoder_views(d->blocks[l], fsdp_unit_num_tensors(d->blocks[l]), w));
-    FSDP_TRY(fsdp_layernorm_forward(b.ln, b.mean, b.rstd, x, w[GPT_LN1_W], w[GPT_LN1_B], pdt, n, C));
-    FSDP_TRY(fsdp_matmul_forward(b.qkv, b.ln, w[GPT_QKV_W], w[GPT_QKV_B], pdt, n, C, 3 * C));
-    FSDP_TRY(lora_fwd(s, w, 0, C, b.ln, b.lt, b.qkv, b.lu, n, pdt));
+    FSDP_TRY(FSDP_K(d, layernorm_forward, b.ln, b.mean, b.rstd, x, w[GPT_LN1_W], w[GPT_LN1_B], pdt, n, C));
+    FSDP_TRY(FSDP_K(d, matmul_forward, b.qkv, b.ln, w[GPT_QKV_W], w[GPT_QKV_B], pdt, n, C, 3 * C));
+    FSDP_TRY(lora_fwd(s, &d->kc, w, 0, C, b.ln, b.lt, b.qkv, b.lu, n, pdt));
     for (int i = 0; i < n; i++) {
         memcpy(K + (size_t)(pos + i) * Cz, b.qkv + (size_t)i * 3 * Cz + Cz, Cz * sizeof(float));
         memcpy(V + (size_t)(pos + i) * Cz, b.qkv + (size_t)i * 3 * Cz + 2 * Cz, Cz * sizeof(float));
     }
     const float scale = 1.0f / sqrtf((float)(C / NH));
-    FSDP_TRY(fsdp_decode_attention(b.atty, C, b.qkv, 3 * C, K, V, C, att, nthr, n, pos, NH, NH, C / NH, scale,
-                                   d->cfg.max_seq_len));
-    FSDP_TRY(fsdp_matmul_forward(b.tmp, b.atty, w[GPT_ATTPROJ_W], w[GPT_ATTPROJ_B], pdt, n, C, C));
-    FSDP_TRY(lora_fwd(s, w, 1, C, b.atty, b.lt, b.tmp, b.lu, n, pdt));
-    FSDP_TRY(fsdp_residual_forward(x, x, b.tmp, (size_t)n * Cz));
-    FSDP_TRY(fsdp_layernorm_forward(b.ln, b.mean, b.rstd, x, w[GPT_LN2_W], w[GPT_LN2_B], pdt, n, C));
-    FSDP_TRY(fsdp_matmul_forward(b.fch, b.ln, w[GPT_FC_W], w[GPT_FC_B], pdt, n, C, 4 * C));
-    FSDP_TRY(lora_fwd(s, w, 2, C, b.ln, b.lt, b.fch, b.lu, n, pdt));
-    FSDP_TRY(fsdp_gelu_forward(b.fcg, b.fch, (size_t)n * 4 * Cz));
-    FSDP_TRY(fsdp_matmul_forward(b.tmp, b.fcg, w[GPT_FCPROJ_W], w[GPT_FCPROJ_B], pdt, n, 4 * C, C));
-    FSDP_TRY(lora_fwd(s, w, 3, C, b.fcg, b.lt, b.tmp, b.lu, n, pdt));
-    return fsdp_residual_forward(x, x, b.tmp, (size_t)n * Cz);
+    FSDP_TRY(FSDP_K(d, decode_attention, b.atty, C, b.qkv, 3 * C, K, V, C, att, nthr, n, pos, NH, NH, C / NH,
+                    scale, d->cfg.max_seq_len));
+    FSDP_TRY(FSDP_K(d, matmul_forward, b.tmp, b.atty, w[GPT_ATTPROJ_W], w[GPT_ATTPROJ_B], pdt, n, C, C));
+    FSDP_TRY(lora_fwd(s, &d->kc, w, 1, C, b.atty, b.lt, b.tmp, b.lu, n, pdt));
+    FSDP_TRY(FSDP_K(d, residual_forward, x, x, b.tmp, (size_t)n * Cz));
+    FSDP_TRY(FSDP_K(d, layernorm_forward, b.ln, b.mean, b.rstd, x, w[GPT_LN2_W], w[GPT_LN2_B], pdt, n, C));
+    FSDP_TRY(FSDP_K(d, matmul_forward, b.fch, b.ln, w[GPT_FC_W], w[GPT_FC_B], pdt, n, C, 4 * C));
+    FSDP_TRY(lora_fwd(s, &d->kc, w, 2, C, b.ln, b.lt, b.fch, b.lu, n, pdt));
+    FSDP_TRY(FSDP_K(d, gelu_forward, b.fcg, b.fch, (size_t)n * 4 * Cz));
+    FSDP_TRY(FSDP_K(d, matmul_forward, b.tmp, b.fcg, w[GPT_FCPROJ_W], w[GPT_FCPROJ_B], pdt, n, 4 * C, C));
+    FSDP_TRY(lora_fwd(s, &d->kc, w, 3, C, b.fcg, b.lt, b.tmp, b.lu, n, pdt));
+    return FSDP_K(d, residual_forward, x, x, b.tmp, (size_t)n * Cz);
 }
 
 const fsdp_block_table fsdp_gpt2_blocks = {

@@ -530,9 +530,10 @@ static fsdp_status grad_of(const llama_state *s, fsdp_unit_t *u, int kind, float
 }
 
 /* Projection p's adapter as the shared LoRA code takes it (views from w; gradients not fetched). */
-static fsdp_lora lora_of(const llama_state *s, const void *const *w, int p) {
+static fsdp_lora lora_of(const llama_state *s, const fsdp_kctx *kc, const void *const *w, int p) {
     const lora_proj q = lora_shape(&s->d, p);
-    return (fsdp_lora){.A = w[llama_lora_a(p)],
+    return (fsdp_lora){.kc = kc,
+                       .A = w[llama_lora_a(p)],
                        .B = w[llama_lora_b(p)],
                        .in = q.in,
                        .n = q.n,
@@ -543,13 +544,13 @@ static fsdp_lora lora_of(const llama_state *s, const void *const *w, int p) {
 
 /* Every targeted projection among ps (n_ps of them, all reading x) on N rows: x A^T into lt[p] (or one
  * scratch t1 when lt is NULL: decode), the product added to y at the projection's columns. */
-static fsdp_status lora_forward(const llama_state *s, const void *const *w, const int *ps, int n_ps,
-                                const float *x, float *const *lt, float *t1, float *y, float *u, int N,
-                                fsdp_dtype pdt) {
+static fsdp_status lora_forward(const llama_state *s, const fsdp_kctx *kc, const void *const *w,
+                                const int *ps, int n_ps, const float *x, float *const *lt, float *t1,
+                                float *y, float *u, int N, fsdp_dtype pdt) {
     for (int k = 0; k < n_ps; k++) {
         const int p = ps[k];
         if (!w[llama_lora_a(p)]) continue;
-        const fsdp_lora l = lora_of(s, w, p);
+        const fsdp_lora l = lora_of(s, kc, w, p);
         float *t = lt ? lt[p] : t1;
         FSDP_TRY(fsdp_lora_xa(&l, x, t, N, pdt));
         FSDP_TRY(fsdp_lora_add(&l, t, y + lora_shape(&s->d, p).off, u, N, pdt));
@@ -558,11 +559,11 @@ static fsdp_status lora_forward(const llama_state *s, const void *const *w, cons
 }
 
 /* Backward of projection p's adapter (fsdp_lora_backward) with its main_grad views. */
-static fsdp_status lora_backward(const llama_state *s, fsdp_unit_t *u, const void *const *w, int p,
-                                 const float *dy, const float *x, const float *t, float *dx, int N,
-                                 fsdp_dtype pdt) {
+static fsdp_status lora_backward(const llama_state *s, const fsdp_kctx *kc, fsdp_unit_t *u,
+                                 const void *const *w, int p, const float *dy, const float *x, const float *t,
+                                 float *dx, int N, fsdp_dtype pdt) {
     if (!w[llama_lora_a(p)]) return FSDP_OK;
-    fsdp_lora l = lora_of(s, w, p);
+    fsdp_lora l = lora_of(s, kc, w, p);
     FSDP_TRY(grad_of(s, u, llama_lora_b(p), &l.gB, &l.aB));
     FSDP_TRY(grad_of(s, u, llama_lora_a(p), &l.gA, &l.aA));
     return fsdp_lora_backward(&l, dy + lora_shape(&s->d, p).off, x, t, dx, s->lu, s->ldt, N, pdt);
@@ -571,8 +572,8 @@ static fsdp_status lora_backward(const llama_state *s, fsdp_unit_t *u, const voi
 static const int LORA_QKV[3] = {0, 1, 2}, LORA_O[1] = {3}, LORA_GU[2] = {4, 5}, LORA_DOWN[1] = {6};
 
 static fsdp_status embed_forward(fsdp_decoder *dr, float *out) {
-    return fsdp_encoder_forward(out, dr->tokens, dr->root_w[LLAMA_EMBED], NULL, dr->pdt, dr->B, dr->T,
-                                dr->cfg.n_embd, dr->cfg.padded_vocab_size, dr->T);
+    return FSDP_K(dr, encoder_forward_pos, out, dr->tokens, NULL, dr->root_w[LLAMA_EMBED], NULL, dr->pdt,
+                  dr->B, dr->T, dr->cfg.n_embd, dr->cfg.padded_vocab_size, dr->T);
 }
 
 /* q (and k) of n rows of qkv [n, QKV] after the GEMM: Qwen3's per-head norm from src into dst (src ==
@@ -584,16 +585,16 @@ static fsdp_status qk_transform(const fsdp_decoder *dr, const void *const *w, fl
     const int ld = (int)d.QKV, NH = (int)d.NH, NKV = (int)d.NKV, hd = (int)d.hd;
     const float eps = (float)dr->cfg.norm_eps;
     if (src) {
-        FSDP_TRY(
-            fsdp_head_rmsnorm_forward(dst, ld, qk_rstd, src, ld, w[LLAMA_Q_NORM], dr->pdt, n, NH, hd, eps));
-        FSDP_TRY(fsdp_head_rmsnorm_forward(dst + d.A, ld, qk_rstd + (size_t)n * NH, src + d.A, ld,
-                                           w[LLAMA_K_NORM], dr->pdt, n, NKV, hd, eps));
+        FSDP_TRY(FSDP_K(dr, head_rmsnorm_forward, dst, ld, qk_rstd, src, ld, w[LLAMA_Q_NORM], dr->pdt, n, NH,
+                        hd, eps));
+        FSDP_TRY(FSDP_K(dr, head_rmsnorm_forward, dst + d.A, ld, qk_rstd + (size_t)n * NH, src + d.A, ld,
+                        w[LLAMA_K_NORM], dr->pdt, n, NKV, hd, eps));
         for (int i = 0; i < n; i++) /* v unchanged */
             memcpy(dst + (size_t)i * d.QKV + d.A + d.KV, src + (size_t)i * d.QKV + d.A + d.KV,
                    d.KV * sizeof(float));
     }
-    FSDP_TRY(fsdp_rope_forward(dst, ld, pos, s->inv_freq, n, NH, hd));
-    return fsdp_rope_forward(dst + d.A, ld, pos, s->inv_freq, n, NKV, hd);
+    FSDP_TRY(FSDP_K(dr, rope_forward, dst, ld, pos, s->inv_freq, n, NH, hd));
+    return FSDP_K(dr, rope_forward, dst + d.A, ld, pos, s->inv_freq, n, NKV, hd);
 }
 
 /* Block l's forward from x (N, C) into a; out (N, C) gets the block output, or NULL during recompute
@@ -607,33 +608,34 @@ static fsdp_status block_forward(fsdp_decoder *dr, int l, const float *x, void *
     const float eps = (float)dr->cfg.norm_eps;
     const void *w[LLAMA_BLOCK_KINDS];
     FSDP_TRY(block_views(s, dr->blocks[l], w));
-    FSDP_TRY(fsdp_rmsnorm_forward(a->xn1, C, a->rstd1, x, C, w[LLAMA_IN_NORM], pdt, N, C, eps));
+    FSDP_TRY(FSDP_K(dr, rmsnorm_forward, a->xn1, C, a->rstd1, x, C, w[LLAMA_IN_NORM], pdt, N, C, eps));
     float *g = dr->cfg.qk_norm ? a->qkv_pre : a->qkv;
-    FSDP_TRY(fsdp_matmul_forward(g, a->xn1, w[LLAMA_QKV_W], w[LLAMA_QKV_B], pdt, N, C, (int)d.QKV));
-    FSDP_TRY(lora_forward(s, w, LORA_QKV, 3, a->xn1, a->lt, NULL, g, s->lu, N, pdt));
+    FSDP_TRY(FSDP_K(dr, matmul_forward, g, a->xn1, w[LLAMA_QKV_W], w[LLAMA_QKV_B], pdt, N, C, (int)d.QKV));
+    FSDP_TRY(lora_forward(s, &dr->kc, w, LORA_QKV, 3, a->xn1, a->lt, NULL, g, s->lu, N, pdt));
     fsdp_decoder_progress(dr);
     FSDP_TRY(qk_transform(dr, w, a->qkv, dr->cfg.qk_norm ? a->qkv_pre : NULL, a->qk_rstd, dr->pos, N));
     /* Grouped-query causal attention, confined to each document when the batch has document ids */
-    FSDP_TRY(fsdp_attention_gqa_forward(a->atty, a->lse, a->qkv, dr->has_doc ? dr->doc : NULL, B, T,
-                                        (int)d.NH, (int)d.NKV, (int)d.hd));
+    FSDP_TRY(FSDP_K(dr, attention_gqa_forward, a->atty, a->lse, a->qkv, dr->has_doc ? dr->doc : NULL, B, T,
+                    (int)d.NH, (int)d.NKV, (int)d.hd));
     fsdp_decoder_progress(dr);
-    FSDP_TRY(fsdp_matmul_forward(dr->tmpC, a->atty, w[LLAMA_O_W], NULL, pdt, N, (int)d.A, C));
-    FSDP_TRY(lora_forward(s, w, LORA_O, 1, a->atty, a->lt, NULL, dr->tmpC, s->lu, N, pdt));
+    FSDP_TRY(FSDP_K(dr, matmul_forward, dr->tmpC, a->atty, w[LLAMA_O_W], NULL, pdt, N, (int)d.A, C));
+    FSDP_TRY(lora_forward(s, &dr->kc, w, LORA_O, 1, a->atty, a->lt, NULL, dr->tmpC, s->lu, N, pdt));
     fsdp_decoder_progress(dr);
-    FSDP_TRY(fsdp_residual_forward(a->res2, x, dr->tmpC, (size_t)N * d.C));
-    FSDP_TRY(fsdp_rmsnorm_forward(a->xn2, C, a->rstd2, a->res2, C, w[LLAMA_POST_NORM], pdt, N, C, eps));
-    FSDP_TRY(fsdp_matmul_forward(a->gu, a->xn2, w[LLAMA_GATE_UP_W], NULL, pdt, N, C, 2 * (int)d.I));
-    FSDP_TRY(lora_forward(s, w, LORA_GU, 2, a->xn2, a->lt, NULL, a->gu, s->lu, N, pdt));
+    FSDP_TRY(FSDP_K(dr, residual_forward, a->res2, x, dr->tmpC, (size_t)N * d.C));
+    FSDP_TRY(
+        FSDP_K(dr, rmsnorm_forward, a->xn2, C, a->rstd2, a->res2, C, w[LLAMA_POST_NORM], pdt, N, C, eps));
+    FSDP_TRY(FSDP_K(dr, matmul_forward, a->gu, a->xn2, w[LLAMA_GATE_UP_W], NULL, pdt, N, C, 2 * (int)d.I));
+    FSDP_TRY(lora_forward(s, &dr->kc, w, LORA_GU, 2, a->xn2, a->lt, NULL, a->gu, s->lu, N, pdt));
     fsdp_decoder_progress(dr);
-    FSDP_TRY(fsdp_swiglu_forward(a->act, a->gu, N, (int)d.I));
-    const fsdp_lora ldown = lora_of(s, w, 6);
+    FSDP_TRY(FSDP_K(dr, swiglu_forward, a->act, a->gu, N, (int)d.I));
+    const fsdp_lora ldown = lora_of(s, &dr->kc, w, 6);
     if (ldown.A) /* the down adapter's input side: saved for backward, recompute too */
         FSDP_TRY(fsdp_lora_xa(&ldown, a->act, a->lt[6], N, pdt));
     if (out == NULL) return FSDP_OK;
-    FSDP_TRY(fsdp_matmul_forward(dr->tmpC, a->act, w[LLAMA_DOWN_W], NULL, pdt, N, (int)d.I, C));
+    FSDP_TRY(FSDP_K(dr, matmul_forward, dr->tmpC, a->act, w[LLAMA_DOWN_W], NULL, pdt, N, (int)d.I, C));
     if (ldown.A) FSDP_TRY(fsdp_lora_add(&ldown, a->lt[6], dr->tmpC, s->lu, N, pdt));
     fsdp_decoder_progress(dr);
-    return fsdp_residual_forward(out, a->res2, dr->tmpC, (size_t)N * d.C);
+    return FSDP_K(dr, residual_forward, out, a->res2, dr->tmpC, (size_t)N * d.C);
 }
 
 /* Block l's backward. On entry dr->dres holds dL/d(block output); on exit dL/d(block input x). */
@@ -653,52 +655,52 @@ static fsdp_status block_backward(fsdp_decoder *dr, int l, const float *x, void 
     /* MLP: out = res2 + down(swiglu(gate_up(rms(res2)))) */
     FSDP_TRY(grad_of(s, u, LLAMA_DOWN_W, &gw, &aw));
     fsdp_decoder_progress(dr);
-    FSDP_TRY(
-        fsdp_matmul_backward(s->dact, 0, gw, aw, NULL, 0, dr->dres, a->act, w[LLAMA_DOWN_W], pdt, N, I, C));
-    FSDP_TRY(lora_backward(s, u, w, 6, dr->dres, a->act, a->lt[6], s->dact, N, pdt));
+    FSDP_TRY(FSDP_K(dr, matmul_backward, s->dact, 0, gw, aw, NULL, 0, dr->dres, a->act, w[LLAMA_DOWN_W], pdt,
+                    N, I, C));
+    FSDP_TRY(lora_backward(s, &dr->kc, u, w, 6, dr->dres, a->act, a->lt[6], s->dact, N, pdt));
     fsdp_decoder_progress(dr);
-    FSDP_TRY(fsdp_swiglu_backward(s->dgu, s->dact, a->gu, N, I));
+    FSDP_TRY(FSDP_K(dr, swiglu_backward, s->dgu, s->dact, a->gu, N, I));
     FSDP_TRY(grad_of(s, u, LLAMA_GATE_UP_W, &gw, &aw));
-    FSDP_TRY(fsdp_matmul_backward(dr->dtmpC, 0, gw, aw, NULL, 0, s->dgu, a->xn2, w[LLAMA_GATE_UP_W], pdt, N,
-                                  C, 2 * I));
+    FSDP_TRY(FSDP_K(dr, matmul_backward, dr->dtmpC, 0, gw, aw, NULL, 0, s->dgu, a->xn2, w[LLAMA_GATE_UP_W],
+                    pdt, N, C, 2 * I));
     for (int p = 4; p <= 5; p++)
-        FSDP_TRY(lora_backward(s, u, w, p, s->dgu, a->xn2, a->lt[p], dr->dtmpC, N, pdt));
+        FSDP_TRY(lora_backward(s, &dr->kc, u, w, p, s->dgu, a->xn2, a->lt[p], dr->dtmpC, N, pdt));
     fsdp_decoder_progress(dr);
     FSDP_TRY(grad_of(s, u, LLAMA_POST_NORM, &gw, &aw));
-    FSDP_TRY(fsdp_rmsnorm_backward(dr->dres, C, 1, gw, aw, dr->dtmpC, C, a->res2, C, w[LLAMA_POST_NORM], pdt,
-                                   a->rstd2, N, C));
+    FSDP_TRY(FSDP_K(dr, rmsnorm_backward, dr->dres, C, 1, gw, aw, dr->dtmpC, C, a->res2, C,
+                    w[LLAMA_POST_NORM], pdt, a->rstd2, N, C));
     /* attention: res2 = x + o(attn(qkv(rms(x)))) */
     FSDP_TRY(grad_of(s, u, LLAMA_O_W, &gw, &aw));
-    FSDP_TRY(
-        fsdp_matmul_backward(s->datty, 0, gw, aw, NULL, 0, dr->dres, a->atty, w[LLAMA_O_W], pdt, N, A, C));
-    FSDP_TRY(lora_backward(s, u, w, 3, dr->dres, a->atty, a->lt[3], s->datty, N, pdt));
+    FSDP_TRY(FSDP_K(dr, matmul_backward, s->datty, 0, gw, aw, NULL, 0, dr->dres, a->atty, w[LLAMA_O_W], pdt,
+                    N, A, C));
+    FSDP_TRY(lora_backward(s, &dr->kc, u, w, 3, dr->dres, a->atty, a->lt[3], s->datty, N, pdt));
     fsdp_decoder_progress(dr);
     float *dq = s->dqkv, *dk = s->dqkv + d.A;
     /* dq per query head; dk, dv of each KV head summed over its group */
-    FSDP_TRY(fsdp_attention_gqa_backward(s->dqkv, s->datty, a->qkv, a->lse, dr->has_doc ? dr->doc : NULL, B,
-                                         T, NH, NKV, hd));
+    FSDP_TRY(FSDP_K(dr, attention_gqa_backward, s->dqkv, s->datty, a->qkv, a->lse,
+                    dr->has_doc ? dr->doc : NULL, B, T, NH, NKV, hd));
     fsdp_decoder_progress(dr);
-    FSDP_TRY(fsdp_rope_backward(dq, QKV, dr->pos, s->inv_freq, N, NH, hd));
-    FSDP_TRY(fsdp_rope_backward(dk, QKV, dr->pos, s->inv_freq, N, NKV, hd));
+    FSDP_TRY(FSDP_K(dr, rope_backward, dq, QKV, dr->pos, s->inv_freq, N, NH, hd));
+    FSDP_TRY(FSDP_K(dr, rope_backward, dk, QKV, dr->pos, s->inv_freq, N, NKV, hd));
     if (dr->cfg.qk_norm) { /* in place: dinp may alias dout */
         FSDP_TRY(grad_of(s, u, LLAMA_Q_NORM, &gw, &aw));
-        FSDP_TRY(fsdp_head_rmsnorm_backward(dq, QKV, 0, gw, aw, dq, QKV, a->qkv_pre, QKV, w[LLAMA_Q_NORM],
-                                            pdt, a->qk_rstd, N, NH, hd));
+        FSDP_TRY(FSDP_K(dr, head_rmsnorm_backward, dq, QKV, 0, gw, aw, dq, QKV, a->qkv_pre, QKV,
+                        w[LLAMA_Q_NORM], pdt, a->qk_rstd, N, NH, hd));
         FSDP_TRY(grad_of(s, u, LLAMA_K_NORM, &gw, &aw));
-        FSDP_TRY(fsdp_head_rmsnorm_backward(dk, QKV, 0, gw, aw, dk, QKV, a->qkv_pre + d.A, QKV,
-                                            w[LLAMA_K_NORM], pdt, a->qk_rstd + (size_t)N * NH, N, NKV, hd));
+        FSDP_TRY(FSDP_K(dr, head_rmsnorm_backward, dk, QKV, 0, gw, aw, dk, QKV, a->qkv_pre + d.A, QKV,
+                        w[LLAMA_K_NORM], pdt, a->qk_rstd + (size_t)N * NH, N, NKV, hd));
     }
     FSDP_TRY(grad_of(s, u, LLAMA_QKV_W, &gw, &aw));
     gb = NULL, ab = 0;
     if (dr->cfg.qkv_bias) FSDP_TRY(grad_of(s, u, LLAMA_QKV_B, &gb, &ab));
-    FSDP_TRY(
-        fsdp_matmul_backward(dr->dtmpC, 0, gw, aw, gb, ab, s->dqkv, a->xn1, w[LLAMA_QKV_W], pdt, N, C, QKV));
+    FSDP_TRY(FSDP_K(dr, matmul_backward, dr->dtmpC, 0, gw, aw, gb, ab, s->dqkv, a->xn1, w[LLAMA_QKV_W], pdt,
+                    N, C, QKV));
     for (int p = 0; p <= 2; p++)
-        FSDP_TRY(lora_backward(s, u, w, p, s->dqkv, a->xn1, a->lt[p], dr->dtmpC, N, pdt));
+        FSDP_TRY(lora_backward(s, &dr->kc, u, w, p, s->dqkv, a->xn1, a->lt[p], dr->dtmpC, N, pdt));
     fsdp_decoder_progress(dr);
     FSDP_TRY(grad_of(s, u, LLAMA_IN_NORM, &gw, &aw));
-    return fsdp_rmsnorm_backward(dr->dres, C, 1, gw, aw, dr->dtmpC, C, x, C, w[LLAMA_IN_NORM], pdt, a->rstd1,
-                                 N, C);
+    return FSDP_K(dr, rmsnorm_backward, dr->dres, C, 1, gw, aw, dr->dtmpC, C, x, C, w[LLAMA_IN_NORM], pdt,
+                  a->rstd1, N, C);
 }
 
 static fsdp_status norm_backward(fsdp_decoder *dr, const float *x) {
@@ -707,8 +709,8 @@ static fsdp_status norm_backward(fsdp_decoder *dr, const float *x) {
     float *gw;
     int aw;
     FSDP_TRY(fsdp_unit_main_grad(dr->root, LLAMA_NORM, &gw, &aw));
-    return fsdp_rmsnorm_backward(dr->dres, C, 0, gw, aw, dr->dtmpC, C, x, C, dr->root_w[LLAMA_NORM], dr->pdt,
-                                 s->rstdf, dr->B * dr->T, C);
+    return FSDP_K(dr, rmsnorm_backward, dr->dres, C, 0, gw, aw, dr->dtmpC, C, x, C, dr->root_w[LLAMA_NORM],
+                  dr->pdt, s->rstdf, dr->B * dr->T, C);
 }
 
 /* With a tied head the LM head's gradient (first) and the embedding's land in one main_grad slice. */
@@ -716,8 +718,8 @@ static fsdp_status embed_backward(fsdp_decoder *dr) {
     float *gw;
     int aw;
     FSDP_TRY(fsdp_unit_main_grad(dr->root, LLAMA_EMBED, &gw, &aw));
-    return fsdp_encoder_backward(gw, aw, NULL, 0, dr->dres, dr->tokens, dr->B, dr->T, dr->cfg.n_embd,
-                                 dr->cfg.padded_vocab_size, dr->T);
+    return FSDP_K(dr, encoder_backward_pos, gw, aw, NULL, 0, dr->dres, dr->tokens, NULL, dr->B, dr->T,
+                  dr->cfg.n_embd, dr->cfg.padded_vocab_size, dr->T);
 }
 
 /* ---------------------------------------------------------------- decode (KV cache, K after RoPE) */
@@ -766,14 +768,14 @@ static fsdp_status norm_forward(fsdp_decoder *dr, const float *x, int n, float *
     const llama_state *s = dr->fam;
     const int C = dr->cfg.n_embd;
     float *rstd = decode ? dec_of(dr).rstd : s->rstdf;
-    return fsdp_rmsnorm_forward(xf, C, rstd, x, C, dr->root_w[LLAMA_NORM], dr->pdt, n, C,
-                                (float)dr->cfg.norm_eps);
+    return FSDP_K(dr, rmsnorm_forward, xf, C, rstd, x, C, dr->root_w[LLAMA_NORM], dr->pdt, n, C,
+                  (float)dr->cfg.norm_eps);
 }
 
 static fsdp_status embed_decode(fsdp_decoder *dr, const int *tokens, int n, int pos, float *x) {
     (void)pos; /* RoPE places the positions */
-    return fsdp_encoder_forward(x, tokens, dr->root_w[LLAMA_EMBED], NULL, dr->pdt, 1, n, dr->cfg.n_embd,
-                                dr->cfg.padded_vocab_size, n);
+    return FSDP_K(dr, encoder_forward_pos, x, tokens, NULL, dr->root_w[LLAMA_EMBED], NULL, dr->pdt, 1, n,
+                  dr->cfg.n_embd, dr->cfg.padded_vocab_size, n);
 }
 
 static fsdp_status block_decode(fsdp_decoder *dr, int l, float *x, int n, int pos, float *K, float *Vc,
@@ -789,27 +791,27 @@ static fsdp_status block_decode(fsdp_decoder *dr, int l, float *x, int n, int po
         b.pos[i] = pos + i;
     const void *w[LLAMA_BLOCK_KINDS];
     FSDP_TRY(block_views(s, dr->blocks[l], w));
-    FSDP_TRY(fsdp_rmsnorm_forward(b.xn, C, b.rstd, x, C, w[LLAMA_IN_NORM], pdt, n, C, eps));
+    FSDP_TRY(FSDP_K(dr, rmsnorm_forward, b.xn, C, b.rstd, x, C, w[LLAMA_IN_NORM], pdt, n, C, eps));
     float *g = c->qk_norm ? b.qkv_pre : b.qkv;
-    FSDP_TRY(fsdp_matmul_forward(g, b.xn, w[LLAMA_QKV_W], w[LLAMA_QKV_B], pdt, n, C, (int)d.QKV));
-    FSDP_TRY(lora_forward(s, w, LORA_QKV, 3, b.xn, NULL, b.lt, g, b.lu, n, pdt));
+    FSDP_TRY(FSDP_K(dr, matmul_forward, g, b.xn, w[LLAMA_QKV_W], w[LLAMA_QKV_B], pdt, n, C, (int)d.QKV));
+    FSDP_TRY(lora_forward(s, &dr->kc, w, LORA_QKV, 3, b.xn, NULL, b.lt, g, b.lu, n, pdt));
     FSDP_TRY(qk_transform(dr, w, b.qkv, c->qk_norm ? b.qkv_pre : NULL, b.rstd, b.pos, n));
     for (int i = 0; i < n; i++) {
         memcpy(K + (size_t)(pos + i) * d.KV, b.qkv + (size_t)i * d.QKV + d.A, d.KV * sizeof(float));
         memcpy(Vc + (size_t)(pos + i) * d.KV, b.qkv + (size_t)i * d.QKV + d.A + d.KV, d.KV * sizeof(float));
     }
-    FSDP_TRY(fsdp_decode_attention(b.atty, (int)d.A, b.qkv, (int)d.QKV, K, Vc, (int)d.KV, att, nthr, n, pos,
-                                   (int)d.NH, (int)d.NKV, (int)d.hd, s->scale, c->max_seq_len));
-    FSDP_TRY(fsdp_matmul_forward(b.tmp, b.atty, w[LLAMA_O_W], NULL, pdt, n, (int)d.A, C));
-    FSDP_TRY(lora_forward(s, w, LORA_O, 1, b.atty, NULL, b.lt, b.tmp, b.lu, n, pdt));
-    FSDP_TRY(fsdp_residual_forward(x, x, b.tmp, (size_t)n * d.C));
-    FSDP_TRY(fsdp_rmsnorm_forward(b.xn, C, b.rstd, x, C, w[LLAMA_POST_NORM], pdt, n, C, eps));
-    FSDP_TRY(fsdp_matmul_forward(b.gu, b.xn, w[LLAMA_GATE_UP_W], NULL, pdt, n, C, 2 * I));
-    FSDP_TRY(lora_forward(s, w, LORA_GU, 2, b.xn, NULL, b.lt, b.gu, b.lu, n, pdt));
-    FSDP_TRY(fsdp_swiglu_forward(b.act, b.gu, n, I));
-    FSDP_TRY(fsdp_matmul_forward(b.tmp, b.act, w[LLAMA_DOWN_W], NULL, pdt, n, I, C));
-    FSDP_TRY(lora_forward(s, w, LORA_DOWN, 1, b.act, NULL, b.lt, b.tmp, b.lu, n, pdt));
-    return fsdp_residual_forward(x, x, b.tmp, (size_t)n * d.C);
+    FSDP_TRY(FSDP_K(dr, decode_attention, b.atty, (int)d.A, b.qkv, (int)d.QKV, K, Vc, (int)d.KV, att, nthr, n,
+                    pos, (int)d.NH, (int)d.NKV, (int)d.hd, s->scale, c->max_seq_len));
+    FSDP_TRY(FSDP_K(dr, matmul_forward, b.tmp, b.atty, w[LLAMA_O_W], NULL, pdt, n, (int)d.A, C));
+    FSDP_TRY(lora_forward(s, &dr->kc, w, LORA_O, 1, b.atty, NULL, b.lt, b.tmp, b.lu, n, pdt));
+    FSDP_TRY(FSDP_K(dr, residual_forward, x, x, b.tmp, (size_t)n * d.C));
+    FSDP_TRY(FSDP_K(dr, rmsnorm_forward, b.xn, C, b.rstd, x, C, w[LLAMA_POST_NORM], pdt, n, C, eps));
+    FSDP_TRY(FSDP_K(dr, matmul_forward, b.gu, b.xn, w[LLAMA_GATE_UP_W], NULL, pdt, n, C, 2 * I));
+    FSDP_TRY(lora_forward(s, &dr->kc, w, LORA_GU, 2, b.xn, NULL, b.lt, b.gu, b.lu, n, pdt));
+    FSDP_TRY(FSDP_K(dr, swiglu_forward, b.act, b.gu, n, I));
+    FSDP_TRY(FSDP_K(dr, matmul_forward, b.tmp, b.act, w[LLAMA_DOWN_W], NULL, pdt, n, I, C));
+    FSDP_TRY(lora_forward(s, &dr->kc, w, LORA_DOWN, 1, b.act, NULL, b.lt, b.tmp, b.lu, n, pdt));
+    return FSDP_K(dr, residual_forward, x, x, b.tmp, (size_t)n * d.C);
 }
 
 const fsdp_block_table fsdp_llama_blocks = {
