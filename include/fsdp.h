@@ -221,8 +221,14 @@ int fsdp_comm_shm_active(const fsdp_comm_t *c); /* 1 if the shared-memory transp
 int fsdp_comm_progress_thread(const fsdp_comm_t *c);
 /* A label ("unit block3 / reduce-scatter") that timeout and error messages include. Copied. */
 void fsdp_comm_set_label(fsdp_comm_t *c, const char *label);
-/* Ends every rank of the job (MPI_Abort), or exits the process for self. Programs only. */
+/* Ends every rank of the job (MPI_Abort), or exits the process for self. Programs only. Whatever blocks
+ * on the way (a launcher that cannot reach a lost host, an output pipe nobody reads), the process ends
+ * with code within FSDP_ABORT_GRACE_S of the call (or of fsdp_comm_abort_arm). */
 void fsdp_comm_abort(fsdp_comm_t *c, int code);
+/* Arms that deadline now, for a program that prints its last words before fsdp_comm_abort: a write
+ * to a full pipe then cannot keep the process alive. Idempotent (the first arming counts). */
+void fsdp_comm_abort_arm(fsdp_comm_t *c, int code);
+#define FSDP_ABORT_GRACE_S 3
 
 /* Agreement on a step that can fail on some ranks only (a file one rank cannot read, rank 0's output):
  * without it the ranks that were fine would wait in their next collective. Collective: every rank

@@ -14,7 +14,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
 #include <sched.h>
+#include <stdatomic.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -204,10 +206,53 @@ void fsdp_comm_set_label(fsdp_comm_t *c, const char *label) {
     snprintf(c->label, sizeof c->label, "%s", label ? label : "");
 }
 
+/* The abort's deadline: a detached thread that ends the process with the abort's status after
+ * FSDP_ABORT_GRACE_S. MPI_Abort asks the launcher to kill every rank, and blocks until it does; a
+ * launcher that cannot reach a lost host may never get there (Open MPI 4.1's mpirun waits for a daemon
+ * behind a cut link for minutes), and flushing the output, or the program's last message, blocks for
+ * as long as the launcher's daemon does not read it (a full pipe). The thread's own message is written
+ * with a bound (fsdp_write_bounded), so nothing it does can block its _exit either. */
+static atomic_int abort_armed;
+static int abort_rank, abort_code;
+
+static void *abort_deadline(void *arg) {
+    (void)arg;
+    struct timespec ts = {FSDP_ABORT_GRACE_S, 0};
+    while (nanosleep(&ts, &ts) != 0) {
+    }
+    char host[64] = "?", msg[256];
+    gethostname(host, sizeof host - 1);
+    int n = snprintf(msg, sizeof msg,
+                     "fsdp_comm_abort: rank %d on host %s: the job has not ended %d s after the abort (the "
+                     "launcher may have lost a host, or stopped reading this rank's output); exiting with "
+                     "status %d\n",
+                     abort_rank, host, (int)FSDP_ABORT_GRACE_S, abort_code);
+    if (n > 0)
+        fsdp_write_bounded(STDERR_FILENO, msg, (size_t)n < sizeof msg ? (size_t)n : sizeof msg - 1, 200);
+    _exit(abort_code);
+}
+
+void fsdp_comm_abort_arm(fsdp_comm_t *c, int code) {
+    if (atomic_exchange(&abort_armed, 1)) return;
+    abort_code = code;
+    abort_rank = c ? c->rank : 0;
+    pthread_t t;
+    pthread_attr_t a;
+    if (pthread_attr_init(&a) == 0) {
+        pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+        if (pthread_create(&t, &a, abort_deadline, NULL) != 0) {
+            static const char m[] = "fsdp_comm_abort: no deadline thread; the abort may wait for MPI\n";
+            fsdp_write_bounded(STDERR_FILENO, m, sizeof m - 1, 200);
+        }
+        pthread_attr_destroy(&a);
+    }
+}
+
 void fsdp_comm_abort(fsdp_comm_t *c, int code) {
-    if (c != NULL && c->be->abort != NULL) c->be->abort(c, code);
+    fsdp_comm_abort_arm(c, code); /* first: everything below may block */
     fflush(stdout);
     fflush(stderr);
+    if (c != NULL && c->be->abort != NULL) c->be->abort(c, code);
     exit(code);
 }
 

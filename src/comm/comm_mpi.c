@@ -14,8 +14,6 @@
 #include <time.h>
 #include <unistd.h>
 
-static int abort_rank, abort_code; /* comm_mpi_abort's rank and status, for its watchdog */
-
 /* The row's communicator state (c->state[COMM_ROW_MPI]). */
 typedef struct {
     MPI_Comm comm;   /* a duplicate of MPI_COMM_WORLD (or a split) with MPI_ERRORS_RETURN */
@@ -272,30 +270,10 @@ static void mpi_free(fsdp_comm_t *c, int drained, double grace) {
     state_free(c);
 }
 
-/* MPI_Abort asks the launcher to kill every rank of the job, and blocks until it does. A launcher
- * that cannot reach a lost host may never get there (Open MPI 4.1's mpirun waits for a daemon behind a
- * cut link for minutes), so a watchdog thread ends this process itself after ABORT_GRACE_S with the
- * same status: the job's end on the surviving hosts does not depend on the launcher's cleanup. */
-enum { ABORT_GRACE_S = 3 };
-
-static void *abort_watchdog(void *arg) {
-    (void)arg;
-    struct timespec ts = {ABORT_GRACE_S, 0};
-    while (nanosleep(&ts, &ts) != 0) {
-    }
-    char host[64] = "?", msg[256];
-    gethostname(host, sizeof host - 1);
-    int n = snprintf(msg, sizeof msg,
-                     "fsdp_comm_abort: rank %d on host %s: MPI_Abort has not ended the job after %d s (the "
-                     "launcher may have lost a host); exiting with status %d\n",
-                     abort_rank, host, (int)ABORT_GRACE_S, abort_code);
-    if (n > 0) (void)!write(STDERR_FILENO, msg, (size_t)n < sizeof msg ? (size_t)n : sizeof msg - 1);
-    _exit(abort_code);
-}
-
+/* MPI_Abort asks the launcher to kill every rank of the job, and blocks until it does; the front end
+ * (fsdp_comm_abort) armed a deadline before it, so the job's end on the surviving hosts does not depend
+ * on the launcher's cleanup. */
 static void comm_mpi_abort(fsdp_comm_t *c, int code) {
-    fflush(stdout);
-    fflush(stderr);
     mpi_state *m = st_of(c);
     if (m->thr_on) { /* no MPI call may run beside MPI_Abort: stop the thread, or give it 0.5 s */
         m->thr_stop = 1;
@@ -303,16 +281,6 @@ static void comm_mpi_abort(fsdp_comm_t *c, int code) {
             struct timespec ts = {0, 1000000};
             nanosleep(&ts, NULL);
         }
-    }
-    abort_code = code;
-    abort_rank = c->rank;
-    pthread_t t;
-    pthread_attr_t a;
-    if (pthread_attr_init(&a) == 0) {
-        pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
-        if (pthread_create(&t, &a, abort_watchdog, NULL) != 0)
-            fprintf(stderr, "fsdp_comm_abort: rank %d: no watchdog thread; relying on MPI_Abort\n", c->rank);
-        pthread_attr_destroy(&a);
     }
     MPI_Abort(m->comm != MPI_COMM_NULL ? m->comm : MPI_COMM_WORLD, code);
     _exit(code); /* MPI_Abort does not return; this only satisfies noreturn */

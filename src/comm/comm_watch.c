@@ -80,7 +80,9 @@ static void *stuck_watchdog(void *arg) {
                      "with status %d\n",
                      in.rank, in.size, host, comm_coll_name(in.coll), in.label, in.count,
                      fsdp_dtype_name(in.t), el, in.timeout_s, in.status);
-        if (n > 0) (void)!write(STDERR_FILENO, msg, (size_t)n < sizeof msg ? (size_t)n : sizeof msg - 1);
+        /* bounded: a full pipe to a stuck launcher daemon must not hold the exit */
+        if (n > 0)
+            fsdp_write_bounded(STDERR_FILENO, msg, (size_t)n < sizeof msg ? (size_t)n : sizeof msg - 1, 200);
         _exit(in.status);
     }
     return NULL;

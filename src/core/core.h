@@ -125,6 +125,10 @@ int fsdp_env_count(void);
 const fsdp_env_var *fsdp_env_at(int i);
 const char *fsdp_env_value(const char *name);
 fsdp_status fsdp_env_bool(const char *name, int def, int *out);
+/* Writes n bytes of buf to fd, waiting at most timeout_ms in all for fd to take them (poll); returns the
+ * bytes written. For the last words of a process that is about to end: a full pipe (a launcher's daemon
+ * that stopped reading) must not keep it alive. */
+size_t fsdp_write_bounded(int fd, const void *buf, size_t n, int timeout_ms);
 fsdp_status fsdp_env_int(const char *name, long def, long *out);
 fsdp_status fsdp_env_choice(const char *name, int def, int *out); /* the index in choices */
 fsdp_status fsdp_env_check(void);

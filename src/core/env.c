@@ -6,8 +6,10 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static const fsdp_env_var VARS[] = {
     {"FSDP_COMM_SHM", FSDP_ENV_BOOL, 0, 1, NULL, "1",
@@ -179,4 +181,24 @@ fsdp_status fsdp_env_check(void) {
                               "a misspelled one would be ignored)",
                               strchr(names, ',') ? "s" : "", names);
     return FSDP_OK;
+}
+
+size_t fsdp_write_bounded(int fd, const void *buf, size_t n, int timeout_ms) {
+    const char *p = buf;
+    size_t done = 0;
+    double end = fsdp_time_s() + timeout_ms * 1e-3;
+    while (done < n) {
+        double left = end - fsdp_time_s();
+        struct pollfd pf = {.fd = fd, .events = POLLOUT};
+        int r = left > 0 ? poll(&pf, 1, (int)(left * 1e3) + 1) : 0;
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0 || !(pf.revents & POLLOUT)) break; /* not writable in time, or an error */
+        /* writable: a pipe takes at least PIPE_BUF bytes now, so a write of that much does not block */
+        size_t len = n - done < PIPE_BUF ? n - done : PIPE_BUF;
+        ssize_t w = write(fd, p + done, len);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) break;
+        done += (size_t)w;
+    }
+    return done;
 }

@@ -131,6 +131,9 @@ int main(int argc, char **argv) {
             fsdp_status failed = s; /* another rank's failure: exit as that rank does */
             if (s == FSDP_EPEER) fsdp_comm_agreed_failure(comm, &failed);
             code = exit_code(failed);
+            /* an abort follows: its deadline runs from here, so the message below cannot hold the
+             * process on a full output pipe (a launcher daemon that stopped reading) */
+            if (!agreed) fsdp_comm_abort_arm(comm, code);
             report(s, rank, world, agreed && world > 1 ? fsdp_comm_agreed_failure(comm, NULL) : -1);
             if (!agreed) fsdp_comm_abort(comm, code);
         }
