@@ -94,7 +94,8 @@ fsdp_device_t *fsdp_device_cpu(void);
  * engine moves shard bytes to and from files through copies, as it must on a GPU. */
 enum { FSDP_SIM_NO_HOST_ACCESS = 1u << 0 };
 fsdp_status fsdp_device_sim_create(uint64_t seed, unsigned flags, fsdp_device_t **out);
-/* Runs what is still queued, then frees it (and every stream and event it still owns). */
+/* Runs what is still queued, then frees it and every stream it still owns (events are the caller's:
+ * event_destroy them first). */
 void fsdp_device_sim_destroy(fsdp_device_t *d);
 /* Work items the simulated device ran, and how many ran out of the order in which they were queued
  * (another stream's item first): a run that reordered nothing tests nothing. */

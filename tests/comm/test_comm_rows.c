@@ -94,7 +94,8 @@ static int run_seeds(fsdp_comm_t *c, int host, long *reordered_out) {
         long ran = 0, re = 0;
         fsdp_device_sim_counts(row.d, &ran, &re);
         *reordered_out += re;
-        fsdp_device_sim_destroy(row.d); /* its streams and events with it */
+        row.d->event_destroy(row.d, row.ev);
+        fsdp_device_sim_destroy(row.d); /* its streams with it */
         row.d = NULL;
     }
     return caught;
