@@ -134,9 +134,11 @@ struct fsdp_model_family {
     double (*flops_per_token)(const fsdp_model_config *c, int T);
     fsdp_status (*units)(fsdp_model_units *out, const fsdp_model_config *c);
     /* Bytes in category activation for (B, T) batches, including attention backward's scratch on
-     * `threads` OpenMP threads; and in category other (the GEMM workspace, see fsdp_gpt.h). */
+     * `threads` OpenMP threads; and in category other (the GEMM workspace, see fsdp_gpt.h): freeze, the
+     * engine's --freeze globs (or NULL), drops the weight-gradient GEMM of a weight frozen in every
+     * block (as LoRA's base), which never runs. */
     size_t (*activation_bytes)(const fsdp_model_config *c, int B, int T, int threads);
-    size_t (*other_bytes)(const fsdp_model_config *c, int B, int T, fsdp_dtype compute);
+    size_t (*other_bytes)(const fsdp_model_config *c, int B, int T, fsdp_dtype compute, const char *freeze);
     fsdp_status (*init)(void **impl, fsdp_engine_t *eng, const fsdp_model_config *c);
     void (*free)(void *impl);
     fsdp_status (*forward)(void *impl, const fsdp_model_batch *b, float *loss);
@@ -213,7 +215,8 @@ fsdp_status fsdp_model_config_from_json(const struct cJSON *obj, const char *wha
 fsdp_status fsdp_model_units_init(fsdp_model_units *out, const fsdp_model_config *c);
 void fsdp_model_units_free(fsdp_model_units *u); /* zeroes; NULL or zeroed is a no-op */
 size_t fsdp_model_activation_bytes(const fsdp_model_config *c, int B, int T, int threads);
-size_t fsdp_model_other_bytes(const fsdp_model_config *c, int B, int T, fsdp_dtype compute);
+size_t fsdp_model_other_bytes(const fsdp_model_config *c, int B, int T, fsdp_dtype compute,
+                              const char *freeze);
 
 fsdp_status fsdp_model_hf_map(const fsdp_model_config *c, fsdp_hf_map *out);
 void fsdp_hf_map_free(fsdp_hf_map *m); /* zeroes; NULL or zeroed is a no-op */

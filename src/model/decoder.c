@@ -486,3 +486,14 @@ fsdp_status fsdp_decoder_decode(void *impl, const int *tokens, int n, int pos, c
     fsdp_engine_set_no_backward(d->eng, was);
     return s;
 }
+
+int fsdp_decoder_frozen_all(const char *freeze, int L, const char *tensor) {
+    if (freeze == NULL || freeze[0] == '\0') return 0;
+    if (L == 0) return shard_freeze_match(freeze, "root", tensor);
+    for (int l = 0; l < L; l++) {
+        char unit[32];
+        snprintf(unit, sizeof unit, "h%d", l);
+        if (!shard_freeze_match(freeze, unit, tensor)) return 0;
+    }
+    return 1;
+}

@@ -132,6 +132,10 @@ struct fsdp_decoder {
     .decode_floats = decode_floats, .kv_width = kv_width, .embed_decode = embed_decode,                      \
     .block_decode = block_decode
 
+/* 1 when tensor `tensor` of every block h0..h<L-1> (L >= 1), or of the root (L 0), matches one of the
+ * --freeze globs (fsdp_engine_config.freeze; NULL: none): its weight-gradient GEMM never runs. */
+int fsdp_decoder_frozen_all(const char *freeze, int L, const char *tensor);
+
 /* The (N, C) residual slice l (0..L) of the current arena. */
 float *fsdp_decoder_res(const fsdp_decoder *d, int l);
 /* The family's activation struct of block l. */

@@ -158,9 +158,10 @@ size_t fsdp_model_activation_bytes(const fsdp_model_config *c, int B, int T, int
     return c->family->activation_bytes(c, B, T, threads);
 }
 
-size_t fsdp_model_other_bytes(const fsdp_model_config *c, int B, int T, fsdp_dtype compute) {
+size_t fsdp_model_other_bytes(const fsdp_model_config *c, int B, int T, fsdp_dtype compute,
+                              const char *freeze) {
     if (fsdp_model_config_validate(c) != FSDP_OK || B < 1 || T < 1) return 0;
-    return c->family->other_bytes(c, B, T, compute);
+    return c->family->other_bytes(c, B, T, compute, freeze);
 }
 
 fsdp_status fsdp_model_hf_map(const fsdp_model_config *c, fsdp_hf_map *out) {

@@ -49,7 +49,7 @@ fsdp_status fsdp_train_plan_compute(const fsdp_train_config *c, int world, int t
     pc.activation_bytes = fsdp_model_activation_bytes(&mc, b, T, threads) +
                           (size_t)(c->pack == FSDP_PACK_DOC ? 3 : 2) * bt * sizeof(int32_t);
     /* other: the GEMM workspace and the loaders' read buffers (b*T + 1 int32 each). */
-    pc.other_bytes = fsdp_model_other_bytes(&mc, b, T, pc.engine.compute_dtype) +
+    pc.other_bytes = fsdp_model_other_bytes(&mc, b, T, pc.engine.compute_dtype, pc.engine.freeze) +
                      (size_t)(have_val ? 2 : 1) * (bt + 1) * sizeof(int32_t);
     fsdp_status s = fsdp_plan_compute(us.units, us.n_units, &pc, out);
     fsdp_model_units_free(&us);

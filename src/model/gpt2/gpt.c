@@ -182,16 +182,17 @@ static void carve_grad(const fsdp_model_config *c, fsdp_carve *k, size_t N, void
 /* The GEMM workspace of GPT-2's weights (fsdp_gemm_workspace_bytes): out[N,n] = in[N,k] W[n,k]^T with
  * (k, n) in {(C,3C), (C,C), (C,4C), (4C,C)} with biases and the LM head (C,Vp) without; beside it the
  * short-lived softmax-CE row losses (N doubles) or LayerNorm forward's fp32 weight and bias (2C floats). */
-size_t gpt2_other_bytes(const fsdp_model_config *cfg, int B, int T, fsdp_dtype compute) {
+size_t gpt2_other_bytes(const fsdp_model_config *cfg, int B, int T, fsdp_dtype compute, const char *freeze) {
     const fsdp_model_config c = gpt2_resolve(cfg);
     const size_t N = (size_t)B * (size_t)T;
-    const int C = c.n_embd;
+    const int C = c.n_embd, L = c.n_layer;
     const int fz = c.lora_rank > 0; /* LoRA: the base is frozen, so no weight-gradient GEMM of its own */
-    fsdp_gemm_shape w[13] = {{C, 3 * C, 1, fz, 0},
-                             {C, C, 1, fz, 0},
-                             {C, 4 * C, 1, fz, 0},
-                             {4 * C, C, 1, fz, 0},
-                             {C, c.padded_vocab_size, 0, fz, 0}};
+    /* --freeze: a weight frozen in every block (the head: its storage, wte) has none either */
+    fsdp_gemm_shape w[13] = {{C, 3 * C, 1, fz || fsdp_decoder_frozen_all(freeze, L, "qkv_w"), 0},
+                             {C, C, 1, fz || fsdp_decoder_frozen_all(freeze, L, "attproj_w"), 0},
+                             {C, 4 * C, 1, fz || fsdp_decoder_frozen_all(freeze, L, "fc_w"), 0},
+                             {4 * C, C, 1, fz || fsdp_decoder_frozen_all(freeze, L, "fcproj_w"), 0},
+                             {C, c.padded_vocab_size, 0, fz || fsdp_decoder_frozen_all(freeze, 0, "wte"), 0}};
     int n = 5;
     const int tg = gpt_lora_targets(c.lora_rank, c.lora_targets);
     for (int p = 0; p < 4; p++) /* LoRA: x A^T (in -> r, dx accumulates) and t B^T (r -> out) */

@@ -14,5 +14,5 @@ gpt_config gpt_config_resolve(const gpt_config *c);
 
 /* Bytes in category other (the GEMM workspace and the short-lived buffers beside it) for (B, T)
  * batches of the GPT-2 config c on the path compute dtype `compute` takes. */
-size_t gpt2_other_bytes(const fsdp_model_config *c, int B, int T, fsdp_dtype compute);
+size_t gpt2_other_bytes(const fsdp_model_config *c, int B, int T, fsdp_dtype compute, const char *freeze);
 #endif

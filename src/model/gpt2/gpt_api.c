@@ -46,7 +46,7 @@ size_t gpt_activation_bytes(const gpt_config *cfg, int B, int T) {
 size_t gpt_other_bytes(const gpt_config *cfg, int B, int T, fsdp_dtype compute) {
     if (gpt_config_validate(cfg) != FSDP_OK || B < 1 || T < 1) return 0;
     const fsdp_model_config c = to_model(cfg);
-    return gpt2_other_bytes(&c, B, T, compute);
+    return gpt2_other_bytes(&c, B, T, compute, NULL);
 }
 
 fsdp_status gpt_init(gpt_model_t **out, fsdp_engine_t *eng, const gpt_config *cfg) {

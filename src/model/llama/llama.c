@@ -350,17 +350,21 @@ size_t llama_activation_bytes(const fsdp_model_config *cfg, int B, int T, int th
 /* The GEMM workspace of this model's weights (fsdp_gemm_workspace_bytes): out[N,n] = in[N,k] W^T for
  * (k, n) in {(C, QKV), (A, C), (C, 2I), (I, C), (C, Vp)}, the first with a bias when qkv_bias; beside it
  * the softmax-CE row losses (N doubles). */
-size_t llama_other_bytes(const fsdp_model_config *cfg, int B, int T, fsdp_dtype compute) {
+size_t llama_other_bytes(const fsdp_model_config *cfg, int B, int T, fsdp_dtype compute, const char *freeze) {
     if (llama_check(cfg) != FSDP_OK || B < 1 || T < 1) return 0;
     const fsdp_model_config r = llama_resolve(cfg);
     const dims d = dims_of(&r);
     const size_t N = (size_t)B * (size_t)T;
+    const int L = r.n_layer;
     const int fz = d.R > 0; /* LoRA: the base is frozen, so no weight-gradient GEMM of its own */
-    fsdp_gemm_shape w[5 + 2 * LLAMA_LORA_PROJ] = {{(int)d.C, (int)d.QKV, r.qkv_bias, fz, 0},
-                                                  {(int)d.A, (int)d.C, 0, fz, 0},
-                                                  {(int)d.C, 2 * (int)d.I, 0, fz, 0},
-                                                  {(int)d.I, (int)d.C, 0, fz, 0},
-                                                  {(int)d.C, (int)d.Vp, 0, fz, 0}};
+    /* --freeze: a weight frozen in every block (the head: its storage) has none either */
+    const char *head = r.tie_embeddings ? "embed_tokens" : "lm_head";
+    fsdp_gemm_shape w[5 + 2 * LLAMA_LORA_PROJ] = {
+        {(int)d.C, (int)d.QKV, r.qkv_bias, fz || fsdp_decoder_frozen_all(freeze, L, "qkv_w"), 0},
+        {(int)d.A, (int)d.C, 0, fz || fsdp_decoder_frozen_all(freeze, L, "o_w"), 0},
+        {(int)d.C, 2 * (int)d.I, 0, fz || fsdp_decoder_frozen_all(freeze, L, "gate_up_w"), 0},
+        {(int)d.I, (int)d.C, 0, fz || fsdp_decoder_frozen_all(freeze, L, "down_w"), 0},
+        {(int)d.C, (int)d.Vp, 0, fz || fsdp_decoder_frozen_all(freeze, 0, head), 0}};
     int n = 5;
     for (int p = 0; p < LLAMA_LORA_PROJ; p++) /* LoRA: x A^T (in -> r, dx accumulates), t B^T (r -> out) */
         if (d.targets & (FSDP_LORA_Q << p)) {

@@ -55,7 +55,7 @@ fsdp_status llama_check(const fsdp_model_config *c);
 size_t llama_num_params(const fsdp_model_config *cfg);
 double llama_flops_per_token(const fsdp_model_config *cfg, int T);
 size_t llama_activation_bytes(const fsdp_model_config *cfg, int B, int T, int threads);
-size_t llama_other_bytes(const fsdp_model_config *cfg, int B, int T, fsdp_dtype compute);
+size_t llama_other_bytes(const fsdp_model_config *cfg, int B, int T, fsdp_dtype compute, const char *freeze);
 fsdp_status llama_units(fsdp_model_units *out, const fsdp_model_config *cfg);
 fsdp_status llama_init(void **impl, fsdp_engine_t *eng, const fsdp_model_config *cfg);
 
