@@ -28,16 +28,23 @@ fsdp() { # NP PRECISION ARGS...
     local np=$1 prec=$2
     shift 2
     local cmd=("$BUILD/fsdp-train" "$@" --data "$W/data" --seq-len $T --batch $B --steps $STEPS --eval-every 0
-               --sample-tokens 0 --checkpoint-every 0 --checkpoint-dir "$W/ck$((++RUNS))" --log-every 1 --precision $prec)
+               --sample-tokens 0 --checkpoint-every 0 --checkpoint-dir "$W/ck$((++RUNS))" --log-every 1 --precision $prec
+               --metrics "$W/m$RUNS.jsonl")
     if [ "$np" = 1 ]; then "${cmd[@]}" >"$W/f.log" 2>&1; else "$SRC/tests/mpirun.sh" $np "${cmd[@]}" >"$W/f.log" 2>&1; fi ||
         { echo "fsdp-train failed: $(tail -3 "$W/f.log")"; return; }
-    python3 - "$W/f.log" $np $prec "$W/f$np.tps" <<'PY'
-import re, sys
+    python3 - "$W/f.log" $np $prec "$W/f$np.tps" "$W/m$RUNS.jsonl" <<'PY'
+import json, re, sys
 t = open(sys.argv[1]).read()
 tps = [float(x) for x in re.findall(r"\| ([0-9.]+) tok/s", t)][1:]
 mfu = [float(x) for x in re.findall(r"MFU ([0-9.]+)%", t)][1:]
 pk = re.search(r"peak memory ([0-9.]+ [GM]iB) per rank", t)
 rss = re.findall(r"RSS ([0-9.]+ [GM]iB)", t)
+if not rss:  # under a launcher the step lines are short: rank 0's peak RSS from its --metrics
+    try:
+        last = [json.loads(l) for l in open(sys.argv[5]) if l.startswith('{"step"')][-1]
+        rss = ["%.2f GiB (rank 0)" % (last["peak_rss_bytes"] / 2**30)]
+    except (OSError, IndexError, KeyError, ValueError):
+        rss = []
 print(f"fsdp.c {sys.argv[3]:5s} {sys.argv[2]} rank(s): {sum(tps)/len(tps):8.1f} tokens/s  (MFU vs the start-up "
       f"probe {sum(mfu)/len(mfu):.0f}%), tracked peak {pk.group(1) if pk else '?'}, RSS {rss[-1] if rss else '?'} per rank")
 open(sys.argv[4], "w").write(str(sum(tps) / len(tps)))

@@ -61,7 +61,12 @@ TORCH_VENV=${TORCH_VENV:-/work/torch-pypi}
 export TORCH_MAX_STEP_S=${TORCH_MAX_STEP_S:-30}
 if [ -z "${TORCH_PYTHONS:-}" ]; then
     TORCH_PYTHONS=/usr/bin/python3
-    [ -x "$TORCH_VENV/bin/python" ] && TORCH_PYTHONS="$TORCH_PYTHONS $TORCH_VENV/bin/python"
+    if [ -x "$TORCH_VENV/bin/python" ]; then
+        TORCH_PYTHONS="$TORCH_PYTHONS $TORCH_VENV/bin/python"
+    else # said plainly: without it the PyTorch column is Debian's build, not the strongest peer
+        echo "run_benchmarks: no PyPI PyTorch at $TORCH_VENV (tools/bench-deps.sh makes it): the PyTorch" \
+            "column is Debian's python3-torch alone" >&2
+    fi
 fi
 # PyTorch's bf16 autocast only where the CPU has bf16 instructions (on AVX2 alone it is ~50x slower).
 TORCH_MODES=fp32
